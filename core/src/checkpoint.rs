@@ -1,0 +1,266 @@
+//! The optimizer state as bytes: one versioned little-endian format with a CRC-32, shared by
+//! host checkpoints and MCU flash.
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  magic "HOMEADAM"
+//!      8     2  format version (1)
+//!     10     1  rule code (index in ALL_RULES)
+//!     11     1  state dtype (0 f32, 1 f16, 2 bf16)
+//!     12     1  state slots per element
+//!     13     1  SWATS phase (0 adaptive, 1 SGD)
+//!     14     2  reserved, 0
+//!     16     8  step t
+//!     24     8  SWATS SGD learning rate (f64 bits; 0 before the switch)
+//!     32     4  tensor count
+//! per tensor:
+//!              8  element count d
+//!              4  SWATS Λ (f32 bits)
+//!       slots·d·w  state slots, each element little-endian (w = 2 or 4 bytes)
+//! end          4  CRC-32 (IEEE) of every byte before it
+//! ```
+//! Loading checks the checksum and every field before it writes anything.
+
+use crate::config::ALL_RULES;
+use crate::crc32::Crc32;
+use crate::error::{CheckpointError, Error};
+use crate::optimizer::Optimizer;
+use crate::storage::{Dtype, Storage};
+use crate::tensor::TensorAux;
+
+const MAGIC: &[u8; 8] = b"HOMEADAM";
+const VERSION: u16 = 1;
+const HEADER: usize = 36;
+const TENSOR_HEADER: usize = 12;
+
+/// Where saved bytes go: a buffer, a file, flash pages.
+pub trait ByteSink {
+    /// Appends `bytes`.
+    fn write(&mut self, bytes: &[u8]) -> Result<(), CheckpointError>;
+}
+
+/// A [`ByteSink`] over a fixed buffer.
+pub struct SliceSink<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl<'a> SliceSink<'a> {
+    /// Writes into `buf` from its start.
+    pub fn new(buf: &'a mut [u8]) -> Self {
+        SliceSink { buf, len: 0 }
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl ByteSink for SliceSink<'_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), CheckpointError> {
+        let end = self
+            .len
+            .checked_add(bytes.len())
+            .ok_or(CheckpointError::BufferTooSmall)?;
+        let dst = self
+            .buf
+            .get_mut(self.len..end)
+            .ok_or(CheckpointError::BufferTooSmall)?;
+        dst.copy_from_slice(bytes);
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// The saved part of one tensor: its state slots and per-tensor scalars.
+pub struct TensorState<'a, S> {
+    /// Number of parameters of the tensor.
+    pub numel: usize,
+    /// The state slots, as in [`crate::Tensor::state`].
+    pub state: &'a mut [S],
+    /// The per-tensor scalars.
+    pub aux: &'a mut TensorAux,
+}
+
+struct Checksummed<'a, W: ByteSink> {
+    sink: &'a mut W,
+    crc: Crc32,
+}
+
+impl<W: ByteSink> Checksummed<'_, W> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), CheckpointError> {
+        self.crc.update(bytes);
+        self.sink.write(bytes)
+    }
+}
+
+impl Optimizer {
+    /// Bytes [`Optimizer::save_state`] writes for tensors of these sizes and state type `dtype`.
+    pub fn state_bytes(&self, numels: impl IntoIterator<Item = usize>, dtype: Dtype) -> usize {
+        let slots = self.config().state_slots();
+        HEADER
+            + 4
+            + numels
+                .into_iter()
+                .map(|d| TENSOR_HEADER + slots * d * dtype.size())
+                .sum::<usize>()
+    }
+
+    /// Writes the step counter, SWATS phase and every tensor's state to `sink`.
+    pub fn save_state<S: Storage, W: ByteSink>(
+        &self,
+        tensors: &[TensorState<'_, S>],
+        sink: &mut W,
+    ) -> Result<(), Error> {
+        let slots = self.config().state_slots();
+        let mut out = Checksummed {
+            sink,
+            crc: Crc32::default(),
+        };
+        let mut header = [0u8; HEADER];
+        header[..8].copy_from_slice(MAGIC);
+        header[8..10].copy_from_slice(&VERSION.to_le_bytes());
+        header[10] = self.config().rule.code();
+        header[11] = S::DTYPE.code();
+        header[12] = slots as u8;
+        header[13] = self.swats_sgd_lr().is_some() as u8;
+        header[16..24].copy_from_slice(&self.step_count().to_le_bytes());
+        header[24..32].copy_from_slice(&self.swats_sgd_lr().unwrap_or(0.0).to_bits().to_le_bytes());
+        header[32..36].copy_from_slice(&(tensors.len() as u32).to_le_bytes());
+        out.put(&header)?;
+        let width = S::DTYPE.size();
+        for (k, t) in tensors.iter().enumerate() {
+            if t.state.len() != slots * t.numel {
+                return Err(Error::LengthMismatch {
+                    tensor: k,
+                    what: "state",
+                    expected: slots * t.numel,
+                    actual: t.state.len(),
+                });
+            }
+            out.put(&(t.numel as u64).to_le_bytes())?;
+            out.put(&t.aux.swats_lambda.to_bits().to_le_bytes())?;
+            for x in t.state.iter() {
+                out.put(&x.to_bits32().to_le_bytes()[..width])?;
+            }
+        }
+        let crc = out.crc.finish();
+        out.sink.write(&crc.to_le_bytes())?;
+        Ok(())
+    }
+
+    /// Reads state saved by [`Optimizer::save_state`] into `tensors`. On any error (corrupt
+    /// bytes, another rule, other sizes) nothing is changed.
+    pub fn load_state<S: Storage>(
+        &mut self,
+        bytes: &[u8],
+        tensors: &mut [TensorState<'_, S>],
+    ) -> Result<(), Error> {
+        let (step, swats_lr) = self.check_state(bytes, tensors)?;
+        let width = S::DTYPE.size();
+        let mut at = HEADER;
+        for t in tensors.iter_mut() {
+            t.aux.swats_lambda = f32::from_bits(read_u32(bytes, at + 8));
+            at += TENSOR_HEADER;
+            for x in t.state.iter_mut() {
+                let mut b = [0u8; 4];
+                b[..width].copy_from_slice(&bytes[at..at + width]);
+                *x = S::from_bits32(u32::from_le_bytes(b));
+                at += width;
+            }
+        }
+        self.restore(step, swats_lr);
+        Ok(())
+    }
+
+    fn check_state<S: Storage>(
+        &self,
+        bytes: &[u8],
+        tensors: &[TensorState<'_, S>],
+    ) -> Result<(u64, Option<f64>), Error> {
+        use CheckpointError::*;
+        if bytes.len() < MAGIC.len() || &bytes[..8] != MAGIC {
+            return Err(BadMagic.into());
+        }
+        if bytes.len() < HEADER + 4 {
+            return Err(Truncated.into());
+        }
+        let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+        if version != VERSION {
+            return Err(UnsupportedVersion(version).into());
+        }
+        let slots = self.config().state_slots();
+        let count = read_u32(bytes, 32);
+        let width = S::DTYPE.size();
+        // Walk the sizes first so a truncated file is told apart from a corrupt one.
+        let mut at = HEADER;
+        for _ in 0..count {
+            let numel = read_u64(bytes, at).ok_or(Truncated)?;
+            let body = (numel as usize).checked_mul(slots * width).ok_or(Corrupt)?;
+            at = at.checked_add(TENSOR_HEADER + body).ok_or(Corrupt)?;
+            if at > bytes.len() {
+                return Err(Truncated.into());
+            }
+        }
+        let end = at + 4;
+        if end > bytes.len() {
+            return Err(Truncated.into());
+        }
+        if end < bytes.len() {
+            return Err(TrailingBytes.into());
+        }
+        let mut crc = Crc32::default();
+        crc.update(&bytes[..at]);
+        if crc.finish() != read_u32(bytes, at) {
+            return Err(ChecksumMismatch.into());
+        }
+        let rule = ALL_RULES.get(bytes[10] as usize).copied().ok_or(Corrupt)?;
+        if rule != self.config().rule || bytes[12] as usize != slots {
+            return Err(RuleMismatch.into());
+        }
+        if Dtype::from_code(bytes[11]).ok_or(Corrupt)? != S::DTYPE {
+            return Err(DtypeMismatch.into());
+        }
+        if count as usize != tensors.len() {
+            return Err(TensorCountMismatch {
+                stored: count,
+                given: tensors.len() as u32,
+            }
+            .into());
+        }
+        let mut at = HEADER;
+        for (k, t) in tensors.iter().enumerate() {
+            let numel = read_u64(bytes, at).ok_or(Truncated)? as usize;
+            if numel != t.numel || t.state.len() != slots * numel {
+                return Err(TensorSizeMismatch { tensor: k as u32 }.into());
+            }
+            at += TENSOR_HEADER + numel * slots * width;
+        }
+        let step = read_u64(bytes, 16).ok_or(Truncated)?;
+        let swats_lr = match bytes[13] {
+            0 => None,
+            1 => Some(f64::from_bits(read_u64(bytes, 24).ok_or(Truncated)?)),
+            _ => return Err(Corrupt.into()),
+        };
+        Ok((step, swats_lr))
+    }
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+fn read_u64(bytes: &[u8], at: usize) -> Option<u64> {
+    let slice = bytes.get(at..at + 8)?;
+    let mut b = [0u8; 8];
+    b.copy_from_slice(slice);
+    Some(u64::from_le_bytes(b))
+}

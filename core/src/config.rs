@@ -1,0 +1,378 @@
+//! Rules, hyper-parameters and their validation.
+
+use crate::error::Error;
+use crate::rounding::Rounding;
+
+/// Where HomeAdam(W) decides between the srf step and the home (SGDM) step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Switch {
+    /// Alg. 2: one decision for the whole model, on min v̂ over every element of every tensor.
+    Global,
+    /// One decision per tensor, on that tensor's min v̂.
+    Layer,
+    /// Alg. 3: one decision per element.
+    Element,
+}
+
+/// An update rule. [`Rule::from_name`] takes the config names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Rule {
+    /// `sgd`: SGD, momentum 0 by default (PyTorch `SGD`).
+    Sgd,
+    /// `sgdm`: SGD with momentum (PyTorch `SGD`, momentum > 0).
+    Sgdm,
+    /// `adam`: Adam with coupled L2 (PyTorch `Adam`).
+    Adam,
+    /// `adamw`: Adam with decoupled weight decay (PyTorch `AdamW`).
+    AdamW,
+    /// `adam-srf`: Alg. 1 with λ = 0.
+    AdamSrf,
+    /// `adamw-srf`: Alg. 1.
+    AdamWSrf,
+    /// `homeadam`, `homeadam-layer`, `homeadam-ew`: Alg. 2 / 3 with λ = 0.
+    HomeAdam(Switch),
+    /// `homeadamw`, `homeadamw-layer`, `homeadamw-ew`: Alg. 2 / 3.
+    HomeAdamW(Switch),
+    /// `adabelief`: `adabelief-pytorch` 0.2.1.
+    AdaBelief,
+    /// `swats`: `pytorch-optimizer` 4.1.0 `SWATS`.
+    Swats,
+    /// `miadam`: the official `MIAdam1`.
+    MiAdam,
+}
+
+/// Every rule, in the order of the README's table.
+pub const ALL_RULES: [Rule; 15] = [
+    Rule::Sgd,
+    Rule::Sgdm,
+    Rule::Adam,
+    Rule::AdamW,
+    Rule::AdamSrf,
+    Rule::AdamWSrf,
+    Rule::HomeAdam(Switch::Global),
+    Rule::HomeAdamW(Switch::Global),
+    Rule::HomeAdam(Switch::Layer),
+    Rule::HomeAdamW(Switch::Layer),
+    Rule::HomeAdam(Switch::Element),
+    Rule::HomeAdamW(Switch::Element),
+    Rule::AdaBelief,
+    Rule::Swats,
+    Rule::MiAdam,
+];
+
+impl Rule {
+    /// The config name, e.g. `"homeadamw-ew"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Rule::Sgd => "sgd",
+            Rule::Sgdm => "sgdm",
+            Rule::Adam => "adam",
+            Rule::AdamW => "adamw",
+            Rule::AdamSrf => "adam-srf",
+            Rule::AdamWSrf => "adamw-srf",
+            Rule::HomeAdam(Switch::Global) => "homeadam",
+            Rule::HomeAdam(Switch::Layer) => "homeadam-layer",
+            Rule::HomeAdam(Switch::Element) => "homeadam-ew",
+            Rule::HomeAdamW(Switch::Global) => "homeadamw",
+            Rule::HomeAdamW(Switch::Layer) => "homeadamw-layer",
+            Rule::HomeAdamW(Switch::Element) => "homeadamw-ew",
+            Rule::AdaBelief => "adabelief",
+            Rule::Swats => "swats",
+            Rule::MiAdam => "miadam",
+        }
+    }
+
+    /// Parses a config name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        ALL_RULES.iter().copied().find(|r| r.name() == name)
+    }
+
+    pub(crate) fn code(self) -> u8 {
+        ALL_RULES.iter().position(|&r| r == self).unwrap_or(0) as u8
+    }
+
+    /// The HomeAdam switch granularity, if this is a HomeAdam(W) rule.
+    pub const fn switch(self) -> Option<Switch> {
+        match self {
+            Rule::HomeAdam(s) | Rule::HomeAdamW(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Whether the rule keeps a second moment v (and so reports ρ = min v̂).
+    pub const fn has_second_moment(self) -> bool {
+        !matches!(self, Rule::Sgd | Rule::Sgdm)
+    }
+
+    const fn takes_weight_decay(self) -> bool {
+        !matches!(self, Rule::AdamSrf | Rule::HomeAdam(_))
+    }
+}
+
+/// What a step does with a non-finite gradient (DESIGN §3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum FiniteCheck {
+    /// Check every gradient before touching anything; one non-finite value skips the whole
+    /// step. Costs one extra read of the gradients (none for global / per-layer HomeAdam,
+    /// whose first pass reads them anyway).
+    #[default]
+    SkipStep,
+    /// The caller guarantees finite gradients (e.g. its loss scaler checked them): one pass.
+    /// A non-finite gradient is still detected and reported in
+    /// [`crate::StepReport::nonfinite_applied`], never silently.
+    Trust,
+}
+
+/// Hyper-parameters of a rule, in the paper's symbols. Start from [`Config::new`], which sets
+/// the peer packages' defaults, then set fields; [`crate::Optimizer::new`] validates.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Config {
+    /// The rule.
+    pub rule: Rule,
+    /// η, the learning rate (≥ 0).
+    pub lr: f64,
+    /// β1 ∈ [0, 1).
+    pub beta1: f64,
+    /// β2 ∈ [0, 1).
+    pub beta2: f64,
+    /// ε ≥ 0.
+    pub eps: f64,
+    /// λ ≥ 0: coupled L2 for SGD, Adam, MIAdam (and SWATS / AdaBelief unless decoupled);
+    /// decoupled for AdamW, AdamW-srf, HomeAdamW.
+    pub weight_decay: f64,
+    /// τ > 0, the HomeAdam threshold on min v̂.
+    pub tau: f64,
+    /// μ, SGD momentum.
+    pub momentum: f64,
+    /// SGD dampening ∈ [0, 1].
+    pub dampening: f64,
+    /// SGD Nesterov momentum.
+    pub nesterov: bool,
+    /// AdaBelief / SWATS: decoupled weight decay.
+    pub weight_decouple: bool,
+    /// AdaBelief / SWATS: decay by λ instead of ηλ.
+    pub fixed_decay: bool,
+    /// AdaBelief: RAdam's rectification.
+    pub rectify: bool,
+    /// AdaBelief: AMSGrad's running max of s.
+    pub amsgrad: bool,
+    /// MIAdam: κ, the multiple-integration rate.
+    pub kappa: f64,
+    /// MIAdam: steps t ≤ switch_step use the integrated update.
+    pub switch_step: u64,
+    /// How parameter stores round.
+    pub rounding: Rounding,
+    /// Seed of stochastic rounding.
+    pub seed: u64,
+    /// Allow f16 storage for the second moment (refused by default, DESIGN §3).
+    pub allow_f16_state: bool,
+    /// What a non-finite gradient does.
+    pub finite_check: FiniteCheck,
+}
+
+impl Config {
+    /// The rule with the defaults of its peer package (PyTorch, adabelief-pytorch 0.2.1,
+    /// pytorch-optimizer 4.1.0, official MIAdam); for the paper's rules, AdamW's defaults and
+    /// τ = 1e-12 (the paper's CIFAR-10 HomeAdam setting).
+    pub const fn new(rule: Rule) -> Self {
+        let (lr, beta2, eps, weight_decay, momentum, weight_decouple) = match rule {
+            Rule::Sgd => (1e-3, 0.999, 1e-8, 0.0, 0.0, false),
+            Rule::Sgdm => (1e-3, 0.999, 1e-8, 0.0, 0.9, false),
+            Rule::AdamW | Rule::AdamWSrf | Rule::HomeAdamW(_) => {
+                (1e-3, 0.999, 1e-8, 1e-2, 0.0, true)
+            }
+            Rule::AdaBelief => (1e-3, 0.999, 1e-16, 0.0, 0.0, true),
+            Rule::Swats => (1e-3, 0.999, 1e-6, 0.0, 0.0, false),
+            _ => (1e-3, 0.999, 1e-8, 0.0, 0.0, false),
+        };
+        Config {
+            rule,
+            lr,
+            beta1: 0.9,
+            beta2,
+            eps,
+            weight_decay,
+            tau: 1e-12,
+            momentum,
+            dampening: 0.0,
+            nesterov: false,
+            weight_decouple,
+            fixed_decay: false,
+            rectify: true,
+            amsgrad: false,
+            kappa: 0.0,
+            switch_step: 0,
+            rounding: Rounding::Nearest,
+            seed: 0,
+            allow_f16_state: false,
+            finite_check: FiniteCheck::SkipStep,
+        }
+    }
+
+    /// Number of state slots (each one element per parameter) the rule keeps.
+    pub const fn state_slots(&self) -> usize {
+        match self.rule {
+            Rule::Sgd => (self.momentum != 0.0) as usize,
+            Rule::Sgdm => 1,
+            Rule::AdaBelief => 2 + self.amsgrad as usize,
+            Rule::Swats | Rule::MiAdam => 3,
+            _ => 2,
+        }
+    }
+
+    /// Whether state slot `slot` holds a second moment (f16 is refused there).
+    pub const fn is_second_moment_slot(&self, slot: usize) -> bool {
+        self.rule.has_second_moment()
+            && slot >= 1
+            && !(matches!(self.rule, Rule::Swats | Rule::MiAdam) && slot == 2)
+    }
+
+    /// Names of the state slots, as in checkpoints and `homeadam replay` outputs.
+    pub const fn state_names(&self) -> &'static [&'static str] {
+        match self.rule {
+            Rule::Sgd if self.momentum == 0.0 => &[],
+            Rule::Sgd | Rule::Sgdm => &["b"],
+            Rule::AdaBelief if self.amsgrad => &["m", "s", "s_max"],
+            Rule::AdaBelief => &["m", "s"],
+            Rule::Swats | Rule::MiAdam => &["m", "v", "b"],
+            _ => &["m", "v"],
+        }
+    }
+
+    /// Checks every hyper-parameter; the error names the first one out of range.
+    pub fn validate(&self) -> Result<(), Error> {
+        let unit = "a finite value in [0, 1)";
+        check(self.lr, "lr", "a finite value >= 0", |x| x >= 0.0)?;
+        check(self.beta1, "beta1", unit, |x| (0.0..1.0).contains(&x))?;
+        check(self.beta2, "beta2", unit, |x| (0.0..1.0).contains(&x))?;
+        check(self.eps, "eps", "a finite value >= 0", |x| x >= 0.0)?;
+        check(
+            self.weight_decay,
+            "weight_decay",
+            "a finite value >= 0",
+            |x| x >= 0.0,
+        )?;
+        check(self.momentum, "momentum", "a finite value >= 0", |x| {
+            x >= 0.0
+        })?;
+        check(
+            self.dampening,
+            "dampening",
+            "a finite value in [0, 1]",
+            |x| (0.0..=1.0).contains(&x),
+        )?;
+        check(self.kappa, "kappa", "a finite value >= 0", |x| x >= 0.0)?;
+        if self.rule.switch().is_some() {
+            check(self.tau, "tau", "a finite value > 0", |x| x > 0.0)?;
+        }
+        if self.weight_decay != 0.0 && !self.rule.takes_weight_decay() {
+            return Err(Error::NotForRule {
+                name: "weight_decay",
+                rule: self.rule.name(),
+                hint: "λ = 0 by definition (Alg. 1/2); use the W variant for weight decay",
+            });
+        }
+        let decoupled = match self.rule {
+            Rule::AdamW | Rule::AdamWSrf | Rule::HomeAdamW(_) => true,
+            Rule::AdaBelief | Rule::Swats => self.weight_decouple,
+            _ => false,
+        };
+        if decoupled {
+            let shrink = if self.fixed_decay {
+                self.weight_decay
+            } else {
+                self.lr * self.weight_decay
+            };
+            if shrink >= 1.0 {
+                return Err(Error::InvalidHyper {
+                    name: "weight_decay",
+                    value: self.weight_decay,
+                    expected:
+                        "lr * weight_decay < 1 (decoupled decay would flip the parameters' sign)",
+                });
+            }
+        }
+        if self.rule == Rule::Sgdm && self.momentum == 0.0 {
+            return Err(Error::InvalidHyper {
+                name: "momentum",
+                value: 0.0,
+                expected: "a value > 0 for sgdm (use sgd for plain SGD)",
+            });
+        }
+        if self.nesterov && (self.momentum == 0.0 || self.dampening != 0.0) {
+            return Err(Error::InvalidHyper {
+                name: "nesterov",
+                value: self.dampening,
+                expected: "momentum > 0 and dampening = 0 with Nesterov momentum",
+            });
+        }
+        Ok(())
+    }
+}
+
+fn check(
+    value: f64,
+    name: &'static str,
+    expected: &'static str,
+    ok: impl Fn(f64) -> bool,
+) -> Result<(), Error> {
+    if value.is_finite() && ok(value) {
+        Ok(())
+    } else {
+        Err(Error::InvalidHyper {
+            name,
+            value,
+            expected,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for rule in ALL_RULES {
+            assert_eq!(Rule::from_name(rule.name()), Some(rule));
+            assert_eq!(ALL_RULES[rule.code() as usize], rule);
+        }
+        assert_eq!(Rule::from_name("adamax"), None);
+    }
+
+    #[test]
+    fn defaults_validate() {
+        for rule in ALL_RULES {
+            Config::new(rule).validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let mut c = Config::new(Rule::AdamW);
+        c.lr = f64::NAN;
+        assert!(matches!(
+            c.validate(),
+            Err(Error::InvalidHyper { name: "lr", .. })
+        ));
+        let mut c = Config::new(Rule::HomeAdamW(Switch::Element));
+        c.tau = 0.0;
+        assert!(matches!(
+            c.validate(),
+            Err(Error::InvalidHyper { name: "tau", .. })
+        ));
+        let mut c = Config::new(Rule::AdamSrf);
+        c.weight_decay = 1e-4;
+        assert!(matches!(c.validate(), Err(Error::NotForRule { .. })));
+        let mut c = Config::new(Rule::Adam);
+        c.beta2 = 1.0;
+        assert!(matches!(
+            c.validate(),
+            Err(Error::InvalidHyper { name: "beta2", .. })
+        ));
+    }
+}

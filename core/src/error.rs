@@ -1,0 +1,148 @@
+//! Typed errors: every invalid input is reported, nothing panics.
+
+use core::fmt;
+
+/// Everything that can go wrong in this crate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Error {
+    /// A hyper-parameter is out of its range (`expected` says which range).
+    InvalidHyper {
+        /// The config key, e.g. `"lr"`.
+        name: &'static str,
+        /// The value given.
+        value: f64,
+        /// The accepted range, in words.
+        expected: &'static str,
+    },
+    /// A setting that this rule does not have, e.g. weight decay on Adam-srf (λ = 0 by definition).
+    NotForRule {
+        /// The config key.
+        name: &'static str,
+        /// The rule's name.
+        rule: &'static str,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// A slice has the wrong length.
+    LengthMismatch {
+        /// Index of the tensor in the model.
+        tensor: usize,
+        /// Which slice: `"grad"` or `"state"`.
+        what: &'static str,
+        /// The length required.
+        expected: usize,
+        /// The length given.
+        actual: usize,
+    },
+    /// f16 second-moment state was asked for without `allow_f16_state` (DESIGN §3).
+    F16SecondMoment,
+    /// The gradient scale is not finite and positive.
+    InvalidGradScale(f64),
+    /// The step counter would overflow.
+    StepOverflow,
+    /// A checkpoint could not be written or read.
+    Checkpoint(CheckpointError),
+}
+
+/// Why a checkpoint was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CheckpointError {
+    /// The bytes do not start with the checkpoint magic.
+    BadMagic,
+    /// A format version this build does not read.
+    UnsupportedVersion(u16),
+    /// The bytes end before the checkpoint does.
+    Truncated,
+    /// Bytes follow the checkpoint's checksum.
+    TrailingBytes,
+    /// The CRC-32 does not match: the bytes are corrupt.
+    ChecksumMismatch,
+    /// The checkpoint is of another rule.
+    RuleMismatch,
+    /// The checkpoint's state storage type differs from the slices given.
+    DtypeMismatch,
+    /// The checkpoint holds another number of tensors.
+    TensorCountMismatch {
+        /// Tensors in the checkpoint.
+        stored: u32,
+        /// Tensors given.
+        given: u32,
+    },
+    /// A tensor of the checkpoint has another number of elements.
+    TensorSizeMismatch {
+        /// Index of the tensor.
+        tensor: u32,
+    },
+    /// A field holds an impossible value.
+    Corrupt,
+    /// The output buffer is too small.
+    BufferTooSmall,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Error::InvalidHyper {
+                name,
+                value,
+                expected,
+            } => {
+                write!(f, "invalid {name} = {value}: expected {expected}")
+            }
+            Error::NotForRule { name, rule, hint } => {
+                write!(f, "{rule} has no {name}: {hint}")
+            }
+            Error::LengthMismatch {
+                tensor,
+                what,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "tensor {tensor}: {what} has {actual} elements, expected {expected}"
+            ),
+            Error::F16SecondMoment => f.write_str(
+                "f16 state cannot hold the second moment of small gradients ((1-beta2)*g^2 \
+                 underflows for |g| < ~2e-4): use bf16 or f32 state, or allow f16 state explicitly",
+            ),
+            Error::InvalidGradScale(s) => {
+                write!(f, "invalid grad_scale = {s}: expected a finite value > 0")
+            }
+            Error::StepOverflow => f.write_str("the step counter would overflow"),
+            Error::Checkpoint(e) => write!(f, "checkpoint: {e}"),
+        }
+    }
+}
+
+impl fmt::Display for CheckpointError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            CheckpointError::BadMagic => f.write_str("not a homeadam optimizer state (bad magic)"),
+            CheckpointError::UnsupportedVersion(v) => write!(f, "unsupported format version {v}"),
+            CheckpointError::Truncated => f.write_str("truncated"),
+            CheckpointError::TrailingBytes => f.write_str("unexpected bytes after the checksum"),
+            CheckpointError::ChecksumMismatch => f.write_str("checksum mismatch (corrupt data)"),
+            CheckpointError::RuleMismatch => f.write_str("saved by another rule"),
+            CheckpointError::DtypeMismatch => f.write_str("state storage type differs"),
+            CheckpointError::TensorCountMismatch { stored, given } => {
+                write!(f, "holds {stored} tensors, the model has {given}")
+            }
+            CheckpointError::TensorSizeMismatch { tensor } => {
+                write!(f, "tensor {tensor} has another number of elements")
+            }
+            CheckpointError::Corrupt => f.write_str("a field holds an impossible value"),
+            CheckpointError::BufferTooSmall => f.write_str("output buffer too small"),
+        }
+    }
+}
+
+impl core::error::Error for Error {}
+impl core::error::Error for CheckpointError {}
+
+impl From<CheckpointError> for Error {
+    fn from(e: CheckpointError) -> Self {
+        Error::Checkpoint(e)
+    }
+}

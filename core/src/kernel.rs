@@ -1,0 +1,246 @@
+//! The two drivers that run a rule's element function over one tensor.
+//!
+//! A rule writes its per-element math once, as [`Kernel::element`]. The scalar reference
+//! ([`run_reference`]) applies it one element at a time, loading and storing through the
+//! storage types; the fast path ([`run_fast`]) loads chunks into `f32` arrays, runs the same
+//! function over them in a loop the compiler vectorizes, and stores the chunk back. Both must
+//! give the same bits (property-tested for every rule × storage combination); a backend that
+//! re-implements a rule (CUDA, MCU) is tested against [`run_reference`] too.
+
+use crate::rounding::ParamStore;
+use crate::storage::Storage;
+use crate::tensor::Tensor;
+
+/// Elements per chunk of the fast path: a multiple of every SIMD width in use.
+pub(crate) const CHUNK: usize = 64;
+
+/// What one element's update produced besides the state.
+#[derive(Clone, Copy)]
+pub(crate) struct Elem {
+    /// The new θ, before rounding to its storage type.
+    pub p: f32,
+    /// The element took the home (SGDM) branch.
+    pub home: bool,
+    /// SWATS: the step taken, θ_t − θ_{t−1}, for γ = pᵀp / (−pᵀg).
+    pub step: f32,
+    /// SWATS: the gradient the step used (after coupled weight decay).
+    pub grad: f32,
+}
+
+impl Elem {
+    #[inline(always)]
+    pub const fn param(p: f32) -> Self {
+        Elem {
+            p,
+            home: false,
+            step: 0.0,
+            grad: 0.0,
+        }
+    }
+}
+
+/// A rule's per-element update, with the step's scalars captured in `self`.
+pub(crate) trait Kernel: Copy {
+    /// State slots used (0 to 3), each one element per parameter.
+    const SLOTS: usize;
+    /// The slot holding v, whose minimum over the tensor divided by bc2 is ρ.
+    const RHO_SLOT: Option<usize>;
+    /// Whether to accumulate SWATS's dot products pᵀp and pᵀg.
+    const DOTS: bool;
+
+    /// Updates one element: θ, the unscaled gradient g and the state slots `s` in `f32`.
+    fn element(self, p: f32, g: f32, s: &mut [f32; 3]) -> Elem;
+}
+
+/// What a driver reports about one tensor.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct TensorResult {
+    /// min of the `RHO_SLOT` slot after the update (+∞ when none).
+    pub v_min: f32,
+    /// Elements that took the home branch.
+    pub home: u32,
+    /// A non-finite unscaled gradient was seen.
+    pub nonfinite: bool,
+    /// Σ step², in index order, in `f64`.
+    pub step_sq: f64,
+    /// Σ step · grad, in index order, in `f64`.
+    pub step_grad: f64,
+}
+
+impl TensorResult {
+    const fn new() -> Self {
+        TensorResult {
+            v_min: f32::INFINITY,
+            home: 0,
+            nonfinite: false,
+            step_sq: 0.0,
+            step_grad: 0.0,
+        }
+    }
+}
+
+#[inline(always)]
+pub(crate) fn is_nonfinite(x: f32) -> bool {
+    x.to_bits() & 0x7f80_0000 == 0x7f80_0000
+}
+
+/// The scalar reference: one element at a time, in index order.
+pub(crate) fn run_reference<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore>(
+    kernel: K,
+    tensor: &mut Tensor<'_, P, G, S>,
+    inv_grad_scale: f32,
+    store: R,
+) -> TensorResult {
+    let n = tensor.param.len();
+    let mut result = TensorResult::new();
+    for i in 0..n {
+        let p = tensor.param[i].to_f32();
+        let g = tensor.grad[i].to_f32() * inv_grad_scale;
+        result.nonfinite |= is_nonfinite(g);
+        let mut s = [0.0f32; 3];
+        for (k, slot) in s.iter_mut().enumerate().take(K::SLOTS) {
+            *slot = tensor.state[k * n + i].to_f32();
+        }
+        let e = kernel.element(p, g, &mut s);
+        tensor.param[i] = store.store(e.p, i);
+        for (k, slot) in s.iter().enumerate().take(K::SLOTS) {
+            tensor.state[k * n + i] = S::from_f32(*slot);
+        }
+        if let Some(r) = K::RHO_SLOT {
+            if s[r] < result.v_min {
+                result.v_min = s[r];
+            }
+        }
+        result.home += e.home as u32;
+        if K::DOTS {
+            result.step_sq += e.step as f64 * e.step as f64;
+            result.step_grad += e.step as f64 * e.grad as f64;
+        }
+    }
+    result
+}
+
+/// The fast path: chunked loads into `f32` arrays, a vectorizable element loop, chunked stores.
+pub(crate) fn run_fast<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore>(
+    kernel: K,
+    tensor: &mut Tensor<'_, P, G, S>,
+    inv_grad_scale: f32,
+    store: R,
+) -> TensorResult {
+    let n = tensor.param.len();
+    let mut result = TensorResult::new();
+    let mut v_min = [f32::INFINITY; 8];
+    let mut nonfinite = 0u32;
+    let mut start = 0;
+    while start < n {
+        let len = CHUNK.min(n - start);
+        let mut pv = [0.0f32; CHUNK];
+        let mut gv = [0.0f32; CHUNK];
+        let mut sv = [[0.0f32; CHUNK]; 3];
+        let params = &mut tensor.param[start..start + len];
+        for (d, s) in pv.iter_mut().zip(params.iter()) {
+            *d = s.to_f32();
+        }
+        for (d, s) in gv.iter_mut().zip(&tensor.grad[start..start + len]) {
+            *d = s.to_f32() * inv_grad_scale;
+        }
+        for (k, slot) in sv.iter_mut().enumerate().take(K::SLOTS) {
+            let base = k * n + start;
+            for (d, s) in slot.iter_mut().zip(&tensor.state[base..base + len]) {
+                *d = s.to_f32();
+            }
+        }
+        let mut home = 0u32;
+        for i in 0..len {
+            let mut s = [sv[0][i], sv[1][i], sv[2][i]];
+            let e = kernel.element(pv[i], gv[i], &mut s);
+            pv[i] = e.p;
+            sv[0][i] = s[0];
+            if K::SLOTS > 1 {
+                sv[1][i] = s[1];
+            }
+            if K::SLOTS > 2 {
+                sv[2][i] = s[2];
+            }
+            home += e.home as u32;
+            nonfinite |= is_nonfinite(gv[i]) as u32;
+            if K::DOTS {
+                result.step_sq += e.step as f64 * e.step as f64;
+                result.step_grad += e.step as f64 * e.grad as f64;
+            }
+        }
+        result.home += home;
+        for (i, (d, s)) in params.iter_mut().zip(pv.iter()).enumerate() {
+            *d = store.store(*s, start + i);
+        }
+        for (k, slot) in sv.iter().enumerate().take(K::SLOTS) {
+            let base = k * n + start;
+            for (d, s) in tensor.state[base..base + len].iter_mut().zip(slot.iter()) {
+                *d = S::from_f32(*s);
+            }
+        }
+        if let Some(r) = K::RHO_SLOT {
+            let v = &mut sv[r];
+            for x in v[len..].iter_mut() {
+                *x = f32::INFINITY;
+            }
+            for lanes in v.chunks_exact(8) {
+                for (m, &x) in v_min.iter_mut().zip(lanes) {
+                    *m = if x < *m { x } else { *m };
+                }
+            }
+        }
+        start += len;
+    }
+    result.nonfinite = nonfinite != 0;
+    result.v_min = v_min
+        .iter()
+        .fold(f32::INFINITY, |a, &b| if b < a { b } else { a });
+    result
+}
+
+/// Whether every unscaled gradient is finite (one read of the gradients, vectorized).
+pub(crate) fn grads_finite<G: Storage>(grad: &[G], inv_grad_scale: f32) -> bool {
+    let mut bad = 0u32;
+    for chunk in grad.chunks(CHUNK) {
+        for g in chunk {
+            bad |= is_nonfinite(g.to_f32() * inv_grad_scale) as u32;
+        }
+        if bad != 0 {
+            return false;
+        }
+    }
+    true
+}
+
+/// First pass of the global and per-layer HomeAdam rules: min over the tensor of the new
+/// second moment `v_new(v, g)` (not stored), and whether every unscaled gradient is finite.
+pub(crate) fn min_new_second_moment<G: Storage, S: Storage>(
+    grad: &[G],
+    v: &[S],
+    inv_grad_scale: f32,
+    v_new: impl Fn(f32, f32) -> f32,
+) -> (f32, bool) {
+    let mut lanes = [f32::INFINITY; 8];
+    let mut bad = 0u32;
+    let mut gc = grad.chunks_exact(8);
+    let mut vc = v.chunks_exact(8);
+    for (g8, v8) in (&mut gc).zip(&mut vc) {
+        for l in 0..8 {
+            let g = g8[l].to_f32() * inv_grad_scale;
+            bad |= is_nonfinite(g) as u32;
+            let x = v_new(v8[l].to_f32(), g);
+            lanes[l] = if x < lanes[l] { x } else { lanes[l] };
+        }
+    }
+    for (g, v) in gc.remainder().iter().zip(vc.remainder()) {
+        let g = g.to_f32() * inv_grad_scale;
+        bad |= is_nonfinite(g) as u32;
+        let x = v_new(v.to_f32(), g);
+        lanes[0] = if x < lanes[0] { x } else { lanes[0] };
+    }
+    let min = lanes
+        .iter()
+        .fold(f32::INFINITY, |a, &b| if b < a { b } else { a });
+    (min, bad == 0)
+}

@@ -1,0 +1,70 @@
+//! AdaBelief, as the official `adabelief-pytorch` 0.2.1 `AdaBelief.step` (its defaults:
+//! ε = 1e-16, decoupled decay, rectification on, degenerated to SGD, no AMSGrad).
+//!
+//! ```text
+//! θ ← θ (1 − ηλ)  (decoupled; 1 − λ with fixed_decay)   or   g ← g + λθ  (coupled)
+//! m_t = β1 m + (1 − β1) g
+//! s_t = β2 s + (1 − β2)(g − m_t)² + ε          (ε stays in s: the peer adds it in place)
+//! s_max = max(s_max, s_t)                      (AMSGrad; the denominator then uses s_max)
+//! not rectified:  θ_t = θ − (η / bc1) · m_t / (√s / √bc2 + ε)
+//! rectified (RAdam, ρ_∞ = 2/(1−β2) − 1, ρ_t = ρ_∞ − 2tβ2^t/(1−β2^t)):
+//!   ρ_t ≥ 5:  θ_t = θ − η r_t / bc1 · m_t / (√s_t + ε),
+//!             r_t = √((1−β2^t)(ρ_t−4)(ρ_t−2)ρ_∞ / ((ρ_∞−4)(ρ_∞−2)ρ_t))
+//!   else:     θ_t = θ − (η / bc1) · m_t
+//! ```
+//! As in the peer, the rectified denominator uses s_t even with AMSGrad.
+//! State: `m`, `s` (and `s_max`).
+
+use crate::kernel::{Elem, Kernel};
+use crate::math::{max, sqrt};
+use crate::scalars::StepScalars;
+
+/// `AMSGRAD`: keep `s_max`.
+#[derive(Clone, Copy)]
+pub(crate) struct AdaBelief<const AMSGRAD: bool> {
+    s: StepScalars,
+    coupled_decay: bool,
+}
+
+impl<const AMSGRAD: bool> AdaBelief<AMSGRAD> {
+    pub fn new(s: &StepScalars, weight_decouple: bool) -> Self {
+        AdaBelief {
+            s: *s,
+            coupled_decay: !weight_decouple && s.weight_decay != 0.0,
+        }
+    }
+}
+
+impl<const AMSGRAD: bool> Kernel for AdaBelief<AMSGRAD> {
+    const SLOTS: usize = 2 + AMSGRAD as usize;
+    const RHO_SLOT: Option<usize> = None;
+    const DOTS: bool = false;
+
+    #[inline(always)]
+    fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {
+        let s = &self.s;
+        let g = if self.coupled_decay {
+            g + s.weight_decay * p
+        } else {
+            g
+        };
+        let p = p * s.decay;
+        let m = s.beta1 * st[0] + s.one_minus_beta1 * g;
+        let residual = g - m;
+        let var = s.beta2 * st[1] + s.one_minus_beta2 * (residual * residual) + s.eps;
+        st[0] = m;
+        st[1] = var;
+        let denom_var = if AMSGRAD {
+            st[2] = max(st[2], var);
+            st[2]
+        } else {
+            var
+        };
+        let p = match s.rect_mode {
+            0 => p - s.lr_over_bc1 * (m / (sqrt(denom_var) / s.sqrt_bc2 + s.eps)),
+            1 => p - s.rect_lr * (m / (sqrt(var) + s.eps)),
+            _ => p - s.rect_lr * m,
+        };
+        Elem::param(p)
+    }
+}

@@ -1,0 +1,93 @@
+//! HomeAdam(W): Adam(W)-srf that returns home to SGDM where v̂ is small (paper, Alg. 2 and 3).
+//!
+//! ```text
+//! m_t, v_t, m̂_t, v̂_t as Adam(W)-srf
+//! if v̂_t ≥ τ:  θ_t = θ_{t−1} − η (m̂_t / (v̂_t + ε) + λ θ_{t−1})     (srf branch)
+//! else:        θ_t = θ_{t−1} − η (m̂_t + λ θ_{t−1})                 (home branch, SGDM)
+//! ```
+//! The condition is tested on min v̂_t over the whole model (global, Alg. 2), over one tensor
+//! (per-layer), or on each element (element-wise, Alg. 3). HomeAdam is λ = 0. ρ_t = min v̂_t is
+//! reported by every step. Because `v ↦ v / bc2` is monotonic, min v̂ = (min v) / bc2 exactly:
+//! the global and per-layer first pass folds min v and divides once.
+//! State: `m`, `v`.
+
+use crate::kernel::{Elem, Kernel};
+use crate::scalars::StepScalars;
+
+/// Which branch an element takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Branch {
+    /// The srf step everywhere (Adam(W)-srf, or a global / layer decision ρ ≥ τ).
+    AllSrf,
+    /// The home step everywhere (a global / layer decision ρ < τ).
+    AllHome,
+    /// Decide per element on v̂ ≥ τ (Alg. 3).
+    PerElement,
+}
+
+/// The srf / home kernel.
+#[derive(Clone, Copy)]
+pub(crate) struct Home {
+    decay: f32,
+    beta1: f32,
+    one_minus_beta1: f32,
+    beta2: f32,
+    one_minus_beta2: f32,
+    bc2: f32,
+    eps: f32,
+    lr_over_bc1: f32,
+    tau: f32,
+    branch: Branch,
+}
+
+impl Home {
+    pub fn new(s: &StepScalars, branch: Branch) -> Self {
+        Home {
+            decay: s.decay,
+            beta1: s.beta1,
+            one_minus_beta1: s.one_minus_beta1,
+            beta2: s.beta2,
+            one_minus_beta2: s.one_minus_beta2,
+            bc2: s.bc2,
+            eps: s.eps,
+            lr_over_bc1: s.lr_over_bc1,
+            tau: s.tau,
+            branch,
+        }
+    }
+
+    /// v_t from v_{t−1} and g: shared by the update and the global / per-layer first pass, so
+    /// the decision is taken on exactly the v the update stores.
+    #[inline(always)]
+    pub fn second_moment(self, v: f32, g: f32) -> f32 {
+        self.beta2 * v + self.one_minus_beta2 * (g * g)
+    }
+}
+
+impl Kernel for Home {
+    const SLOTS: usize = 2;
+    const RHO_SLOT: Option<usize> = Some(1);
+    const DOTS: bool = false;
+
+    #[inline(always)]
+    fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {
+        let m = self.beta1 * st[0] + self.one_minus_beta1 * g;
+        let v = self.second_moment(st[1], g);
+        st[0] = m;
+        st[1] = v;
+        let v_hat = v / self.bc2;
+        let home = match self.branch {
+            Branch::AllSrf => false,
+            Branch::AllHome => true,
+            Branch::PerElement => !(v_hat >= self.tau),
+        };
+        let srf = m / (v_hat + self.eps);
+        let direction = if home { m } else { srf };
+        Elem {
+            p: p * self.decay - self.lr_over_bc1 * direction,
+            home,
+            step: 0.0,
+            grad: 0.0,
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! SWATS (Keskar & Socher, 2017), as `pytorch-optimizer` 4.1.0 `SWATS.step` (non-foreach).
+//!
+//! ```text
+//! g ← g + λθ (coupled, default)   or   θ ← θ (1 − η λ)  (weight_decouple; 1 − λ with fixed_decay)
+//! Adam phase:
+//!   m_t = β1 m + (1 − β1) g,   v_t = β2 v + (1 − β2) g²
+//!   p_t = −(η √bc2 / bc1) · m_t / (√(v_t + 1e−15) + ε),    θ_t = θ + p_t
+//!   per tensor, if pᵀg ≠ 0:  γ = pᵀp / (−pᵀg),   Λ ← Λ + (1 − β2)(γ − Λ)
+//!   if t > 1, Λ/bc2 > 0 and |Λ/bc2 − γ| ≤ 1e−8 + ε|γ| for some tensor, the whole model
+//!   switches at the next step to SGD with η' = Λ/bc2 (the last tensor, in order, that met it)
+//! SGD phase:
+//!   b ← β1 b + g  (b starts at 0),   θ_t = θ − η' (1 − β1) b
+//! ```
+//! The dot products are summed in `f64` in index order; γ, Λ and the test are `f64`, Λ is
+//! stored as `f32`. State: `m`, `v`, `b`, and Λ per tensor in [`crate::TensorAux`].
+
+use crate::kernel::{Elem, Kernel};
+use crate::math::sqrt;
+use crate::scalars::StepScalars;
+
+/// The Adam phase, which also yields the step p and gradient g for the dot products.
+#[derive(Clone, Copy)]
+pub(crate) struct SwatsAdam {
+    s: StepScalars,
+    coupled_decay: bool,
+}
+
+/// The SGD phase.
+#[derive(Clone, Copy)]
+pub(crate) struct SwatsSgd {
+    s: StepScalars,
+    coupled_decay: bool,
+}
+
+impl SwatsAdam {
+    pub fn new(s: &StepScalars, weight_decouple: bool) -> Self {
+        SwatsAdam {
+            s: *s,
+            coupled_decay: !weight_decouple && s.weight_decay != 0.0,
+        }
+    }
+}
+
+impl SwatsSgd {
+    pub fn new(s: &StepScalars, weight_decouple: bool) -> Self {
+        SwatsSgd {
+            s: *s,
+            coupled_decay: !weight_decouple && s.weight_decay != 0.0,
+        }
+    }
+}
+
+/// pytorch-optimizer's `exp_avg_sq_eps`, added to v under the square root.
+const V_EPS: f32 = 1e-15;
+
+impl Kernel for SwatsAdam {
+    const SLOTS: usize = 3;
+    const RHO_SLOT: Option<usize> = Some(1);
+    const DOTS: bool = true;
+
+    #[inline(always)]
+    fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {
+        let s = &self.s;
+        let g = if self.coupled_decay {
+            g + s.weight_decay * p
+        } else {
+            g
+        };
+        let p = p * s.decay;
+        let m = s.beta1 * st[0] + s.one_minus_beta1 * g;
+        let v = s.beta2 * st[1] + s.one_minus_beta2 * (g * g);
+        st[0] = m;
+        st[1] = v;
+        let step = (m / (sqrt(v + V_EPS) + s.eps)) * -s.swats_step;
+        Elem {
+            p: p + step,
+            home: false,
+            step,
+            grad: g,
+        }
+    }
+}
+
+impl Kernel for SwatsSgd {
+    const SLOTS: usize = 3;
+    const RHO_SLOT: Option<usize> = None;
+    const DOTS: bool = false;
+
+    #[inline(always)]
+    fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {
+        let s = &self.s;
+        let g = if self.coupled_decay {
+            g + s.weight_decay * p
+        } else {
+            g
+        };
+        let p = p * s.decay;
+        let b = s.beta1 * st[2] + g;
+        st[2] = b;
+        Elem::param(p - s.swats_lr * (b * s.one_minus_beta1))
+    }
+}
+
+/// The switch test of one tensor after an Adam-phase step: updates Λ and returns the SGD
+/// learning rate Λ/bc2 when the tensor asks for the switch.
+pub(crate) fn switch_test(
+    lambda: &mut f32,
+    step_sq: f64,
+    step_grad: f64,
+    t: u64,
+    beta2: f64,
+    bc2: f64,
+    eps: f64,
+) -> Option<f64> {
+    if step_grad == 0.0 {
+        return None;
+    }
+    let gamma = step_sq / -step_grad;
+    let updated = *lambda as f64 + (1.0 - beta2) * (gamma - *lambda as f64);
+    *lambda = updated as f32;
+    let corrected = *lambda as f64 / bc2;
+    let close = (corrected - gamma).abs() <= 1e-8 + eps * gamma.abs();
+    (t > 1 && corrected > 0.0 && close).then_some(corrected)
+}

@@ -1,0 +1,158 @@
+//! The fast path equals the scalar reference bit for bit, for every rule × storage combination
+//! × rounding, on random inputs with zeros, denormals, huge values and the odd non-finite one.
+
+mod common;
+
+use common::{configs, Model};
+use homeadam_core::{bf16, f16, Optimizer, Rounding, Storage};
+use proptest::prelude::*;
+
+fn value() -> impl Strategy<Value = f32> {
+    prop_oneof![
+        4 => -1.0f32..1.0,
+        2 => (-1.0f32..1.0).prop_map(|x| x * 1e-3),
+        1 => (-1.0f32..1.0).prop_map(|x| x * 1e-38), // denormal and near-denormal
+        1 => (1u32..0x0080_0000).prop_map(f32::from_bits), // exact denormals
+        1 => (-1.0f32..1.0).prop_map(|x| x * 1e18), // g² overflows to ∞
+        1 => Just(0.0f32),
+    ]
+}
+
+/// Now and then one gradient of a step is made non-finite (the whole step must be skipped).
+fn poison() -> impl Strategy<Value = Option<(usize, f32)>> {
+    prop_oneof![
+        6 => Just(None),
+        1 => (any::<usize>(), prop_oneof![Just(f32::NAN), Just(f32::INFINITY), Just(f32::NEG_INFINITY)]).prop_map(Some),
+    ]
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    params: Vec<Vec<f32>>,
+    grads: Vec<Vec<Vec<f32>>>, // [step][tensor][element]
+    grad_scale: f64,
+    seed: u64,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let sizes = prop::collection::vec(
+        prop_oneof![0usize..8, Just(63usize), Just(64), Just(65), 100usize..200],
+        1..4,
+    );
+    (
+        sizes,
+        prop_oneof![Just(1.0f64), Just(1024.0), Just(0.25)],
+        any::<u64>(),
+    )
+        .prop_flat_map(|(sizes, grad_scale, seed)| {
+            let params = sizes
+                .iter()
+                .map(|&n| prop::collection::vec(value(), n))
+                .collect::<Vec<_>>();
+            let step = sizes
+                .iter()
+                .map(|&n| prop::collection::vec(value(), n))
+                .collect::<Vec<_>>();
+            let grads = prop::collection::vec((step, poison()), 4).prop_map(|steps| {
+                steps
+                    .into_iter()
+                    .map(|(mut g, poison)| {
+                        let total: usize = g.iter().map(Vec::len).sum();
+                        if let (Some((at, bad)), true) = (poison, total > 0) {
+                            let mut at = at % total;
+                            for t in g.iter_mut() {
+                                if at < t.len() {
+                                    t[at] = bad;
+                                    break;
+                                }
+                                at -= t.len();
+                            }
+                        }
+                        g
+                    })
+                    .collect::<Vec<_>>()
+            });
+            (params, grads, Just(grad_scale), Just(seed))
+        })
+        .prop_map(|(params, grads, grad_scale, seed)| Case {
+            params,
+            grads,
+            grad_scale,
+            seed,
+        })
+}
+
+fn same<P: Storage, G: Storage, S: Storage>(case: &Case) -> Result<(), TestCaseError> {
+    for mut config in configs() {
+        for rounding in [Rounding::Nearest, Rounding::Stochastic] {
+            config.rounding = rounding;
+            config.seed = case.seed;
+            let mut fast_opt = Optimizer::new(config).unwrap();
+            let mut ref_opt = fast_opt.clone();
+            let mut fast = Model::<P, G, S>::new(&fast_opt, &case.params);
+            let mut reference = fast.clone();
+            for grads in &case.grads {
+                fast.set_grads(grads);
+                reference.set_grads(grads);
+                let a = fast.step(&mut fast_opt, case.grad_scale, false);
+                let b = reference.step(&mut ref_opt, case.grad_scale, true);
+                let rule = config.rule.name();
+                prop_assert_eq!(format!("{a:?}"), format!("{b:?}"), "report, {}", rule);
+                prop_assert_eq!(
+                    fast.param_bits(),
+                    reference.param_bits(),
+                    "params, {}",
+                    rule
+                );
+                prop_assert_eq!(fast.state_bits(), reference.state_bits(), "state, {}", rule);
+                prop_assert_eq!(fast.aux_bits(), reference.aux_bits(), "aux, {}", rule);
+                prop_assert_eq!(&fast_opt, &ref_opt);
+            }
+        }
+    }
+    Ok(())
+}
+
+macro_rules! combos {
+    ($($name:ident: $p:ty, $g:ty, $s:ty;)*) => {
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+            $(
+                #[test]
+                fn $name(c in case()) {
+                    same::<$p, $g, $s>(&c)?;
+                }
+            )*
+        }
+    };
+}
+
+combos! {
+    p32_g32_s32: f32, f32, f32;
+    p32_g32_s16: f32, f32, f16;
+    p32_g32_sb16: f32, f32, bf16;
+    p32_g16_s32: f32, f16, f32;
+    p32_g16_s16: f32, f16, f16;
+    p32_g16_sb16: f32, f16, bf16;
+    p32_gb16_s32: f32, bf16, f32;
+    p32_gb16_s16: f32, bf16, f16;
+    p32_gb16_sb16: f32, bf16, bf16;
+    p16_g32_s32: f16, f32, f32;
+    p16_g32_s16: f16, f32, f16;
+    p16_g32_sb16: f16, f32, bf16;
+    p16_g16_s32: f16, f16, f32;
+    p16_g16_s16: f16, f16, f16;
+    p16_g16_sb16: f16, f16, bf16;
+    p16_gb16_s32: f16, bf16, f32;
+    p16_gb16_s16: f16, bf16, f16;
+    p16_gb16_sb16: f16, bf16, bf16;
+    pb16_g32_s32: bf16, f32, f32;
+    pb16_g32_s16: bf16, f32, f16;
+    pb16_g32_sb16: bf16, f32, bf16;
+    pb16_g16_s32: bf16, f16, f32;
+    pb16_g16_s16: bf16, f16, f16;
+    pb16_g16_sb16: bf16, f16, bf16;
+    pb16_gb16_s32: bf16, bf16, f32;
+    pb16_gb16_s16: bf16, bf16, f16;
+    pb16_gb16_sb16: bf16, bf16, bf16;
+}
