@@ -150,7 +150,7 @@ pub struct Config {
     pub momentum: f64,
     /// SGD dampening ∈ [0, 1].
     pub dampening: f64,
-    /// SGD Nesterov momentum.
+    /// Nesterov momentum (SGD, and SWATS's SGD phase).
     pub nesterov: bool,
     /// AdaBelief / SWATS: decoupled weight decay.
     pub weight_decouple: bool,
@@ -182,9 +182,7 @@ impl Config {
         let (lr, beta2, eps, weight_decay, momentum, weight_decouple) = match rule {
             Rule::Sgd => (1e-3, 0.999, 1e-8, 0.0, 0.0, false),
             Rule::Sgdm => (1e-3, 0.999, 1e-8, 0.0, 0.9, false),
-            Rule::AdamW | Rule::AdamWSrf | Rule::HomeAdamW(_) => {
-                (1e-3, 0.999, 1e-8, 1e-2, 0.0, true)
-            }
+            Rule::AdamW | Rule::AdamWSrf | Rule::HomeAdamW(_) => (1e-3, 0.999, 1e-8, 1e-2, 0.0, true),
             Rule::AdaBelief => (1e-3, 0.999, 1e-16, 0.0, 0.0, true),
             Rule::Swats => (1e-3, 0.999, 1e-6, 0.0, 0.0, false),
             _ => (1e-3, 0.999, 1e-8, 0.0, 0.0, false),
@@ -250,21 +248,13 @@ impl Config {
         check(self.beta1, "beta1", unit, |x| (0.0..1.0).contains(&x))?;
         check(self.beta2, "beta2", unit, |x| (0.0..1.0).contains(&x))?;
         check(self.eps, "eps", "a finite value >= 0", |x| x >= 0.0)?;
-        check(
-            self.weight_decay,
-            "weight_decay",
-            "a finite value >= 0",
-            |x| x >= 0.0,
-        )?;
-        check(self.momentum, "momentum", "a finite value >= 0", |x| {
+        check(self.weight_decay, "weight_decay", "a finite value >= 0", |x| {
             x >= 0.0
         })?;
-        check(
-            self.dampening,
-            "dampening",
-            "a finite value in [0, 1]",
-            |x| (0.0..=1.0).contains(&x),
-        )?;
+        check(self.momentum, "momentum", "a finite value >= 0", |x| x >= 0.0)?;
+        check(self.dampening, "dampening", "a finite value in [0, 1]", |x| {
+            (0.0..=1.0).contains(&x)
+        })?;
         check(self.kappa, "kappa", "a finite value >= 0", |x| x >= 0.0)?;
         if self.rule.switch().is_some() {
             check(self.tau, "tau", "a finite value > 0", |x| x > 0.0)?;
@@ -291,8 +281,7 @@ impl Config {
                 return Err(Error::InvalidHyper {
                     name: "weight_decay",
                     value: self.weight_decay,
-                    expected:
-                        "lr * weight_decay < 1 (decoupled decay would flip the parameters' sign)",
+                    expected: "lr * weight_decay < 1 (decoupled decay would flip the parameters' sign)",
                 });
             }
         }
@@ -303,7 +292,8 @@ impl Config {
                 expected: "a value > 0 for sgdm (use sgd for plain SGD)",
             });
         }
-        if self.nesterov && (self.momentum == 0.0 || self.dampening != 0.0) {
+        let sgd = matches!(self.rule, Rule::Sgd | Rule::Sgdm);
+        if sgd && self.nesterov && (self.momentum == 0.0 || self.dampening != 0.0) {
             return Err(Error::InvalidHyper {
                 name: "nesterov",
                 value: self.dampening,

@@ -2,6 +2,9 @@
 #![cfg_attr(not(test), no_std)]
 #![deny(missing_docs)]
 
+#[cfg(feature = "std")]
+extern crate std;
+
 mod checkpoint;
 mod config;
 mod crc32;

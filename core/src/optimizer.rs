@@ -172,12 +172,10 @@ impl Optimizer {
             let home = Home::new(&scalars, Branch::PerElement);
             for tensor in tensors.iter_mut() {
                 let n = tensor.param.len();
-                let (v_min, finite) = kernel::min_new_second_moment(
-                    tensor.grad,
-                    &tensor.state[n..2 * n],
-                    inv,
-                    |v, g| home.second_moment(v, g),
-                );
+                let (v_min, finite) =
+                    kernel::min_new_second_moment(tensor.grad, &tensor.state[n..2 * n], inv, |v, g| {
+                        home.second_moment(v, g)
+                    });
                 if !finite {
                     return Ok(StepReport::skipped(t));
                 }
@@ -190,11 +188,9 @@ impl Optimizer {
         {
             return Ok(StepReport::skipped(t));
         }
-        let model_rho =
-            tensors.iter().fold(
-                f32::INFINITY,
-                |a, t| if t.aux.rho < a { t.aux.rho } else { a },
-            );
+        let model_rho = tensors
+            .iter()
+            .fold(f32::INFINITY, |a, t| if t.aux.rho < a { t.aux.rho } else { a });
         let global_home = !(model_rho >= scalars.tau);
 
         let mut report = StepReport {
@@ -288,9 +284,7 @@ impl Run {
         tensor: &mut Tensor<'_, P, G, S>,
     ) -> (TensorResult, bool) {
         let result = match (self.path, self.rounding) {
-            (Path::Fast, Rounding::Nearest) => {
-                kernel::run_fast(kernel, tensor, self.inv, NearestStore)
-            }
+            (Path::Fast, Rounding::Nearest) => kernel::run_fast(kernel, tensor, self.inv, NearestStore),
             (Path::Fast, Rounding::Stochastic) => {
                 kernel::run_fast(kernel, tensor, self.inv, StochasticStore { key: self.key })
             }
@@ -314,9 +308,7 @@ fn dispatch<P: Storage, G: Storage, S: Storage>(
     tensor: &mut Tensor<'_, P, G, S>,
 ) -> (TensorResult, bool) {
     match config.rule {
-        Rule::Sgd if config.momentum == 0.0 => {
-            run.apply(Sgd::<false>::new(s, config.nesterov), tensor)
-        }
+        Rule::Sgd if config.momentum == 0.0 => run.apply(Sgd::<false>::new(s, config.nesterov), tensor),
         Rule::Sgd | Rule::Sgdm => run.apply(Sgd::<true>::new(s, config.nesterov), tensor),
         Rule::Adam => run.apply(Adam::<false>::new(s), tensor),
         Rule::AdamW => run.apply(Adam::<true>::new(s), tensor),
@@ -327,7 +319,7 @@ fn dispatch<P: Storage, G: Storage, S: Storage>(
         }
         Rule::AdaBelief => run.apply(AdaBelief::<false>::new(s, config.weight_decouple), tensor),
         Rule::Swats if swats_in_sgd_phase => {
-            run.apply(SwatsSgd::new(s, config.weight_decouple), tensor)
+            run.apply(SwatsSgd::new(s, config.weight_decouple, config.nesterov), tensor)
         }
         Rule::Swats => run.apply(SwatsAdam::new(s, config.weight_decouple), tensor),
         Rule::MiAdam => run.apply(MiAdam::new(s), tensor),

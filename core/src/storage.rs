@@ -231,12 +231,7 @@ mod tests {
         for x in probe_values() {
             let ours = <bf16 as Storage>::from_f32(x);
             let theirs = bf16::from_f32(x);
-            assert_eq!(
-                ours.to_bits(),
-                theirs.to_bits(),
-                "x = {x:e} ({:#x})",
-                x.to_bits()
-            );
+            assert_eq!(ours.to_bits(), theirs.to_bits(), "x = {x:e} ({:#x})", x.to_bits());
         }
     }
 

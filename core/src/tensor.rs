@@ -31,12 +31,7 @@ pub struct Tensor<'a, P, G, S> {
 
 impl<'a, P, G, S> Tensor<'a, P, G, S> {
     /// Bundles the slices of one tensor.
-    pub fn new(
-        param: &'a mut [P],
-        grad: &'a [G],
-        state: &'a mut [S],
-        aux: &'a mut TensorAux,
-    ) -> Self {
+    pub fn new(param: &'a mut [P], grad: &'a [G], state: &'a mut [S], aux: &'a mut TensorAux) -> Self {
         Tensor {
             param,
             grad,

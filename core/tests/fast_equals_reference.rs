@@ -98,12 +98,7 @@ fn same<P: Storage, G: Storage, S: Storage>(case: &Case) -> Result<(), TestCaseE
                 let b = reference.step(&mut ref_opt, case.grad_scale, true);
                 let rule = config.rule.name();
                 prop_assert_eq!(format!("{a:?}"), format!("{b:?}"), "report, {}", rule);
-                prop_assert_eq!(
-                    fast.param_bits(),
-                    reference.param_bits(),
-                    "params, {}",
-                    rule
-                );
+                prop_assert_eq!(fast.param_bits(), reference.param_bits(), "params, {}", rule);
                 prop_assert_eq!(fast.state_bits(), reference.state_bits(), "state, {}", rule);
                 prop_assert_eq!(fast.aux_bits(), reference.aux_bits(), "aux, {}", rule);
                 prop_assert_eq!(&fast_opt, &ref_opt);

@@ -54,11 +54,7 @@ impl<const MOMENTUM: bool> Kernel for Sgd<MOMENTUM> {
                 self.momentum * s[0] + self.one_minus_dampening * d
             };
             s[0] = b;
-            d = if self.nesterov {
-                d + self.momentum * b
-            } else {
-                b
-            };
+            d = if self.nesterov { d + self.momentum * b } else { b };
         }
         Elem::param(p - self.lr * d)
     }

@@ -9,7 +9,7 @@
 //!   if t > 1, Λ/bc2 > 0 and |Λ/bc2 − γ| ≤ 1e−8 + ε|γ| for some tensor, the whole model
 //!   switches at the next step to SGD with η' = Λ/bc2 (the last tensor, in order, that met it)
 //! SGD phase:
-//!   b ← β1 b + g  (b starts at 0),   θ_t = θ − η' (1 − β1) b
+//!   b ← β1 b + g  (b starts at 0),   u = (1 − β1) b  (+ β1 b with Nesterov),   θ_t = θ − η' u
 //! ```
 //! The dot products are summed in `f64` in index order; γ, Λ and the test are `f64`, Λ is
 //! stored as `f32`. State: `m`, `v`, `b`, and Λ per tensor in [`crate::TensorAux`].
@@ -30,6 +30,7 @@ pub(crate) struct SwatsAdam {
 pub(crate) struct SwatsSgd {
     s: StepScalars,
     coupled_decay: bool,
+    nesterov: bool,
 }
 
 impl SwatsAdam {
@@ -42,10 +43,11 @@ impl SwatsAdam {
 }
 
 impl SwatsSgd {
-    pub fn new(s: &StepScalars, weight_decouple: bool) -> Self {
+    pub fn new(s: &StepScalars, weight_decouple: bool, nesterov: bool) -> Self {
         SwatsSgd {
             s: *s,
             coupled_decay: !weight_decouple && s.weight_decay != 0.0,
+            nesterov,
         }
     }
 }
@@ -97,7 +99,13 @@ impl Kernel for SwatsSgd {
         let p = p * s.decay;
         let b = s.beta1 * st[2] + g;
         st[2] = b;
-        Elem::param(p - s.swats_lr * (b * s.one_minus_beta1))
+        let update = b * s.one_minus_beta1;
+        let update = if self.nesterov {
+            update + s.beta1 * b
+        } else {
+            update
+        };
+        Elem::param(p - s.swats_lr * update)
     }
 }
 

@@ -1,9 +1,7 @@
 //! Helpers shared by the core's integration tests.
 #![allow(dead_code)]
 
-use homeadam_core::{
-    Config, Optimizer, Rule, StepReport, Storage, Switch, Tensor, TensorAux, ALL_RULES,
-};
+use homeadam_core::{Config, Optimizer, Rule, StepReport, Storage, Switch, Tensor, TensorAux, ALL_RULES};
 
 /// One model's tensors, owned.
 #[derive(Clone, Debug)]
