@@ -197,12 +197,15 @@ impl Optimizer {
         }
         let slots = self.config().state_slots();
         let count = read_u32(bytes, 32);
-        let width = S::DTYPE.size();
-        // Walk the sizes first so a truncated file is told apart from a corrupt one.
+        let stored_dtype = Dtype::from_code(bytes[11]).ok_or(Corrupt)?;
+        let stored_slots = bytes[12] as usize;
+        // Walk the stored sizes first so a truncated file is told apart from a corrupt one.
         let mut at = HEADER;
         for _ in 0..count {
             let numel = read_u64(bytes, at).ok_or(Truncated)?;
-            let body = (numel as usize).checked_mul(slots * width).ok_or(Corrupt)?;
+            let body = (numel as usize)
+                .checked_mul(stored_slots * stored_dtype.size())
+                .ok_or(Corrupt)?;
             at = at.checked_add(TENSOR_HEADER + body).ok_or(Corrupt)?;
             if at > bytes.len() {
                 return Err(Truncated.into());
@@ -224,7 +227,7 @@ impl Optimizer {
         if rule != self.config().rule || bytes[12] as usize != slots {
             return Err(RuleMismatch.into());
         }
-        if Dtype::from_code(bytes[11]).ok_or(Corrupt)? != S::DTYPE {
+        if stored_dtype != S::DTYPE {
             return Err(DtypeMismatch.into());
         }
         if count as usize != tensors.len() {
@@ -234,6 +237,7 @@ impl Optimizer {
             }
             .into());
         }
+        let width = S::DTYPE.size();
         let mut at = HEADER;
         for (k, t) in tensors.iter().enumerate() {
             let numel = read_u64(bytes, at).ok_or(Truncated)? as usize;

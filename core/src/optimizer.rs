@@ -7,7 +7,7 @@ use crate::kernel::{self, Kernel, TensorResult};
 use crate::rounding::{tensor_key, NearestStore, Rounding, StochasticStore};
 use crate::rules::adabelief::AdaBelief;
 use crate::rules::adam::Adam;
-use crate::rules::homeadam::{Branch, Home};
+use crate::rules::homeadam::{goes_home, Branch, Home};
 use crate::rules::miadam::MiAdam;
 use crate::rules::sgd::Sgd;
 use crate::rules::srf;
@@ -191,7 +191,7 @@ impl Optimizer {
         let model_rho = tensors
             .iter()
             .fold(f32::INFINITY, |a, t| if t.aux.rho < a { t.aux.rho } else { a });
-        let global_home = !(model_rho >= scalars.tau);
+        let global_home = goes_home(model_rho, scalars.tau);
 
         let mut report = StepReport {
             step: t,
@@ -207,7 +207,7 @@ impl Optimizer {
         for (index, tensor) in tensors.iter_mut().enumerate() {
             let branch = match switch {
                 Some(Switch::Global) => home_branch(global_home),
-                Some(Switch::Layer) => home_branch(!(tensor.aux.rho >= scalars.tau)),
+                Some(Switch::Layer) => home_branch(goes_home(tensor.aux.rho, scalars.tau)),
                 _ => Branch::PerElement,
             };
             let run = Run {

@@ -112,8 +112,9 @@ impl GoldenCase {
                 .iter()
                 .zip(expected)
                 .fold(0.0f64, |m, (&a, &e)| m.max(((a as f64) - (e as f64)).abs()));
+            let nan = actual.iter().zip(expected).any(|(a, e)| a.is_nan() != e.is_nan());
             worst = worst.max(err / scale);
-            if actual.len() != expected.len() || !(err <= self.rel * scale) {
+            if actual.len() != expected.len() || nan || err > self.rel * scale {
                 problems.push(format!(
                     "{name}: max error {:.3e} of scale {scale:.3e} (rel {:.1e})",
                     err, self.rel

@@ -12,7 +12,10 @@ fn every_golden_case_reproduces_its_peer() {
     for case in &cases {
         let output = replay(&case.config, &case.input, |_| {}).unwrap();
         match case.check(&output) {
-            Ok(worst) => println!("{:<34} rel error {worst:.2e} (tolerance {:.0e})", case.name, case.rel),
+            Ok(worst) => println!(
+                "{:<34} rel error {worst:.2e} (tolerance {:.0e})",
+                case.name, case.rel
+            ),
             Err(e) => failures.push(format!("{e:#}")),
         }
     }

@@ -14,6 +14,13 @@
 use crate::kernel::{Elem, Kernel};
 use crate::scalars::StepScalars;
 
+/// The home (SGDM) branch is taken unless v̂ ≥ τ; a NaN v̂ (a non-finite gradient applied under
+/// `FiniteCheck::Trust`) goes home rather than dividing by it.
+#[inline(always)]
+pub(crate) fn goes_home(v_hat: f32, tau: f32) -> bool {
+    v_hat < tau || v_hat.is_nan()
+}
+
 /// Which branch an element takes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Branch {
@@ -79,7 +86,7 @@ impl Kernel for Home {
         let home = match self.branch {
             Branch::AllSrf => false,
             Branch::AllHome => true,
-            Branch::PerElement => !(v_hat >= self.tau),
+            Branch::PerElement => goes_home(v_hat, self.tau),
         };
         let srf = m / (v_hat + self.eps);
         let direction = if home { m } else { srf };
