@@ -7,7 +7,7 @@ use crate::kernel::{self, Kernel, TensorResult};
 use crate::rounding::{tensor_key, NearestStore, Rounding, StochasticStore};
 use crate::rules::adabelief::AdaBelief;
 use crate::rules::adam::Adam;
-use crate::rules::homeadam::{goes_home, Branch, Home};
+use crate::rules::homeadam::{branch, goes_home, Home};
 use crate::rules::miadam::MiAdam;
 use crate::rules::sgd::Sgd;
 use crate::rules::srf;
@@ -169,7 +169,7 @@ impl Optimizer {
 
         // First pass: nothing is written until every gradient is known to be finite.
         if matches!(switch, Some(Switch::Global | Switch::Layer)) {
-            let home = Home::new(&scalars, Branch::PerElement);
+            let home = Home::<{ branch::PER_ELEMENT }>::new(&scalars);
             for tensor in tensors.iter_mut() {
                 let n = tensor.param.len();
                 let (v_min, finite) =
@@ -208,7 +208,7 @@ impl Optimizer {
             let branch = match switch {
                 Some(Switch::Global) => home_branch(global_home),
                 Some(Switch::Layer) => home_branch(goes_home(tensor.aux.rho, scalars.tau)),
-                _ => Branch::PerElement,
+                _ => branch::PER_ELEMENT,
             };
             let run = Run {
                 path,
@@ -260,11 +260,11 @@ impl Optimizer {
     }
 }
 
-fn home_branch(home: bool) -> Branch {
+fn home_branch(home: bool) -> u8 {
     if home {
-        Branch::AllHome
+        branch::ALL_HOME
     } else {
-        Branch::AllSrf
+        branch::ALL_SRF
     }
 }
 
@@ -303,7 +303,7 @@ fn dispatch<P: Storage, G: Storage, S: Storage>(
     config: &Config,
     s: &StepScalars,
     swats_in_sgd_phase: bool,
-    branch: Branch,
+    branch: u8,
     run: Run,
     tensor: &mut Tensor<'_, P, G, S>,
 ) -> (TensorResult, bool) {
@@ -313,7 +313,11 @@ fn dispatch<P: Storage, G: Storage, S: Storage>(
         Rule::Adam => run.apply(Adam::<false>::new(s), tensor),
         Rule::AdamW => run.apply(Adam::<true>::new(s), tensor),
         Rule::AdamSrf | Rule::AdamWSrf => run.apply(srf::kernel(s), tensor),
-        Rule::HomeAdam(_) | Rule::HomeAdamW(_) => run.apply(Home::new(s, branch), tensor),
+        Rule::HomeAdam(_) | Rule::HomeAdamW(_) => match branch {
+            branch::ALL_SRF => run.apply(Home::<{ branch::ALL_SRF }>::new(s), tensor),
+            branch::ALL_HOME => run.apply(Home::<{ branch::ALL_HOME }>::new(s), tensor),
+            _ => run.apply(Home::<{ branch::PER_ELEMENT }>::new(s), tensor),
+        },
         Rule::AdaBelief if config.amsgrad => {
             run.apply(AdaBelief::<true>::new(s, config.weight_decouple), tensor)
         }

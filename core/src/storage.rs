@@ -88,6 +88,18 @@ pub trait Storage: Copy + Default + PartialEq + sealed::Sealed + 'static {
     /// From raw bits (the low `8 * DTYPE.size()` bits are used).
     fn from_bits32(bits: u32) -> Self;
 
+    /// The slice itself when no conversion is needed (`f32`), so the fast path skips staging.
+    #[inline(always)]
+    fn as_f32(_slice: &[Self]) -> Option<&[f32]> {
+        None
+    }
+
+    /// The slice itself when no conversion is needed (`f32`).
+    #[inline(always)]
+    fn as_f32_mut(_slice: &mut [Self]) -> Option<&mut [f32]> {
+        None
+    }
+
     /// Stochastic rounding of `x` with 24 uniform random bits `r24` (DESIGN §3).
     ///
     /// With `t` = `x` rounded toward zero and `n` the next value away from zero, the result is
@@ -148,6 +160,14 @@ impl Storage for f32 {
     #[inline(always)]
     fn from_f32_stochastic(x: f32, _r24: u32) -> Self {
         x
+    }
+    #[inline(always)]
+    fn as_f32(slice: &[Self]) -> Option<&[f32]> {
+        Some(slice)
+    }
+    #[inline(always)]
+    fn as_f32_mut(slice: &mut [Self]) -> Option<&mut [f32]> {
+        Some(slice)
     }
 }
 

@@ -21,20 +21,20 @@ pub(crate) fn goes_home(v_hat: f32, tau: f32) -> bool {
     v_hat < tau || v_hat.is_nan()
 }
 
-/// Which branch an element takes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Branch {
+/// Which branch an element takes: a const parameter of the kernel, so that the element loop has
+/// no branch on it and vectorizes.
+pub(crate) mod branch {
     /// The srf step everywhere (Adam(W)-srf, or a global / layer decision ρ ≥ τ).
-    AllSrf,
+    pub const ALL_SRF: u8 = 0;
     /// The home step everywhere (a global / layer decision ρ < τ).
-    AllHome,
+    pub const ALL_HOME: u8 = 1;
     /// Decide per element on v̂ ≥ τ (Alg. 3).
-    PerElement,
+    pub const PER_ELEMENT: u8 = 2;
 }
 
-/// The srf / home kernel.
+/// The srf / home kernel; `BRANCH` is one of [`branch`].
 #[derive(Clone, Copy)]
-pub(crate) struct Home {
+pub(crate) struct Home<const BRANCH: u8> {
     decay: f32,
     beta1: f32,
     one_minus_beta1: f32,
@@ -44,11 +44,10 @@ pub(crate) struct Home {
     eps: f32,
     lr_over_bc1: f32,
     tau: f32,
-    branch: Branch,
 }
 
-impl Home {
-    pub fn new(s: &StepScalars, branch: Branch) -> Self {
+impl<const BRANCH: u8> Home<BRANCH> {
+    pub fn new(s: &StepScalars) -> Self {
         Home {
             decay: s.decay,
             beta1: s.beta1,
@@ -59,7 +58,6 @@ impl Home {
             eps: s.eps,
             lr_over_bc1: s.lr_over_bc1,
             tau: s.tau,
-            branch,
         }
     }
 
@@ -71,7 +69,7 @@ impl Home {
     }
 }
 
-impl Kernel for Home {
+impl<const BRANCH: u8> Kernel for Home<BRANCH> {
     const SLOTS: usize = 2;
     const RHO_SLOT: Option<usize> = Some(1);
     const DOTS: bool = false;
@@ -83,10 +81,10 @@ impl Kernel for Home {
         st[0] = m;
         st[1] = v;
         let v_hat = v / self.bc2;
-        let home = match self.branch {
-            Branch::AllSrf => false,
-            Branch::AllHome => true,
-            Branch::PerElement => goes_home(v_hat, self.tau),
+        let home = match BRANCH {
+            branch::ALL_SRF => false,
+            branch::ALL_HOME => true,
+            _ => goes_home(v_hat, self.tau),
         };
         let srf = m / (v_hat + self.eps);
         let direction = if home { m } else { srf };

@@ -9,10 +9,10 @@
 //! element math as HomeAdam's srf branch: Adam(W)-srf is HomeAdam(W) that never goes home.
 //! State: `m`, `v`.
 
-use crate::rules::homeadam::{Branch, Home};
+use crate::rules::homeadam::{branch, Home};
 use crate::scalars::StepScalars;
 
 /// The Alg. 1 kernel.
-pub(crate) fn kernel(s: &StepScalars) -> Home {
-    Home::new(s, Branch::AllSrf)
+pub(crate) fn kernel(s: &StepScalars) -> Home<{ branch::ALL_SRF }> {
+    Home::new(s)
 }
