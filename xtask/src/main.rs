@@ -1,7 +1,12 @@
-//! `cargo xtask test`: every check of the project, as CI runs it (`.ci/run` calls this).
+//! Project automation.
 //!
-//! It installs what it needs (the thumbv7em target, rustfmt, clippy) and stops at the first
-//! failing check with its name.
+//! - `cargo xtask test`: every check of the project, as CI runs it (`.ci/run` calls this). It
+//!   installs what it needs (the thumbv7em target, rustfmt, clippy) and stops at the first
+//!   failing check with its name.
+//! - `cargo xtask bench`: the core's step benchmarks, PyTorch's fused AdamW on the same sizes in
+//!   the same run, and the table of BENCHMARKS.md.
+
+mod bench;
 
 use std::io::{BufRead, BufReader};
 use std::process::{exit, Command, Stdio};
@@ -10,7 +15,7 @@ use std::time::Instant;
 /// The no_std target every core build is checked for (Cortex-M4F).
 const THUMB: &str = "thumbv7em-none-eabihf";
 
-fn run(name: &str, program: &str, args: &[&str]) {
+pub(crate) fn run(name: &str, program: &str, args: &[&str]) {
     println!("\n== xtask: {name}: {program} {}", args.join(" "));
     let start = Instant::now();
     let status = Command::new(program).args(args).status().unwrap_or_else(|e| {
@@ -113,8 +118,9 @@ fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("test") => test(),
         Some("setup") => setup(),
+        Some("bench") => bench::bench(),
         _ => {
-            eprintln!("usage: cargo xtask <test|setup>\n  test   fmt, clippy, no_std builds, all tests\n  setup  install the rustup components and targets the checks need");
+            eprintln!("usage: cargo xtask <test|bench|setup>\n  test   fmt, clippy, no_std builds, all tests\n  bench  step benchmarks next to PyTorch fused AdamW, as a table\n  setup  install the rustup components and targets the checks need");
             exit(2);
         }
     }

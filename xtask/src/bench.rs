@@ -1,0 +1,137 @@
+//! `cargo xtask bench`: runs the criterion benches of one step over 16 M parameters, then
+//! PyTorch's fused AdamW on the same sizes, and prints the table of BENCHMARKS.md (also written
+//! to `target/bench-table.md`).
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::run;
+
+const PARAMS: f64 = (16 << 20) as f64;
+
+/// One criterion result: its id, the bytes it moves per element, and its median time.
+struct Measured {
+    group: String,
+    name: String,
+    bytes: f64,
+    ms: f64,
+}
+
+fn read_json(path: &Path) -> Option<Value> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+fn measured(group: &str) -> Vec<Measured> {
+    let dir = Path::new("target/criterion").join(group);
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let new = entry.path().join("new");
+        let (Some(meta), Some(est)) = (
+            read_json(&new.join("benchmark.json")),
+            read_json(&new.join("estimates.json")),
+        ) else {
+            continue;
+        };
+        let id = meta["value_str"]
+            .as_str()
+            .or(meta["function_id"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let (name, bytes) = id.rsplit_once('/').unwrap_or((&id, "0B"));
+        out.push(Measured {
+            group: group.to_string(),
+            name: name.to_string(),
+            bytes: bytes.trim_end_matches('B').parse().unwrap_or(0.0),
+            ms: est["median"]["point_estimate"].as_f64().unwrap_or(f64::NAN) / 1e6,
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+fn torch_ms() -> Result<(f64, String), String> {
+    let out = Command::new("python3")
+        .arg("core/benches/torch_adamw.py")
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or("failed")
+            .to_string());
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    Ok((
+        v["median_ms"].as_f64().unwrap_or(f64::NAN),
+        v["torch"].as_str().unwrap_or("?").to_string(),
+    ))
+}
+
+pub(crate) fn bench() {
+    run(
+        "benches",
+        "cargo",
+        &["bench", "-p", "homeadam-core", "--bench", "step"],
+    );
+    let torch = torch_ms();
+    let bandwidth = measured("bandwidth16M");
+    let steps = measured("step16M");
+    let gbs = |m: &Measured| m.bytes * PARAMS / (m.ms * 1e6);
+    let copy = bandwidth
+        .iter()
+        .find(|m| m.name == "copy")
+        .map(gbs)
+        .unwrap_or(f64::NAN);
+    let mut table = String::new();
+    table.push_str(&format!(
+        "One step over 16 M parameters (8 tensors of 2 M), one thread, median of criterion samples.\n\
+         Copy bandwidth (8 B per element counted): {copy:.1} GB/s.\n\n"
+    ));
+    match &torch {
+        Ok((ms, version)) => table.push_str(&format!(
+            "PyTorch {version} `AdamW(fused=True)`, f32, 28 B/param: {ms:.2} ms = {:.1} GB/s.\n\n",
+            28.0 * PARAMS / (ms * 1e6)
+        )),
+        Err(e) => table.push_str(&format!(
+            "PyTorch not measured ({e}); `pip install torch` to add it.\n\n"
+        )),
+    }
+    table.push_str(
+        "| bench | B/param | ms | GB/s | × copy bandwidth | torch time / ours |\n|---|---|---|---|---|---|\n",
+    );
+    for m in bandwidth.iter().chain(&steps) {
+        let vs_torch = torch
+            .as_ref()
+            .map(|(t, _)| format!("{:.2}", t / m.ms))
+            .unwrap_or_default();
+        let vs_torch = if m.group == "step16M" {
+            vs_torch
+        } else {
+            String::new()
+        };
+        table.push_str(&format!(
+            "| {}/{} | {} | {:.2} | {:.1} | {:.2} | {} |\n",
+            m.group,
+            m.name,
+            m.bytes,
+            m.ms,
+            gbs(m),
+            gbs(m) / copy,
+            vs_torch
+        ));
+    }
+    let find = |name: &str| steps.iter().find(|m| m.name == name).map(|m| m.ms);
+    if let (Some(global), Some(ew)) = (find("homeadamw_global_f32"), find("homeadamw_ew_f32")) {
+        table.push_str(&format!(
+            "\nGlobal / element-wise HomeAdamW time: {:.2}\n",
+            global / ew
+        ));
+    }
+    println!("\n{table}");
+    if let Err(e) = std::fs::write("target/bench-table.md", &table) {
+        eprintln!("xtask: cannot write target/bench-table.md: {e}");
+    }
+}
