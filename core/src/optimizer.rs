@@ -177,7 +177,7 @@ impl Optimizer {
                         home.second_moment(v, g)
                     });
                 if !finite {
-                    return Ok(StepReport::skipped(t));
+                    return Ok(skip(tensors, t));
                 }
                 tensor.aux.rho = v_min / scalars.bc2;
             }
@@ -186,7 +186,7 @@ impl Optimizer {
                 .iter()
                 .all(|tensor| kernel::grads_finite(tensor.grad, inv))
         {
-            return Ok(StepReport::skipped(t));
+            return Ok(skip(tensors, t));
         }
         let model_rho = tensors
             .iter()
@@ -258,6 +258,15 @@ impl Optimizer {
         self.step = t;
         Ok(report)
     }
+}
+
+/// A skipped step: parameters and state untouched, per-tensor telemetry cleared.
+fn skip<P, G, S>(tensors: &mut [Tensor<'_, P, G, S>], t: u64) -> StepReport {
+    for tensor in tensors.iter_mut() {
+        tensor.aux.rho = f32::INFINITY;
+        tensor.aux.home_elements = 0;
+    }
+    StepReport::skipped(t)
 }
 
 fn home_branch(home: bool) -> u8 {

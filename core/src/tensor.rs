@@ -1,7 +1,8 @@
 //! The views a step works on: one entry per tensor of the model.
 
 /// Per-tensor scalars: optimizer state that is one number per tensor, and that tensor's
-/// telemetry of the last step. Zero-initialise with `TensorAux::default()`.
+/// telemetry of the last step (after a skipped step: ρ = +∞, no home elements).
+/// Zero-initialise with `TensorAux::default()`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct TensorAux {

@@ -42,6 +42,10 @@ fn a_non_finite_gradient_skips_the_whole_step() {
                 assert_eq!(opt.step_count(), 1);
                 assert_eq!(m.param_bits(), params, "{}", config.rule.name());
                 assert_eq!(m.state_bits(), state, "{}", config.rule.name());
+                assert!(m
+                    .aux
+                    .iter()
+                    .all(|a| a.rho == f32::INFINITY && a.home_elements == 0));
             } else {
                 assert!(
                     !report.skipped && report.nonfinite_applied,
