@@ -2,8 +2,9 @@
 //!
 //! A rule writes its per-element math once, as [`Kernel::element`]. The scalar reference
 //! ([`run_reference`]) applies it one element at a time, loading and storing through the
-//! storage types; the fast path ([`run_fast`]) loads chunks into `f32` arrays, runs the same
-//! function over them in a loop the compiler vectorizes, and stores the chunk back. Both must
+//! storage types; the fast path ([`run_fast`]) runs the same function over chunks in a loop
+//! the compiler vectorizes: in place for `f32` tensors, through `f32` staging arrays for the
+//! half types (converted in loops of their own). Both must
 //! give the same bits (property-tested for every rule × storage combination); a backend that
 //! re-implements a rule (CUDA, MCU) is tested against [`run_reference`] too.
 
