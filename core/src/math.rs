@@ -2,15 +2,37 @@
 
 /// IEEE correctly rounded square root.
 ///
-/// With `std` (or in tests) this is `f32::sqrt`, which the compiler vectorizes; without, libm's
-/// software `sqrtf`. Both are correctly rounded, so they give the same bits (tested).
+/// With `std` (or in tests) this is `f32::sqrt`, which the compiler vectorizes; on hard-float
+/// ARM (Cortex-M4F/M7, `eabihf`) the FPU's `vsqrt.f32`; otherwise libm's software `sqrtf`. All
+/// are IEEE correctly rounded, so they give the same bits (tested on the host, and on the
+/// device by the firmware's golden test).
 #[inline(always)]
 pub fn sqrt(x: f32) -> f32 {
     #[cfg(any(test, feature = "std"))]
     {
         x.sqrt()
     }
-    #[cfg(not(any(test, feature = "std")))]
+    #[cfg(all(not(any(test, feature = "std")), target_arch = "arm", target_abi = "eabihf"))]
+    {
+        // `sreg` operands need a target feature rustc does not enable by name, so s0 is saved
+        // and restored around the instruction instead of being declared.
+        let mut bits = x.to_bits();
+        // SAFETY: FPU register moves and `vsqrt.f32` (eabihf targets have the FPU enabled by
+        // their runtime); s0 is restored, the stack is balanced.
+        unsafe {
+            core::arch::asm!(
+                "vpush {{s0}}",
+                "vmov s0, {0}",
+                "vsqrt.f32 s0, s0",
+                "vmov {0}, s0",
+                "vpop {{s0}}",
+                inout(reg) bits,
+                options(pure, nomem, preserves_flags),
+            );
+        }
+        f32::from_bits(bits)
+    }
+    #[cfg(not(any(test, feature = "std", all(target_arch = "arm", target_abi = "eabihf"))))]
     {
         libm::sqrtf(x)
     }

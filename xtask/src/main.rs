@@ -7,6 +7,8 @@
 //!   the same run, and the table of BENCHMARKS.md.
 
 mod bench;
+mod cuda;
+mod firmware;
 
 use std::io::{BufRead, BufReader};
 use std::process::{exit, Command, Stdio};
@@ -65,6 +67,8 @@ fn test() {
             "defmt",
         ],
     );
+    cuda::test();
+    firmware::test();
     let (passed, failed) = run_tests(&["test", "--workspace", "--release"]);
     println!("\nxtask: every check passed");
     println!("tests: {passed} passed, {failed} failed");

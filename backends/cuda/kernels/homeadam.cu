@@ -1,0 +1,166 @@
+// homeadam.cu: multi-tensor kernels over a device tensor table (homeadam_math.h is prepended).
+//
+// One launch covers every tensor of a model: the host builds a block table (one entry per
+// chunk of HA_CHUNK elements of one tensor, as PyTorch's multi_tensor_apply), and block b
+// updates chunk blocks[b]. A step is: ha_reset, then either ha_check_{g} (any non-finite
+// unscaled gradient sets status->nonfinite) or, for global / per-layer HomeAdam,
+// ha_home_pre_{g}_{s} (the same flag, plus min v_t per tensor and over the model with
+// atomicMin on the float bits: exact and order-independent for v ≥ 0), then the update
+// {rule}_{p}_{g}_{s}, which returns at once when the flag is set.
+
+#define HA_CHUNK 16384
+
+// One tensor: device pointers (state slots one after the other, each numel long) and the
+// per-tensor results of the step, written by the kernels.
+struct HaTensor {
+    ha_u64 param, grad, state, numel;
+    ha_u32 vmin_pre;   // min v_t of the first pass (f32 bits)
+    ha_u32 vmin_post;  // min of the v slot after the update (f32 bits)
+    ha_u32 home;       // elements that took the home branch
+    ha_u32 index;      // tensor index (stochastic rounding key)
+};
+
+// One chunk: tensor index in the table and first element.
+struct HaBlock { ha_u32 tensor; ha_u32 chunk; };
+
+// Model-wide results of the step.
+struct HaStatus {
+    ha_u32 nonfinite;  // 1: a non-finite unscaled gradient, nothing was written
+    ha_u32 vmin_pre;   // min over the model of the first pass's v_t (f32 bits)
+    ha_u32 vmin_post;  // min over the model of v after the update (f32 bits)
+    ha_u32 nonfinite_applied;  // 1: a non-finite gradient was applied (FiniteCheck::Trust)
+    ha_u64 home;       // elements that took the home branch
+};
+
+#define HA_INF_BITS 0x7f800000u
+
+extern "C" __global__ void ha_reset(HaTensor* tensors, ha_u32 count, HaStatus* status) {
+    ha_u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) {
+        tensors[i].vmin_pre = HA_INF_BITS;
+        tensors[i].vmin_post = HA_INF_BITS;
+        tensors[i].home = 0;
+    }
+    if (i == 0) {
+        status->nonfinite = 0;
+        status->vmin_pre = HA_INF_BITS;
+        status->vmin_post = HA_INF_BITS;
+        status->nonfinite_applied = 0;
+        status->home = 0;
+    }
+}
+
+__device__ static inline ha_u32 ha_warp_min(ha_u32 x) {
+    for (int o = 16; o > 0; o >>= 1) { ha_u32 y = __shfl_xor_sync(0xffffffffu, x, o); x = y < x ? y : x; }
+    return x;
+}
+__device__ static inline ha_u32 ha_warp_sum(ha_u32 x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ static inline ha_u32 ha_warp_any(ha_u32 x) { return __any_sync(0xffffffffu, x != 0); }
+
+// Bits of a non-negative float keep its order as unsigned ints; NaN and negative values (bits
+// above +∞) never win, as the core's `x < min` ignores NaN.
+__device__ static inline ha_u32 ha_min_bits(ha_u32 acc, float v) { ha_u32 b = ha_bits(v); return b < acc ? b : acc; }
+
+template <typename G>
+__device__ void ha_check(const HaTensor* tensors, const HaBlock* blocks, float inv, HaStatus* status) {
+    HaBlock blk = blocks[blockIdx.x];
+    const HaTensor& t = tensors[blk.tensor];
+    const G* grad = (const G*)t.grad;
+    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < t.numel ? start + HA_CHUNK : t.numel;
+    ha_u32 bad = 0;
+    for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) bad |= ha_nonfinite(ha_to_f32(grad[i]) * inv);
+    if (ha_warp_any(bad) && (threadIdx.x & 31) == 0) atomicExch(&status->nonfinite, 1u);
+}
+
+template <typename G, typename S>
+__device__ void ha_home_pre(HaTensor* tensors, const HaBlock* blocks, HaScalars s, HaStatus* status) {
+    HaBlock blk = blocks[blockIdx.x];
+    HaTensor& t = tensors[blk.tensor];
+    const G* grad = (const G*)t.grad;
+    const S* v = (const S*)t.state + t.numel;
+    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < t.numel ? start + HA_CHUNK : t.numel;
+    ha_u32 bad = 0, vmin = HA_INF_BITS;
+    for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+        float g = ha_to_f32(grad[i]) * s.inv_grad_scale;
+        bad |= ha_nonfinite(g);
+        vmin = ha_min_bits(vmin, ha_second_moment(s, ha_to_f32(v[i]), g));
+    }
+    vmin = ha_warp_min(vmin);
+    if ((threadIdx.x & 31) == 0) {
+        atomicMin(&t.vmin_pre, vmin);
+        atomicMin(&status->vmin_pre, vmin);
+    }
+    if (ha_warp_any(bad) && (threadIdx.x & 31) == 0) atomicExch(&status->nonfinite, 1u);
+}
+
+template <int RULE, typename P, typename G, typename S>
+__device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, HaScalars s, ha_u32 flags, ha_u64 sr_base,
+                          HaStatus* status) {
+    if (*(volatile ha_u32*)&status->nonfinite) return;
+    HaBlock blk = blocks[blockIdx.x];
+    HaTensor& t = tensors[blk.tensor];
+    P* param = (P*)t.param;
+    const G* grad = (const G*)t.grad;
+    S* state = (S*)t.state;
+    ha_u64 n = t.numel;
+    int branch = ha_home_branch(flags, status->vmin_pre, t.vmin_pre, s);
+    bool stochastic = (flags & HA_STOCHASTIC) != 0;
+    ha_u64 key = ha_tensor_key(sr_base, t.index);
+    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < n ? start + HA_CHUNK : n;
+    ha_u32 home = 0, vmin = HA_INF_BITS, bad = 0;
+    for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+        float st[3] = {0.0f, 0.0f, 0.0f};
+        for (int k = 0; k < HaRule<RULE>::SLOTS; k++) st[k] = ha_to_f32(state[k * n + i]);
+        float g = ha_to_f32(grad[i]) * s.inv_grad_scale;
+        bad |= ha_nonfinite(g);
+        HaElem e = ha_element<RULE>(s, flags, branch, ha_to_f32(param[i]), g, st);
+        param[i] = stochastic ? ha_from_f32_stochastic<P>(e.p, ha_stochastic_bits(key, i)) : HaStore<P>::from_f32(e.p);
+        for (int k = 0; k < HaRule<RULE>::SLOTS; k++) state[k * n + i] = HaStore<S>::from_f32(st[k]);
+        if (HaRule<RULE>::RHO_SLOT >= 0) vmin = ha_min_bits(vmin, st[HaRule<RULE>::RHO_SLOT]);
+        home += e.home;
+    }
+    vmin = ha_warp_min(vmin);
+    home = ha_warp_sum(home);
+    if (ha_warp_any(bad) && (threadIdx.x & 31) == 0) atomicExch(&status->nonfinite_applied, 1u);
+    if ((threadIdx.x & 31) == 0) {
+        if (HaRule<RULE>::RHO_SLOT >= 0) {
+            atomicMin(&t.vmin_post, vmin);
+            atomicMin(&status->vmin_post, vmin);
+        }
+        if (RULE == HA_RULE_HOME && home != 0) {
+            atomicAdd(&t.home, home);
+            atomicAdd(&status->home, (ha_u64)home);
+        }
+    }
+}
+
+#define HA_UPDATE(name, RULE, P, G, S, p, g, s)                                                             \
+    extern "C" __global__ void name##_##p##_##g##_##s(HaTensor* tensors, const HaBlock* blocks, HaScalars sc, \
+                                                      ha_u32 flags, ha_u64 sr_base, HaStatus* status) {     \
+        ha_update<RULE, P, G, S>(tensors, blocks, sc, flags, sr_base, status);                               \
+    }
+#define HA_UPDATE_S(name, RULE, P, G, p, g)          \
+    HA_UPDATE(name, RULE, P, G, float, p, g, f32)    \
+    HA_UPDATE(name, RULE, P, G, ha_f16, p, g, f16)   \
+    HA_UPDATE(name, RULE, P, G, ha_bf16, p, g, bf16)
+#define HA_UPDATE_G(name, RULE, P, p)                 \
+    HA_UPDATE_S(name, RULE, P, float, p, f32)         \
+    HA_UPDATE_S(name, RULE, P, ha_f16, p, f16)        \
+    HA_UPDATE_S(name, RULE, P, ha_bf16, p, bf16)
+#define HA_UPDATE_ALL(name, RULE)                 \
+    HA_UPDATE_G(name, RULE, float, f32)           \
+    HA_UPDATE_G(name, RULE, ha_f16, f16)          \
+    HA_UPDATE_G(name, RULE, ha_bf16, bf16)
+
+#define HA_CHECK(G, g)                                                                                          \
+    extern "C" __global__ void ha_check_##g(const HaTensor* tensors, const HaBlock* blocks, float inv, HaStatus* status) { \
+        ha_check<G>(tensors, blocks, inv, status);                                                              \
+    }
+#define HA_PRE(G, S, g, s)                                                                                    \
+    extern "C" __global__ void ha_home_pre_##g##_##s(HaTensor* tensors, const HaBlock* blocks, HaScalars sc,  \
+                                                     HaStatus* status) {                                      \
+        ha_home_pre<G, S>(tensors, blocks, sc, status);                                                       \
+    }

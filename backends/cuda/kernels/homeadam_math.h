@@ -1,0 +1,317 @@
+// homeadam_math.h: the per-element math of every homeadam-core rule, for CUDA (NVRTC) and g++.
+//
+// Bit-identical to homeadam-core: the same f32 operations in the same order, no fused
+// multiply-add (NVRTC --fmad=false, g++ -ffp-contract=off), IEEE division and square root
+// (--prec-div=true --prec-sqrt=true), denormals kept (no --ftz). The f16 / bf16 conversions are
+// integer code on the raw bits, equal to the core's (half's IEEE round-to-nearest-even for f16,
+// the core's branch-free RNE with quiet NaN for bf16), so device and host run the same code.
+#ifndef HOMEADAM_MATH_H
+#define HOMEADAM_MATH_H
+
+#if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+#include <math.h>
+#define __host__
+#define __device__
+#endif
+
+#define HA_FN __host__ __device__ static inline
+
+typedef unsigned int ha_u32;
+typedef unsigned long long ha_u64;
+typedef unsigned short ha_u16;
+
+// Storage types: f16 and bf16 are their raw bits (sign-magnitude, like the core's `half` types).
+struct ha_f16 { ha_u16 bits; };
+struct ha_bf16 { ha_u16 bits; };
+
+// The core's StepScalars (repr(C), same field order).
+struct HaScalars {
+    float lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, decay, bc2,
+        sqrt_bc2, lr_over_bc1, tau, momentum, one_minus_dampening, inv_grad_scale, kappa,
+        lr2_over_bc1, rect_lr, swats_step, swats_lr;
+    ha_u32 first_step, mi_phase, rect_mode;
+};
+
+// Config flags that are not step scalars, and the HomeAdam switch in bits 8..9.
+#define HA_NESTEROV 1u
+#define HA_WEIGHT_DECOUPLE 2u
+#define HA_STOCHASTIC 4u
+#define HA_SWITCH_SHIFT 8
+#define HA_SWITCH_ELEMENT 0u
+#define HA_SWITCH_GLOBAL 1u
+#define HA_SWITCH_LAYER 2u
+#define HA_SWITCH_SRF 3u
+
+HA_FN ha_u32 ha_bits(float x) { union { float f; ha_u32 u; } c; c.f = x; return c.u; }
+HA_FN float ha_float(ha_u32 u) { union { float f; ha_u32 u; } c; c.u = u; return c.f; }
+HA_FN float ha_abs(float x) { return ha_float(ha_bits(x) & 0x7fffffffu); }
+HA_FN bool ha_nonfinite(float x) { return (ha_bits(x) & 0x7f800000u) == 0x7f800000u; }
+HA_FN bool ha_isnan(float x) { return x != x; }
+HA_FN float ha_sqrt(float x) { return sqrtf(x); }
+
+// ---- storage conversions ------------------------------------------------------------------
+
+HA_FN float ha_to_f32(float x) { return x; }
+HA_FN float ha_to_f32(ha_bf16 x) { return ha_float((ha_u32)x.bits << 16); }
+// Exact widening, as half's f16_to_f32 (NaN: quiet bit set, payload kept).
+HA_FN float ha_to_f32(ha_f16 x) {
+    ha_u32 i = x.bits;
+    if ((i & 0x7fffu) == 0) return ha_float(i << 16);
+    ha_u32 sign = (i & 0x8000u) << 16, exp = i & 0x7c00u, man = i & 0x03ffu;
+    if (exp == 0x7c00u) return ha_float(man == 0 ? (sign | 0x7f800000u) : (sign | 0x7fc00000u | (man << 13)));
+    if (exp == 0) {
+        ha_u32 e = 0;  // leading zeros of man as a u16, minus 6
+        while (((man << e) & 0x200u) == 0) e++;
+        return ha_float(sign | ((127u - 15u - e) << 23) | ((man << (14u + e)) & 0x7fffffu));
+    }
+    return ha_float(sign | ((exp >> 10) + 127 - 15) << 23 | man << 13);
+}
+
+template <typename T> struct HaStore;
+template <> struct HaStore<float> {
+    HA_FN float from_f32(float x) { return x; }
+    HA_FN ha_u32 bits(float x) { return ha_bits(x); }
+    HA_FN float from_bits(ha_u32 b) { return ha_float(b); }
+};
+// Round to nearest even; NaN becomes quiet NaN (the core's branch-free bf16 store).
+template <> struct HaStore<ha_bf16> {
+    HA_FN ha_bf16 from_f32(float x) {
+        ha_u32 b = ha_bits(x);
+        ha_u32 rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+        ha_bf16 r;
+        r.bits = (ha_u16)((b & 0x7fffffffu) > 0x7f800000u ? ((b >> 16) | 0x40u) : rounded);
+        return r;
+    }
+    HA_FN ha_u32 bits(ha_bf16 x) { return x.bits; }
+    HA_FN ha_bf16 from_bits(ha_u32 b) { ha_bf16 r; r.bits = (ha_u16)b; return r; }
+};
+// IEEE round to nearest even incl. subnormals, as half's f32_to_f16.
+template <> struct HaStore<ha_f16> {
+    HA_FN ha_f16 from_f32(float value) {
+        ha_u32 x = ha_bits(value), sign = x & 0x80000000u, exp = x & 0x7f800000u, man = x & 0x7fffffu;
+        ha_f16 r;
+        if (exp == 0x7f800000u) {
+            r.bits = (ha_u16)((sign >> 16) | 0x7c00u | (man == 0 ? 0u : 0x200u) | (man >> 13));
+            return r;
+        }
+        ha_u32 half_sign = sign >> 16;
+        int half_exp = (int)(exp >> 23) - 127 + 15;
+        if (half_exp >= 0x1f) { r.bits = (ha_u16)(half_sign | 0x7c00u); return r; }
+        if (half_exp <= 0) {
+            if (14 - half_exp > 24) { r.bits = (ha_u16)half_sign; return r; }
+            ha_u32 m = man | 0x800000u;
+            ha_u32 half_man = m >> (14 - half_exp);
+            ha_u32 round_bit = 1u << (13 - half_exp);
+            if ((m & round_bit) != 0 && (m & (3u * round_bit - 1u)) != 0) half_man += 1;
+            r.bits = (ha_u16)(half_sign | half_man);
+            return r;
+        }
+        ha_u32 v = half_sign | ((ha_u32)half_exp << 10) | (man >> 13);
+        if ((man & 0x1000u) != 0 && (man & 0x2fffu) != 0) v += 1;
+        r.bits = (ha_u16)v;
+        return r;
+    }
+    HA_FN ha_u32 bits(ha_f16 x) { return x.bits; }
+    HA_FN ha_f16 from_bits(ha_u32 b) { ha_f16 r; r.bits = (ha_u16)b; return r; }
+};
+
+// ---- stochastic rounding (core/src/rounding.rs, Storage::from_f32_stochastic) --------------
+
+// splitmix64's finalizer.
+HA_FN ha_u64 ha_mix64(ha_u64 z) {
+    z ^= z >> 30;
+    z *= 0xBF58476D1CE4E5B9ull;
+    z ^= z >> 27;
+    z *= 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+// key = mix64(mix64(mix64(seed) ^ step) ^ tensor) = mix64(step_base ^ tensor).
+HA_FN ha_u64 ha_tensor_key(ha_u64 step_base, ha_u64 tensor) { return ha_mix64(step_base ^ tensor); }
+// 24 uniform bits: mix64(key ^ element) >> 40.
+HA_FN ha_u32 ha_stochastic_bits(ha_u64 key, ha_u64 element) { return (ha_u32)(ha_mix64(key ^ element) >> 40); }
+
+// n (one ulp away from zero) with probability (|x| − |t|) / (|n| − |t|), else t (toward zero).
+template <typename T> HA_FN T ha_from_f32_stochastic(float x, ha_u32 r24) {
+    T nearest = HaStore<T>::from_f32(x);
+    float nearest_f = ha_to_f32(nearest);
+    if (nearest_f == x || ha_nonfinite(x)) return nearest;
+    T toward_zero = ha_abs(nearest_f) > ha_abs(x) ? HaStore<T>::from_bits(HaStore<T>::bits(nearest) - 1u) : nearest;
+    T away = HaStore<T>::from_bits(HaStore<T>::bits(toward_zero) + 1u);
+    float t = ha_abs(ha_to_f32(toward_zero));
+    float n = ha_abs(ha_to_f32(away));
+    if (ha_nonfinite(n)) return toward_zero;  // n is finite or ±∞ here
+    float u = (float)r24 * (1.0f / 16777216.0f);
+    return u * (n - t) < ha_abs(x) - t ? away : toward_zero;
+}
+template <> __host__ __device__ inline float ha_from_f32_stochastic<float>(float x, ha_u32) { return x; }
+
+// ---- element math: one function per rule, st[0..3] the state slots ------------------------
+
+// What one element's update produced besides the state (the core's `Elem`).
+struct HaElem {
+    float p;     // new θ before rounding
+    bool home;   // took the home (SGDM) branch
+    float step;  // SWATS: θ_t − θ_{t−1}
+    float grad;  // SWATS: the gradient the step used
+};
+HA_FN HaElem ha_elem(float p) { HaElem e; e.p = p; e.home = false; e.step = 0.0f; e.grad = 0.0f; return e; }
+
+// SGD(M): d = g + λθ; b = d (t = 1) or μ b + (1 − dampening) d; d = d + μ b (Nesterov) or b; θ − η d.
+template <bool MOMENTUM> HA_FN HaElem ha_sgd(const HaScalars& s, ha_u32 flags, float p, float g, float* st) {
+    float d = s.weight_decay != 0.0f ? g + s.weight_decay * p : g;
+    if (MOMENTUM) {
+        float b = s.first_step != 0 ? d : s.momentum * st[0] + s.one_minus_dampening * d;
+        st[0] = b;
+        d = (flags & HA_NESTEROV) ? d + s.momentum * b : b;
+    }
+    return ha_elem(p - s.lr * d);
+}
+
+// Adam (coupled L2) / AdamW (θ(1 − ηλ)): θ − (η/bc1) · m / (√v / √bc2 + ε).
+template <bool DECOUPLED> HA_FN HaElem ha_adam(const HaScalars& s, float p, float g, float* st) {
+    if (DECOUPLED) p = p * s.decay;
+    else if (s.weight_decay != 0.0f) g = g + s.weight_decay * p;
+    float m = s.beta1 * st[0] + s.one_minus_beta1 * g;
+    float v = s.beta2 * st[1] + s.one_minus_beta2 * (g * g);
+    st[0] = m;
+    st[1] = v;
+    float denom = ha_sqrt(v) / s.sqrt_bc2 + s.eps;
+    return ha_elem(p - s.lr_over_bc1 * (m / denom));
+}
+
+// HomeAdam(W) branches: srf everywhere, home everywhere, or per element on v̂ ≥ τ.
+#define HA_ALL_SRF 0
+#define HA_ALL_HOME 1
+#define HA_PER_ELEMENT 2
+
+// Home unless v̂ ≥ τ; a NaN v̂ goes home.
+HA_FN bool ha_goes_home(float v_hat, float tau) { return v_hat < tau || ha_isnan(v_hat); }
+// v_t = β2 v + (1 − β2) g²: shared by the first pass and the update.
+HA_FN float ha_second_moment(const HaScalars& s, float v, float g) { return s.beta2 * v + s.one_minus_beta2 * (g * g); }
+
+// The branch of a HomeAdam update: per element, srf (Adam(W)-srf), or from ρ = min v / bc2 of
+// the first pass over the model (global) or the tensor (layer); min v / bc2 = min v̂ exactly,
+// as division by bc2 > 0 is monotonic.
+HA_FN int ha_home_branch(ha_u32 flags, ha_u32 model_vmin_bits, ha_u32 tensor_vmin_bits, const HaScalars& s) {
+    ha_u32 sw = (flags >> HA_SWITCH_SHIFT) & 3u;
+    if (sw == HA_SWITCH_ELEMENT) return HA_PER_ELEMENT;
+    if (sw == HA_SWITCH_SRF) return HA_ALL_SRF;
+    float rho = ha_float(sw == HA_SWITCH_GLOBAL ? model_vmin_bits : tensor_vmin_bits) / s.bc2;
+    return ha_goes_home(rho, s.tau) ? HA_ALL_HOME : HA_ALL_SRF;
+}
+
+// θ(1 − ηλ) − (η/bc1) · (m / (v/bc2 + ε))  (srf)   or   θ(1 − ηλ) − (η/bc1) · m  (home).
+HA_FN HaElem ha_home(const HaScalars& s, int branch, float p, float g, float* st) {
+    float m = s.beta1 * st[0] + s.one_minus_beta1 * g;
+    float v = ha_second_moment(s, st[1], g);
+    st[0] = m;
+    st[1] = v;
+    float v_hat = v / s.bc2;
+    bool home = branch == HA_ALL_SRF ? false : branch == HA_ALL_HOME ? true : ha_goes_home(v_hat, s.tau);
+    float srf = m / (v_hat + s.eps);
+    HaElem e = ha_elem(p * s.decay - s.lr_over_bc1 * (home ? m : srf));
+    e.home = home;
+    return e;
+}
+
+// AdaBelief (adabelief-pytorch 0.2.1): s = β2 s + (1 − β2)(g − m)² + ε; rectified or not.
+template <bool AMSGRAD> HA_FN HaElem ha_adabelief(const HaScalars& s, ha_u32 flags, float p, float g, float* st) {
+    if (!(flags & HA_WEIGHT_DECOUPLE) && s.weight_decay != 0.0f) g = g + s.weight_decay * p;
+    p = p * s.decay;
+    float m = s.beta1 * st[0] + s.one_minus_beta1 * g;
+    float residual = g - m;
+    float var = s.beta2 * st[1] + s.one_minus_beta2 * (residual * residual) + s.eps;
+    st[0] = m;
+    st[1] = var;
+    float denom_var = var;
+    if (AMSGRAD) {
+        st[2] = st[2] < var ? var : st[2];
+        denom_var = st[2];
+    }
+    if (s.rect_mode == 0) p = p - s.lr_over_bc1 * (m / (ha_sqrt(denom_var) / s.sqrt_bc2 + s.eps));
+    else if (s.rect_mode == 1) p = p - s.rect_lr * (m / (ha_sqrt(var) + s.eps));
+    else p = p - s.rect_lr * m;
+    return ha_elem(p);
+}
+
+// SWATS Adam phase: step = −(η√bc2/bc1) · m / (√(v + 1e−15) + ε).
+HA_FN HaElem ha_swats_adam(const HaScalars& s, ha_u32 flags, float p, float g, float* st) {
+    if (!(flags & HA_WEIGHT_DECOUPLE) && s.weight_decay != 0.0f) g = g + s.weight_decay * p;
+    p = p * s.decay;
+    float m = s.beta1 * st[0] + s.one_minus_beta1 * g;
+    float v = s.beta2 * st[1] + s.one_minus_beta2 * (g * g);
+    st[0] = m;
+    st[1] = v;
+    float step = (m / (ha_sqrt(v + 1e-15f) + s.eps)) * -s.swats_step;
+    HaElem e = ha_elem(p + step);
+    e.step = step;
+    e.grad = g;
+    return e;
+}
+
+// SWATS SGD phase: b = β1 b + g; θ − η' ((1 − β1) b (+ β1 b with Nesterov)).
+HA_FN HaElem ha_swats_sgd(const HaScalars& s, ha_u32 flags, float p, float g, float* st) {
+    if (!(flags & HA_WEIGHT_DECOUPLE) && s.weight_decay != 0.0f) g = g + s.weight_decay * p;
+    p = p * s.decay;
+    float b = s.beta1 * st[2] + g;
+    st[2] = b;
+    float update = b * s.one_minus_beta1;
+    if (flags & HA_NESTEROV) update = update + s.beta1 * b;
+    return ha_elem(p - s.swats_lr * update);
+}
+
+// MIAdam1: t ≤ switch_step: b = κ b + m, θ − (η²/bc1) b / d; else θ − (η/bc1) m / d.
+HA_FN HaElem ha_miadam(const HaScalars& s, float p, float g, float* st) {
+    if (s.weight_decay != 0.0f) g = g + s.weight_decay * p;
+    float m = s.beta1 * st[0] + s.one_minus_beta1 * g;
+    float v = s.beta2 * st[1] + s.one_minus_beta2 * (g * g);
+    st[0] = m;
+    st[1] = v;
+    float denom = ha_sqrt(v) / s.sqrt_bc2 + s.eps;
+    if (s.mi_phase != 0) {
+        float b = s.kappa * st[2] + m;
+        st[2] = b;
+        return ha_elem(p - s.lr2_over_bc1 * (b / denom));
+    }
+    return ha_elem(p - s.lr_over_bc1 * (m / denom));
+}
+
+// ---- the rule table: one id per element function --------------------------------------------
+
+#define HA_RULE_SGD 0
+#define HA_RULE_SGDM 1
+#define HA_RULE_ADAM 2
+#define HA_RULE_ADAMW 3
+#define HA_RULE_HOME 4
+#define HA_RULE_ADABELIEF 5
+#define HA_RULE_ADABELIEF_AMSGRAD 6
+#define HA_RULE_SWATS_ADAM 7
+#define HA_RULE_SWATS_SGD 8
+#define HA_RULE_MIADAM 9
+
+// Dispatches on a compile-time rule id; `branch` only matters for HA_RULE_HOME.
+template <int RULE> HA_FN HaElem ha_element(const HaScalars& s, ha_u32 flags, int branch, float p, float g, float* st) {
+    switch (RULE) {
+    case HA_RULE_SGD: return ha_sgd<false>(s, flags, p, g, st);
+    case HA_RULE_SGDM: return ha_sgd<true>(s, flags, p, g, st);
+    case HA_RULE_ADAM: return ha_adam<false>(s, p, g, st);
+    case HA_RULE_ADAMW: return ha_adam<true>(s, p, g, st);
+    case HA_RULE_HOME: return ha_home(s, branch, p, g, st);
+    case HA_RULE_ADABELIEF: return ha_adabelief<false>(s, flags, p, g, st);
+    case HA_RULE_ADABELIEF_AMSGRAD: return ha_adabelief<true>(s, flags, p, g, st);
+    case HA_RULE_SWATS_ADAM: return ha_swats_adam(s, flags, p, g, st);
+    case HA_RULE_SWATS_SGD: return ha_swats_sgd(s, flags, p, g, st);
+    default: return ha_miadam(s, p, g, st);
+    }
+}
+
+// State slots of each rule and the slot of v (−1: none), as the core's Kernel::SLOTS / RHO_SLOT.
+template <int RULE> struct HaRule {
+    static const int SLOTS = RULE == HA_RULE_SGD ? 0
+        : RULE == HA_RULE_SGDM ? 1
+        : (RULE == HA_RULE_ADABELIEF_AMSGRAD || RULE >= HA_RULE_SWATS_ADAM) ? 3 : 2;
+    static const int RHO_SLOT = (RULE == HA_RULE_ADAM || RULE == HA_RULE_ADAMW || RULE == HA_RULE_HOME
+        || RULE == HA_RULE_SWATS_ADAM || RULE == HA_RULE_MIADAM) ? 1 : -1;
+};
+
+#endif

@@ -1,0 +1,95 @@
+//! Compiles every kernel with NVRTC to PTX and SASS for sm_72, sm_87, sm_89 and sm_90, failing on
+//! any error or register spill, and prints the register counts. Needs no GPU: only libnvrtc
+//! (`cargo xtask test` installs NVRTC 12.9 from PyPI and sets `HOMEADAM_NVRTC_LIB` and
+//! `LD_LIBRARY_PATH`). Skipped, with a message, when `HOMEADAM_NVRTC_LIB` is not set.
+
+use homeadam_cuda::kernels::{self, ARCHS};
+
+#[test]
+fn every_kernel_compiles_for_every_arch_without_spills() {
+    let Ok(dir) = std::env::var("HOMEADAM_NVRTC_LIB") else {
+        eprintln!("SKIPPED compile_kernels: HOMEADAM_NVRTC_LIB is not set (`cargo xtask test` sets it)");
+        return;
+    };
+    // SAFETY: probing for the library has no preconditions.
+    assert!(
+        unsafe { cudarc::nvrtc::sys::is_culib_present() },
+        "HOMEADAM_NVRTC_LIB={dir} but libnvrtc cannot be loaded: is LD_LIBRARY_PATH set to it?"
+    );
+    let names = kernels::all_kernel_names();
+    let source = kernels::source();
+    println!("{} kernels per architecture", names.len());
+    for arch in ARCHS {
+        let ptx = kernels::compile(&source, &arch.replace("sm_", "compute_"), false)
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
+        assert!(!ptx.ptx.is_empty());
+        let out = kernels::compile(&source, arch, true).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        assert!(out.cubin.starts_with(b"\x7fELF"), "{arch}: no cubin");
+        let ptx_text = String::from_utf8_lossy(&out.ptx);
+        let resources = kernels::parse_ptxas_log(&out.log);
+        for name in &names {
+            assert!(
+                ptx_text.contains(&format!(".entry {name}(")),
+                "{arch}: {name} missing from the PTX"
+            );
+            let r = resources
+                .iter()
+                .find(|r| &r.name == name)
+                .unwrap_or_else(|| panic!("{arch}: no ptxas info for {name}\n{}", out.log));
+            assert_eq!(r.spill_bytes, 0, "{arch}: {name} spills {} bytes", r.spill_bytes);
+        }
+        let regs: Vec<u32> = resources.iter().map(|r| r.registers).collect();
+        let max = resources.iter().max_by_key(|r| r.registers).expect("kernels");
+        println!(
+            "{arch}: {} kernels, registers min {} max {} ({}), spills 0, cubin {} KiB, PTX {} KiB",
+            resources.len(),
+            regs.iter().min().expect("kernels"),
+            max.registers,
+            max.name,
+            out.cubin.len() / 1024,
+            out.ptx.len() / 1024
+        );
+        for rule in kernels::RULE_KERNELS {
+            let of_rule: Vec<u32> = resources
+                .iter()
+                .filter(|r| {
+                    r.name
+                        .strip_prefix(rule)
+                        .is_some_and(|t| t.starts_with("_f") || t.starts_with("_b"))
+                })
+                .map(|r| r.registers)
+                .collect();
+            println!(
+                "  {arch} {rule:<18} registers {}..{}",
+                of_rule.iter().min().expect("kernels"),
+                of_rule.iter().max().expect("kernels")
+            );
+        }
+    }
+}
+
+#[test]
+fn the_runtime_source_of_one_model_compiles() {
+    if std::env::var("HOMEADAM_NVRTC_LIB").is_err() {
+        eprintln!("SKIPPED compile_kernels (model source): HOMEADAM_NVRTC_LIB is not set");
+        return;
+    }
+    use homeadam_core::Dtype::{BF16, F16, F32};
+    for (rule, p, g, s) in [
+        ("homeadam", BF16, BF16, F32),
+        ("adamw", F16, F32, BF16),
+        ("sgd", F32, F32, F32),
+    ] {
+        let source = kernels::model_source(rule, p, g, s);
+        let out = kernels::compile(&source, "sm_87", false).unwrap_or_else(|e| panic!("{rule}: {e}"));
+        let ptx = String::from_utf8_lossy(&out.ptx);
+        for name in [
+            kernels::kernel_name(rule, p, g, s),
+            "ha_reset".into(),
+            format!("ha_check_{}", g.name()),
+            format!("ha_home_pre_{}_{}", g.name(), s.name()),
+        ] {
+            assert!(ptx.contains(&format!(".entry {name}(")), "{name} missing");
+        }
+    }
+}

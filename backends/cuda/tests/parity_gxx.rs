@@ -1,0 +1,438 @@
+//! The element math of `kernels/homeadam_math.h`, compiled by g++ (`-ffp-contract=off`), against
+//! the core's `Optimizer::step_reference`, bit for bit: every rule and variant × every
+//! param/grad/state storage type × both roundings, 8 steps of random tensors (denormal, huge,
+//! NaN and ±∞ values included), plus every storage conversion. Needs g++ only (no GPU);
+//! skipped with a message when g++ is missing.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use homeadam_core::rounding::{mix64, tensor_key};
+use homeadam_core::{
+    bf16, f16, Config, Dtype, FiniteCheck, Optimizer, Rounding, Rule, StepScalars, Storage, Tensor, TensorAux,
+};
+use homeadam_cuda::kernels::{self, flags, RULE_KERNELS};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix64(self.0)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// A mixture: ordinary magnitudes, denormals, huge values, zeros and raw bit patterns
+    /// (NaN and ±∞ among them).
+    fn value(&mut self) -> f32 {
+        let r = self.next();
+        let sign = (r >> 63) as u32;
+        let man = (r >> 8) as u32 & 0x7f_ffff;
+        let bits = match r % 20 {
+            0..=9 => (sign << 31) | ((100 + (r >> 40) % 35) as u32) << 23 | man,
+            10..=11 => (sign << 31) | man,
+            12..=13 => (sign << 31) | ((240 + (r >> 40) % 15) as u32) << 23 | man,
+            14 => sign << 31,
+            15..=17 => (sign << 31) | ((60 + (r >> 40) % 80) as u32) << 23 | man,
+            _ => r as u32,
+        };
+        f32::from_bits(bits)
+    }
+    fn finite(&mut self) -> f32 {
+        loop {
+            let x = self.value();
+            if x.is_finite() {
+                return x;
+            }
+        }
+    }
+}
+
+fn harness(test: &str) -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = std::env::temp_dir().join(format!("homeadam_gxx_{test}_{}", std::process::id()));
+    let status = Command::new("g++")
+        .args([
+            "-O2",
+            "-std=c++14",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-ffp-contract=off",
+            "-fno-fast-math",
+            "-I",
+        ])
+        .arg(dir.join("kernels"))
+        .arg(dir.join("tests/gxx/harness.cpp"))
+        .arg("-o")
+        .arg(&out)
+        .status();
+    match status {
+        Ok(s) if s.success() => Some(out),
+        Ok(s) => panic!("g++ failed to compile homeadam_math.h ({s})"),
+        Err(e) => {
+            eprintln!("SKIPPED parity_gxx: cannot run g++ ({e})");
+            None
+        }
+    }
+}
+
+fn run_harness(exe: &PathBuf, input: &[u8]) -> Vec<u8> {
+    let mut child = Command::new(exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("harness starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input).expect("harness reads"));
+    let out = child.wait_with_output().expect("harness runs");
+    writer.join().expect("writer");
+    assert!(out.status.success(), "harness failed");
+    out.stdout
+}
+
+fn put<T: Storage>(buf: &mut Vec<u8>, xs: &[T]) {
+    for x in xs {
+        buf.extend_from_slice(&x.to_bits32().to_le_bytes()[..T::DTYPE.size()]);
+    }
+}
+
+fn code(d: Dtype) -> u32 {
+    match d {
+        Dtype::F32 => 0,
+        Dtype::F16 => 1,
+        Dtype::BF16 => 2,
+    }
+}
+
+/// Equal bits, or both NaN (NaN payloads are not part of the contract).
+fn same<T: Storage>(a: T, b_bits: u32) -> bool {
+    let b = T::from_bits32(b_bits);
+    a.to_bits32() == b_bits || (a.to_f32().is_nan() && b.to_f32().is_nan())
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn u32(&mut self) -> u32 {
+        let (a, b) = self.0.split_at(4);
+        self.0 = b;
+        u32::from_le_bytes(a.try_into().expect("4 bytes"))
+    }
+    fn bits(&mut self, width: usize) -> u32 {
+        let (a, b) = self.0.split_at(width);
+        self.0 = b;
+        let mut w = [0u8; 4];
+        w[..width].copy_from_slice(a);
+        u32::from_le_bytes(w)
+    }
+}
+
+/// The rule variants: every rule of the core with its options.
+fn configs() -> Vec<Config> {
+    let mut out = Vec::new();
+    for rule in homeadam_core::ALL_RULES {
+        let mut c = Config::new(rule);
+        c.beta2 = 0.9; // AdaBelief's rectification turns on at t = 8
+        c.tau = 1e-6;
+        c.kappa = 0.9;
+        c.switch_step = 3;
+        match rule {
+            Rule::Sgd => {
+                out.push(Config {
+                    weight_decay: 0.01,
+                    ..c
+                });
+                out.push(Config {
+                    momentum: 0.9,
+                    dampening: 0.1,
+                    ..c
+                });
+            }
+            Rule::Sgdm => {
+                out.push(c);
+                out.push(Config {
+                    nesterov: true,
+                    weight_decay: 0.01,
+                    ..c
+                });
+            }
+            Rule::Adam | Rule::MiAdam => {
+                out.push(c);
+                out.push(Config {
+                    weight_decay: 0.01,
+                    ..c
+                });
+            }
+            Rule::AdaBelief => {
+                out.push(c);
+                out.push(Config {
+                    amsgrad: true,
+                    weight_decay: 0.01,
+                    ..c
+                });
+                out.push(Config {
+                    rectify: false,
+                    weight_decouple: false,
+                    weight_decay: 0.01,
+                    ..c
+                });
+                out.push(Config {
+                    fixed_decay: true,
+                    weight_decay: 0.01,
+                    ..c
+                });
+            }
+            Rule::Swats => {
+                out.push(c);
+                // ε = 10 makes the switch test pass at t = 2: the SGD phase runs from t = 3.
+                out.push(Config {
+                    eps: 10.0,
+                    weight_decay: 0.01,
+                    nesterov: true,
+                    ..c
+                });
+                out.push(Config {
+                    eps: 10.0,
+                    weight_decouple: true,
+                    weight_decay: 0.01,
+                    ..c
+                });
+            }
+            Rule::HomeAdam(_) | Rule::HomeAdamW(_) => {
+                out.push(c);
+                out.push(Config { tau: 1e-30, ..c });
+            }
+            _ => out.push(c),
+        }
+    }
+    let mut all = Vec::new();
+    for c in out {
+        for rounding in [Rounding::Nearest, Rounding::Stochastic] {
+            for finite_check in [FiniteCheck::SkipStep, FiniteCheck::Trust] {
+                all.push(Config {
+                    rounding,
+                    finite_check,
+                    seed: 7,
+                    allow_f16_state: true,
+                    ..c
+                });
+            }
+        }
+    }
+    all
+}
+
+#[derive(Default)]
+struct Counts {
+    elements: u64,
+    steps: u64,
+    skipped: u64,
+    swats_sgd_steps: u64,
+    home: u64,
+}
+
+fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64, counts: &mut Counts) {
+    let mut rng = Rng(0x5eed ^ (code(P::DTYPE) * 9 + code(G::DTYPE) * 3 + code(S::DTYPE)) as u64);
+    let mut input = Vec::new();
+    let mut expected = Vec::new();
+    for config in configs() {
+        let slots = config.state_slots();
+        let mut opt = Optimizer::new(config).expect("valid config");
+        let mut param: Vec<P> = (0..n).map(|_| P::from_f32(rng.finite())).collect();
+        let mut state: Vec<S> = (0..slots * n)
+            .map(|i| {
+                let x = rng.finite();
+                // Second moments are never negative.
+                S::from_f32(if i >= n && config.is_second_moment_slot(i / n) {
+                    x.abs()
+                } else {
+                    x
+                })
+            })
+            .collect();
+        for _ in 0..steps {
+            let t = opt.step_count() + 1;
+            let grad_scale = [1.0, 65536.0, 0.5, 3.0][rng.below(4) as usize];
+            // One step in three carries a non-finite gradient.
+            let bad = rng.below(3) == 0;
+            let grad: Vec<G> = (0..n)
+                .map(|i| {
+                    let x = if bad && i == n / 2 {
+                        f32::INFINITY
+                    } else {
+                        rng.value()
+                    };
+                    let x = if !bad && !x.is_finite() { 1.0 } else { x };
+                    G::from_f32(x)
+                })
+                .collect();
+            let scalars = StepScalars::new(&config, t, grad_scale, opt.swats_sgd_lr());
+            let (rule, mut f) = kernels::rule_kernel(&config, opt.swats_sgd_lr().is_some());
+            counts.swats_sgd_steps += (rule == "swats_sgd") as u64;
+            if config.rounding == Rounding::Stochastic {
+                f |= flags::STOCHASTIC;
+            }
+            let id = RULE_KERNELS.iter().position(|&r| r == rule).expect("rule") as u32;
+            input.extend_from_slice(&0u32.to_le_bytes());
+            let check = (config.finite_check == FiniteCheck::SkipStep) as u32;
+            for h in [id, code(P::DTYPE), code(G::DTYPE), code(S::DTYPE), f, check] {
+                input.extend_from_slice(&h.to_le_bytes());
+            }
+            input.extend_from_slice(&tensor_key(config.seed, t, 0).to_le_bytes());
+            input.extend_from_slice(&(n as u64).to_le_bytes());
+            // SAFETY: StepScalars is repr(C) of f32 and u32 fields, no padding.
+            let raw = unsafe {
+                std::slice::from_raw_parts(
+                    &scalars as *const StepScalars as *const u8,
+                    std::mem::size_of::<StepScalars>(),
+                )
+            };
+            input.extend_from_slice(raw);
+            put(&mut input, &param);
+            put(&mut input, &grad);
+            put(&mut input, &state);
+            let mut aux = TensorAux::default();
+            let report = {
+                let mut model = [Tensor::new(&mut param, &grad, &mut state, &mut aux)];
+                opt.step_reference(&mut model, grad_scale).expect("step")
+            };
+            counts.steps += 1;
+            counts.skipped += report.skipped as u64;
+            counts.home += report.home_elements;
+            counts.elements += if report.skipped { 0 } else { n as u64 };
+            expected.push((config, t, report, scalars.bc2, param.clone(), state.clone()));
+        }
+    }
+    let out = run_harness(exe, &input);
+    let mut r = Reader(&out);
+    for (config, t, report, bc2, param, state) in expected {
+        let what = format!(
+            "{} {}/{}/{} {:?} t={t}",
+            config.rule.name(),
+            P::DTYPE.name(),
+            G::DTYPE.name(),
+            S::DTYPE.name(),
+            config
+        );
+        let (skipped, vmin, home) = (r.u32(), r.u32(), r.u32());
+        assert_eq!(skipped != 0, report.skipped, "{what}: skipped");
+        assert_eq!(home as u64, report.home_elements, "{what}: home elements");
+        if !report.skipped {
+            let rho = report.rho.map(f32::to_bits);
+            let ours = (f32::from_bits(vmin) / bc2).to_bits();
+            if let Some(rho) = rho {
+                assert_eq!(rho, ours, "{what}: rho");
+            }
+        }
+        for (i, p) in param.iter().enumerate() {
+            let b = r.bits(P::DTYPE.size());
+            assert!(
+                same(*p, b),
+                "{what}: param[{i}] core {:#x} header {b:#x}",
+                p.to_bits32()
+            );
+        }
+        for (i, s) in state.iter().enumerate() {
+            let b = r.bits(S::DTYPE.size());
+            assert!(
+                same(*s, b),
+                "{what}: state[{i}] core {:#x} header {b:#x}",
+                s.to_bits32()
+            );
+        }
+    }
+    assert!(r.0.is_empty(), "harness wrote more than expected");
+}
+
+fn combos_p<P: Storage>(exe: &PathBuf, n: usize, steps: u64, counts: &mut Counts) {
+    combos_g::<P, f32>(exe, n, steps, counts);
+    combos_g::<P, f16>(exe, n, steps, counts);
+    combos_g::<P, bf16>(exe, n, steps, counts);
+}
+
+fn combos_g<P: Storage, G: Storage>(exe: &PathBuf, n: usize, steps: u64, counts: &mut Counts) {
+    combo::<P, G, f32>(exe, n, steps, counts);
+    combo::<P, G, f16>(exe, n, steps, counts);
+    combo::<P, G, bf16>(exe, n, steps, counts);
+}
+
+#[test]
+fn element_math_matches_the_core_bit_for_bit() {
+    let Some(exe) = harness("steps") else { return };
+    let n = if cfg!(debug_assertions) { 64 } else { 1024 };
+    let mut counts = Counts::default();
+    combos_p::<f32>(&exe, n, 8, &mut counts);
+    combos_p::<f16>(&exe, n, 8, &mut counts);
+    combos_p::<bf16>(&exe, n, 8, &mut counts);
+    let _ = std::fs::remove_file(&exe);
+    println!(
+        "parity_gxx: {} element updates in {} steps ({} skipped steps not counted, {} SWATS SGD-phase steps, {} home elements): all bit-identical",
+        counts.elements, counts.steps, counts.skipped, counts.swats_sgd_steps, counts.home
+    );
+    assert!(counts.swats_sgd_steps > 0, "the SWATS SGD phase was not reached");
+    assert!(counts.home > 0 && counts.skipped > 0);
+}
+
+#[test]
+fn conversions_match_the_core_bit_for_bit() {
+    let Some(exe) = harness("conversions") else { return };
+    let count: u64 = if cfg!(debug_assertions) { 1 << 18 } else { 1 << 24 };
+    let mut rng = Rng(42);
+    let mut input = Vec::new();
+    input.extend_from_slice(&1u32.to_le_bytes());
+    input.extend_from_slice(&(count + 65536).to_le_bytes());
+    let mut xs = Vec::new();
+    // Every 16-bit pattern (for the widening conversions), then random f32 values.
+    for i in 0..65536u32 {
+        xs.push((i, rng.next() as u32 >> 8));
+    }
+    for _ in 0..count {
+        xs.push((rng.value().to_bits(), rng.next() as u32 >> 8));
+    }
+    for (x, r) in &xs {
+        input.extend_from_slice(&x.to_le_bytes());
+        input.extend_from_slice(&r.to_le_bytes());
+    }
+    let out = run_harness(&exe, &input);
+    let _ = std::fs::remove_file(&exe);
+    let mut rd = Reader(&out);
+    for &(bits, r24) in &xs {
+        let x = f32::from_bits(bits);
+        let got: Vec<u32> = (0..4).map(|_| rd.bits(2)).collect();
+        let (h32, b32) = (rd.u32(), rd.u32());
+        assert!(
+            same(<f16 as Storage>::from_f32(x), got[0]),
+            "f16 RNE of {bits:#x}"
+        );
+        assert!(
+            same(<bf16 as Storage>::from_f32(x), got[1]),
+            "bf16 RNE of {bits:#x}"
+        );
+        assert!(
+            same(f16::from_f32_stochastic(x, r24), got[2]),
+            "f16 stochastic of {bits:#x}, {r24:#x}"
+        );
+        assert!(
+            same(bf16::from_f32_stochastic(x, r24), got[3]),
+            "bf16 stochastic of {bits:#x}, {r24:#x}"
+        );
+        assert!(
+            same(f16::from_bits(bits as u16).to_f32(), h32),
+            "f16 {:#x} to f32",
+            bits as u16
+        );
+        assert!(
+            same(bf16::from_bits(bits as u16).to_f32(), b32),
+            "bf16 {:#x} to f32",
+            bits as u16
+        );
+    }
+    println!(
+        "parity_gxx: {} values converted 6 ways (f16/bf16 RNE, stochastic, widening): all bit-identical",
+        xs.len()
+    );
+}
