@@ -44,12 +44,6 @@ pub struct Optimizer {
     swats_sgd_lr: Option<f64>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Path {
-    Fast,
-    Reference,
-}
-
 impl Optimizer {
     /// Validates `config` and starts at step 0.
     pub fn new(config: Config) -> Result<Self, Error> {
@@ -104,7 +98,7 @@ impl Optimizer {
         tensors: &mut [Tensor<'_, P, G, S>],
         grad_scale: f64,
     ) -> Result<StepReport, Error> {
-        self.step_with(tensors, grad_scale, Path::Fast)
+        self.step_with::<false, P, G, S>(tensors, grad_scale)
     }
 
     /// The same step through the scalar reference: one element at a time. Every fast path
@@ -114,7 +108,7 @@ impl Optimizer {
         tensors: &mut [Tensor<'_, P, G, S>],
         grad_scale: f64,
     ) -> Result<StepReport, Error> {
-        self.step_with(tensors, grad_scale, Path::Reference)
+        self.step_with::<true, P, G, S>(tensors, grad_scale)
     }
 
     fn check_inputs<P: Storage, G: Storage, S: Storage>(
@@ -154,11 +148,12 @@ impl Optimizer {
         Ok(())
     }
 
-    fn step_with<P: Storage, G: Storage, S: Storage>(
+    /// `REFERENCE` is a const so that a program calling only [`Optimizer::step`] links only the
+    /// fast drivers (flash matters on microcontrollers).
+    fn step_with<const REFERENCE: bool, P: Storage, G: Storage, S: Storage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
         grad_scale: f64,
-        path: Path,
     ) -> Result<StepReport, Error> {
         self.check_inputs(tensors, grad_scale)?;
         let t = self.step.checked_add(1).ok_or(Error::StepOverflow)?;
@@ -210,8 +205,7 @@ impl Optimizer {
                 Some(Switch::Layer) => home_branch(goes_home(tensor.aux.rho, scalars.tau)),
                 _ => branch::PER_ELEMENT,
             };
-            let run = Run {
-                path,
+            let run = Run::<REFERENCE> {
                 rounding: config.rounding,
                 key: tensor_key(config.seed, t, index as u64),
                 inv,
@@ -277,30 +271,27 @@ fn home_branch(home: bool) -> u8 {
     }
 }
 
-/// How one tensor is driven: which driver, which parameter rounding.
+/// How one tensor is driven: which driver (`REFERENCE` or the fast path), which rounding.
 #[derive(Clone, Copy)]
-struct Run {
-    path: Path,
+struct Run<const REFERENCE: bool> {
     rounding: Rounding,
     key: u64,
     inv: f32,
 }
 
-impl Run {
+impl<const REFERENCE: bool> Run<REFERENCE> {
     fn apply<K: Kernel, P: Storage, G: Storage, S: Storage>(
         self,
         kernel: K,
         tensor: &mut Tensor<'_, P, G, S>,
     ) -> (TensorResult, bool) {
-        let result = match (self.path, self.rounding) {
-            (Path::Fast, Rounding::Nearest) => kernel::run_fast(kernel, tensor, self.inv, NearestStore),
-            (Path::Fast, Rounding::Stochastic) => {
+        let result = match (REFERENCE, self.rounding) {
+            (false, Rounding::Nearest) => kernel::run_fast(kernel, tensor, self.inv, NearestStore),
+            (false, Rounding::Stochastic) => {
                 kernel::run_fast(kernel, tensor, self.inv, StochasticStore { key: self.key })
             }
-            (Path::Reference, Rounding::Nearest) => {
-                kernel::run_reference(kernel, tensor, self.inv, NearestStore)
-            }
-            (Path::Reference, Rounding::Stochastic) => {
+            (true, Rounding::Nearest) => kernel::run_reference(kernel, tensor, self.inv, NearestStore),
+            (true, Rounding::Stochastic) => {
                 kernel::run_reference(kernel, tensor, self.inv, StochasticStore { key: self.key })
             }
         };
@@ -308,12 +299,12 @@ impl Run {
     }
 }
 
-fn dispatch<P: Storage, G: Storage, S: Storage>(
+fn dispatch<const REFERENCE: bool, P: Storage, G: Storage, S: Storage>(
     config: &Config,
     s: &StepScalars,
     swats_in_sgd_phase: bool,
     branch: u8,
-    run: Run,
+    run: Run<REFERENCE>,
     tensor: &mut Tensor<'_, P, G, S>,
 ) -> (TensorResult, bool) {
     match config.rule {
