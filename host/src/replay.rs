@@ -236,14 +236,11 @@ fn replay_typed<P: Storage, G: Storage, S: Storage>(
 
 /// One JSON line of telemetry: `{"step":…,"rho":…,"home_elements":…,"skipped":…}`.
 pub fn telemetry_line(report: &StepReport) -> String {
-    let rho = report.rho.filter(|r| r.is_finite()).map(|r| r as f64);
-    serde_json::json!({
-        "step": report.step,
-        "rho": rho,
-        "home_elements": report.home_elements,
-        "skipped": report.skipped,
-    })
-    .to_string()
+    let rho = serde_json::Value::from(report.rho.filter(|r| r.is_finite()).map(|r| r as f64));
+    format!(
+        r#"{{"step":{},"rho":{rho},"home_elements":{},"skipped":{}}}"#,
+        report.step, report.home_elements, report.skipped
+    )
 }
 
 /// Serializes the output tensors as safetensors bytes.
