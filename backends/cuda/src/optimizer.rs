@@ -341,16 +341,7 @@ impl CudaOptimizer {
     fn save_typed<S: Storage>(&self) -> Result<Vec<u8>, Error> {
         let mut host = self.state_to_host::<S>()?;
         let mut aux = vec![TensorAux::default(); host.len()];
-        let views: Vec<TensorState<'_, S>> = host
-            .iter_mut()
-            .zip(aux.iter_mut())
-            .zip(&self.tensors)
-            .map(|((state, aux), t)| TensorState {
-                numel: t.numel,
-                state,
-                aux,
-            })
-            .collect();
+        let views = state_views(&mut host, &mut aux, &self.tensors);
         self.save_state_with(&views)
     }
 
@@ -381,16 +372,7 @@ impl CudaOptimizer {
             .map(|t| vec![S::default(); slots * t.numel])
             .collect();
         let mut aux = vec![TensorAux::default(); host.len()];
-        let mut views: Vec<TensorState<'_, S>> = host
-            .iter_mut()
-            .zip(aux.iter_mut())
-            .zip(&self.tensors)
-            .map(|((state, aux), t)| TensorState {
-                numel: t.numel,
-                state,
-                aux,
-            })
-            .collect();
+        let mut views = state_views(&mut host, &mut aux, &self.tensors);
         let mut core = self.core.clone();
         core.load_state(bytes, &mut views)?;
         for (t, state) in self.tensors.iter().zip(&host) {
@@ -435,4 +417,21 @@ impl ByteSink for VecSink {
         self.0.extend_from_slice(bytes);
         Ok(())
     }
+}
+
+/// The core's checkpoint views over host copies of the device state.
+fn state_views<'a, S>(
+    host: &'a mut [Vec<S>],
+    aux: &'a mut [TensorAux],
+    tensors: &[DeviceTensor],
+) -> Vec<TensorState<'a, S>> {
+    host.iter_mut()
+        .zip(aux.iter_mut())
+        .zip(tensors)
+        .map(|((state, aux), t)| TensorState {
+            numel: t.numel,
+            state,
+            aux,
+        })
+        .collect()
 }

@@ -4,6 +4,12 @@ use homeadam_core::{
     ByteSink, Config, Error, Optimizer, StepReport, Storage, Tensor, TensorAux, TensorState,
 };
 
+/// [`Optimizer::step`] or [`Optimizer::step_reference`] on an `f32` model with state `S`.
+type StepFn<S> = for<'a, 'b> fn(
+    &'a mut Optimizer,
+    &'a mut [Tensor<'b, f32, f32, S>],
+    f64,
+) -> Result<StepReport, homeadam_core::Error>;
 /// Why a [`Trainer`] was refused.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum TrainerError {
@@ -80,19 +86,21 @@ impl<S: Storage, const N: usize, const CAP: usize> Trainer<S, N, CAP> {
     /// One optimizer step with gradients `grad` (multiplied by `grad_scale`), through the
     /// core's fast path.
     pub fn step(&mut self, grad: &[f32; N], grad_scale: f64) -> Result<StepReport, TrainerError> {
-        let len = self.opt.state_len(N);
-        let mut model = [Tensor::new(
-            &mut self.params,
-            grad,
-            &mut self.state[..len],
-            &mut self.aux,
-        )];
-        Ok(self.opt.step(&mut model, grad_scale)?)
+        self.step_with(grad, grad_scale, Optimizer::step)
     }
 
     /// The same step through the core's scalar reference (slow; for checks such as
     /// [`crate::golden`]).
     pub fn step_reference(&mut self, grad: &[f32; N], grad_scale: f64) -> Result<StepReport, TrainerError> {
+        self.step_with(grad, grad_scale, Optimizer::step_reference)
+    }
+
+    fn step_with(
+        &mut self,
+        grad: &[f32; N],
+        grad_scale: f64,
+        step: StepFn<S>,
+    ) -> Result<StepReport, TrainerError> {
         let len = self.opt.state_len(N);
         let mut model = [Tensor::new(
             &mut self.params,
@@ -100,7 +108,7 @@ impl<S: Storage, const N: usize, const CAP: usize> Trainer<S, N, CAP> {
             &mut self.state[..len],
             &mut self.aux,
         )];
-        Ok(self.opt.step_reference(&mut model, grad_scale)?)
+        Ok(step(&mut self.opt, &mut model, grad_scale)?)
     }
 
     /// Bytes [`Trainer::save`] writes: the weights, then the core's state format.
