@@ -9,7 +9,7 @@
 //!    core, bit for bit.
 //! 3. The aarch64 (Jetson) build of homeadam-jetson.
 //!
-//! The GPU tests (`gpu`) run with the workspace tests and skip, with a message, without a driver.
+//! 4. The GPU tests (`gpu`), with their output shown: without a driver they say they skipped.
 
 use std::process::{exit, Command};
 
@@ -61,6 +61,24 @@ pub(crate) fn test() {
             "--release",
             "--test",
             "parity_gxx",
+            "--",
+            "--nocapture",
+        ],
+    );
+    // Shown here because `cargo test` hides a passing test's output: without a driver, these
+    // print why they skipped.
+    run(
+        "GPU tests (skip without a CUDA driver)",
+        "cargo",
+        &[
+            "test",
+            "-p",
+            "homeadam-cuda",
+            "-p",
+            "homeadam-jetson",
+            "--release",
+            "--test",
+            "gpu",
             "--",
             "--nocapture",
         ],
