@@ -5,48 +5,28 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+use common::Model;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use homeadam_core::{bf16, Config, FiniteCheck, Optimizer, Rule, Storage, Switch, Tensor, TensorAux};
+use homeadam_core::{bf16, Config, FiniteCheck, Optimizer, Rule, Storage, Switch};
+
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 const PARAMS: usize = 16 << 20;
 const TENSORS: usize = 8;
 
-struct Model<P, G, S> {
-    params: Vec<Vec<P>>,
-    grads: Vec<Vec<G>>,
-    states: Vec<Vec<S>>,
-    aux: Vec<TensorAux>,
-}
-
-impl<P: Storage, G: Storage, S: Storage> Model<P, G, S> {
-    fn new(opt: &Optimizer) -> Self {
-        let n = PARAMS / TENSORS;
-        let value = |i: usize, scale: f32| ((i as f32) * 0.618).sin() * scale;
-        Model {
-            params: (0..TENSORS)
-                .map(|_| (0..n).map(|i| P::from_f32(value(i, 1.0))).collect())
-                .collect(),
-            grads: (0..TENSORS)
-                .map(|_| (0..n).map(|i| G::from_f32(value(i + 7, 1e-3))).collect())
-                .collect(),
-            states: (0..TENSORS)
-                .map(|_| vec![S::default(); opt.state_len(n)])
-                .collect(),
-            aux: vec![TensorAux::default(); TENSORS],
-        }
-    }
-
-    fn step(&mut self, opt: &mut Optimizer) {
-        let mut tensors: Vec<Tensor<'_, P, G, S>> = self
-            .params
-            .iter_mut()
-            .zip(&self.grads)
-            .zip(self.states.iter_mut())
-            .zip(self.aux.iter_mut())
-            .map(|(((p, g), s), a)| Tensor::new(p, g, s, a))
+/// The bench model: the tests' [`common::Model`] with deterministic values.
+fn model<P: Storage, G: Storage, S: Storage>(opt: &Optimizer) -> Model<P, G, S> {
+    let n = PARAMS / TENSORS;
+    let values = |offset: usize, scale: f32| -> Vec<Vec<f32>> {
+        let tensor: Vec<f32> = (0..n)
+            .map(|i| ((i + offset) as f32 * 0.618).sin() * scale)
             .collect();
-        black_box(opt.step(&mut tensors, 1.0).unwrap());
-    }
+        vec![tensor; TENSORS]
+    };
+    let mut model = Model::new(opt, &values(0, 1.0));
+    model.set_grads(&values(7, 1e-3));
+    model
 }
 
 /// Bytes one step moves per parameter: the check pass (or the global rule's first pass), then
@@ -62,7 +42,7 @@ fn bytes_per_param(config: &Config, p: usize, g: usize, s: usize) -> usize {
 
 fn bench_rule<P: Storage, G: Storage, S: Storage>(c: &mut Criterion, name: &str, config: Config) {
     let mut opt = Optimizer::new(config).unwrap();
-    let mut model = Model::<P, G, S>::new(&opt);
+    let mut model = model::<P, G, S>(&opt);
     let bytes = bytes_per_param(&config, P::DTYPE.size(), G::DTYPE.size(), S::DTYPE.size());
     let mut group = c.benchmark_group("step16M");
     group
@@ -71,7 +51,7 @@ fn bench_rule<P: Storage, G: Storage, S: Storage>(c: &mut Criterion, name: &str,
         .measurement_time(Duration::from_secs(4));
     group.throughput(Throughput::Bytes((bytes * PARAMS) as u64));
     group.bench_function(BenchmarkId::from_parameter(format!("{name}/{bytes}B")), |b| {
-        b.iter(|| model.step(&mut opt))
+        b.iter(|| black_box(model.step(&mut opt, 1.0, false).unwrap()))
     });
     group.finish();
 }

@@ -2,6 +2,7 @@
 
 use crate::error::Error;
 use crate::rounding::Rounding;
+use crate::storage::Dtype;
 
 /// Where HomeAdam(W) decides between the srf step and the home (SGDM) step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,6 +228,16 @@ impl Config {
         self.rule.has_second_moment()
             && slot >= 1
             && !(matches!(self.rule, Rule::Swats | Rule::MiAdam) && slot == 2)
+    }
+
+    /// Refuses f16 storage for a second moment unless `allow_f16_state` (DESIGN §3): every
+    /// backend asks this, so all refuse the same configurations.
+    pub fn check_state_dtype(&self, dtype: Dtype) -> Result<(), Error> {
+        let second_moment = (0..self.state_slots()).any(|k| self.is_second_moment_slot(k));
+        if dtype == Dtype::F16 && !self.allow_f16_state && second_moment {
+            return Err(Error::F16SecondMoment);
+        }
+        Ok(())
     }
 
     /// Names of the state slots, as in checkpoints and `homeadam replay` outputs.

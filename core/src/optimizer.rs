@@ -13,7 +13,7 @@ use crate::rules::sgd::Sgd;
 use crate::rules::srf;
 use crate::rules::swats::{self, SwatsAdam, SwatsSgd};
 use crate::scalars::{powi_by_squaring, StepScalars};
-use crate::storage::{Dtype, Storage};
+use crate::storage::Storage;
 use crate::tensor::{StepReport, Tensor};
 
 /// An optimizer: a validated [`Config`] plus the model-wide state (the step counter t and the
@@ -119,13 +119,8 @@ impl Optimizer {
         if !(grad_scale.is_finite() && grad_scale > 0.0) {
             return Err(Error::InvalidGradScale(grad_scale));
         }
+        self.config.check_state_dtype(S::DTYPE)?;
         let slots = self.config.state_slots();
-        if S::DTYPE == Dtype::F16
-            && !self.config.allow_f16_state
-            && (0..slots).any(|k| self.config.is_second_moment_slot(k))
-        {
-            return Err(Error::F16SecondMoment);
-        }
         for (k, t) in tensors.iter().enumerate() {
             let n = t.param.len();
             if t.grad.len() != n {
@@ -183,10 +178,14 @@ impl Optimizer {
         {
             return Ok(skip(tensors, t));
         }
-        let model_rho = tensors
-            .iter()
-            .fold(f32::INFINITY, |a, t| if t.aux.rho < a { t.aux.rho } else { a });
-        let global_home = goes_home(model_rho, scalars.tau);
+        let global_home = switch == Some(Switch::Global) && {
+            let model_rho = tensors
+                .iter()
+                .fold(f32::INFINITY, |a, t| if t.aux.rho < a { t.aux.rho } else { a });
+            goes_home(model_rho, scalars.tau)
+        };
+        // SWATS's switch test works in f64.
+        let bc2 = 1.0 - powi_by_squaring(config.beta2, t);
 
         let mut report = StepReport {
             step: t,
@@ -231,7 +230,6 @@ impl Optimizer {
             report.home_elements += result.home as u64;
             report.nonfinite_applied |= result.nonfinite;
             if config.rule == Rule::Swats && self.swats_sgd_lr.is_none() {
-                let bc2 = 1.0 - powi_by_squaring(config.beta2, t);
                 let asks = swats::switch_test(
                     &mut tensor.aux.swats_lambda,
                     result.step_sq,

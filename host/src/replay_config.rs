@@ -109,9 +109,7 @@ impl ReplayConfig {
             state_dtype: dtype(raw.state_dtype, "state_dtype")?,
             grad_scale,
         };
-        if config.state_dtype == Dtype::F16 && !c.allow_f16_state && c.rule.has_second_moment() {
-            bail!("config: {}", homeadam_core::Error::F16SecondMoment);
-        }
+        c.check_state_dtype(config.state_dtype).context("config")?;
         Ok(config)
     }
 }
