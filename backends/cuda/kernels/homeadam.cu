@@ -64,6 +64,26 @@ __device__ static inline ha_u32 ha_warp_any(ha_u32 x) { return __any_sync(0xffff
 // above +∞) never win, as the core's `x < min` ignores NaN.
 __device__ static inline ha_u32 ha_min_bits(ha_u32 acc, float v) { ha_u32 b = ha_bits(v); return b < acc ? b : acc; }
 
+// Four consecutive elements in one access: 16 bytes for f32, 8 for f16 / bf16. Used where every
+// pointer of the tensor is 16-byte aligned and numel % 4 == 0 (then each state slot is aligned
+// too); other tensors take the one-element loop. Same elements, same operations: same bits.
+struct alignas(16) ha_v16 { ha_u32 x, y, z, w; };
+struct alignas(8) ha_v8 { ha_u32 x, y; };
+template <typename T> struct HaVec { typedef ha_v8 type; };
+template <> struct HaVec<float> { typedef ha_v16 type; };
+template <typename T> union HaPack { typename HaVec<T>::type v; T e[4]; };
+template <typename T> __device__ static inline HaPack<T> ha_load4(const T* p) {
+    HaPack<T> r;
+    r.v = *(const typename HaVec<T>::type*)p;
+    return r;
+}
+template <typename T> __device__ static inline void ha_store4(T* p, const HaPack<T>& r) {
+    *(typename HaVec<T>::type*)p = r.v;
+}
+__device__ static inline bool ha_vectorizable(const HaTensor& t) {
+    return ((t.param | t.grad | t.state) & 15) == 0 && (t.numel & 3) == 0;
+}
+
 template <typename G>
 __device__ void ha_check(const HaTensor* tensors, const HaBlock* blocks, float inv, HaStatus* status) {
     HaBlock blk = blocks[blockIdx.x];
@@ -71,7 +91,14 @@ __device__ void ha_check(const HaTensor* tensors, const HaBlock* blocks, float i
     const G* grad = (const G*)t.grad;
     ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < t.numel ? start + HA_CHUNK : t.numel;
     ha_u32 bad = 0;
-    for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) bad |= ha_nonfinite(ha_to_f32(grad[i]) * inv);
+    if (ha_vectorizable(t)) {
+        for (ha_u64 i = start + 4 * threadIdx.x; i < end; i += 4 * blockDim.x) {
+            HaPack<G> g = ha_load4(grad + i);
+            for (int j = 0; j < 4; j++) bad |= ha_nonfinite(ha_to_f32(g.e[j]) * inv);
+        }
+    } else {
+        for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) bad |= ha_nonfinite(ha_to_f32(grad[i]) * inv);
+    }
     if (ha_warp_any(bad) && (threadIdx.x & 31) == 0) atomicExch(&status->nonfinite, 1u);
 }
 
@@ -83,10 +110,22 @@ __device__ void ha_home_pre(HaTensor* tensors, const HaBlock* blocks, HaScalars 
     const S* v = (const S*)t.state + t.numel;
     ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < t.numel ? start + HA_CHUNK : t.numel;
     ha_u32 bad = 0, vmin = HA_INF_BITS;
-    for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
-        float g = ha_to_f32(grad[i]) * s.inv_grad_scale;
-        bad |= ha_nonfinite(g);
-        vmin = ha_min_bits(vmin, ha_second_moment(s, ha_to_f32(v[i]), g));
+    if (ha_vectorizable(t)) {
+        for (ha_u64 i = start + 4 * threadIdx.x; i < end; i += 4 * blockDim.x) {
+            HaPack<G> gs = ha_load4(grad + i);
+            HaPack<S> vs = ha_load4(v + i);
+            for (int j = 0; j < 4; j++) {
+                float g = ha_to_f32(gs.e[j]) * s.inv_grad_scale;
+                bad |= ha_nonfinite(g);
+                vmin = ha_min_bits(vmin, ha_second_moment(s, ha_to_f32(vs.e[j]), g));
+            }
+        }
+    } else {
+        for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+            float g = ha_to_f32(grad[i]) * s.inv_grad_scale;
+            bad |= ha_nonfinite(g);
+            vmin = ha_min_bits(vmin, ha_second_moment(s, ha_to_f32(v[i]), g));
+        }
     }
     vmin = ha_warp_min(vmin);
     if ((threadIdx.x & 31) == 0) {
@@ -94,6 +133,24 @@ __device__ void ha_home_pre(HaTensor* tensors, const HaBlock* blocks, HaScalars 
         atomicMin(&status->vmin_pre, vmin);
     }
     if (ha_warp_any(bad) && (threadIdx.x & 31) == 0) atomicExch(&status->nonfinite, 1u);
+}
+
+// What a thread's elements add to the step's results.
+struct HaAcc { ha_u32 home, vmin, bad; };
+
+// One element: θ (P) and its state slots (S) updated in place from the stored gradient.
+template <int RULE, typename P, typename S>
+__device__ static inline void ha_update_one(const HaScalars& s, ha_u32 flags, int branch, bool stochastic, ha_u64 key,
+                                            ha_u64 i, P& param, float grad, S* slots, HaAcc& acc) {
+    float st[3] = {0.0f, 0.0f, 0.0f};
+    for (int k = 0; k < HaRule<RULE>::SLOTS; k++) st[k] = ha_to_f32(slots[k]);
+    float g = grad * s.inv_grad_scale;
+    acc.bad |= ha_nonfinite(g);
+    HaElem e = ha_element<RULE>(s, flags, branch, ha_to_f32(param), g, st);
+    param = stochastic ? ha_from_f32_stochastic<P>(e.p, ha_stochastic_bits(key, i)) : HaStore<P>::from_f32(e.p);
+    for (int k = 0; k < HaRule<RULE>::SLOTS; k++) slots[k] = HaStore<S>::from_f32(st[k]);
+    if (HaRule<RULE>::RHO_SLOT >= 0) acc.vmin = ha_min_bits(acc.vmin, st[HaRule<RULE>::RHO_SLOT]);
+    acc.home += e.home;
 }
 
 template <int RULE, typename P, typename G, typename S>
@@ -110,18 +167,33 @@ __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, HaScalars s,
     bool stochastic = (flags & HA_STOCHASTIC) != 0;
     ha_u64 key = ha_tensor_key(sr_base, t.index);
     ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < n ? start + HA_CHUNK : n;
-    ha_u32 home = 0, vmin = HA_INF_BITS, bad = 0;
-    for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
-        float st[3] = {0.0f, 0.0f, 0.0f};
-        for (int k = 0; k < HaRule<RULE>::SLOTS; k++) st[k] = ha_to_f32(state[k * n + i]);
-        float g = ha_to_f32(grad[i]) * s.inv_grad_scale;
-        bad |= ha_nonfinite(g);
-        HaElem e = ha_element<RULE>(s, flags, branch, ha_to_f32(param[i]), g, st);
-        param[i] = stochastic ? ha_from_f32_stochastic<P>(e.p, ha_stochastic_bits(key, i)) : HaStore<P>::from_f32(e.p);
-        for (int k = 0; k < HaRule<RULE>::SLOTS; k++) state[k * n + i] = HaStore<S>::from_f32(st[k]);
-        if (HaRule<RULE>::RHO_SLOT >= 0) vmin = ha_min_bits(vmin, st[HaRule<RULE>::RHO_SLOT]);
-        home += e.home;
+    HaAcc acc = {0u, HA_INF_BITS, 0u};
+    const int slots = HaRule<RULE>::SLOTS;
+    if (ha_vectorizable(t)) {
+        for (ha_u64 i = start + 4 * threadIdx.x; i < end; i += 4 * blockDim.x) {
+            HaPack<P> ps = ha_load4(param + i);
+            HaPack<G> gs = ha_load4(grad + i);
+            HaPack<S> ss[3];
+            for (int k = 0; k < slots; k++) ss[k] = ha_load4(state + k * n + i);
+            for (int j = 0; j < 4; j++) {
+                S st[3];
+                for (int k = 0; k < slots; k++) st[k] = ss[k].e[j];
+                ha_update_one<RULE, P, S>(s, flags, branch, stochastic, key, i + j, ps.e[j], ha_to_f32(gs.e[j]), st,
+                                          acc);
+                for (int k = 0; k < slots; k++) ss[k].e[j] = st[k];
+            }
+            ha_store4(param + i, ps);
+            for (int k = 0; k < slots; k++) ha_store4(state + k * n + i, ss[k]);
+        }
+    } else {
+        for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+            S st[3];
+            for (int k = 0; k < slots; k++) st[k] = state[k * n + i];
+            ha_update_one<RULE, P, S>(s, flags, branch, stochastic, key, i, param[i], ha_to_f32(grad[i]), st, acc);
+            for (int k = 0; k < slots; k++) state[k * n + i] = st[k];
+        }
     }
+    ha_u32 home = acc.home, vmin = acc.vmin, bad = acc.bad;
     vmin = ha_warp_min(vmin);
     home = ha_warp_sum(home);
     if (ha_warp_any(bad) && (threadIdx.x & 31) == 0) atomicExch(&status->nonfinite_applied, 1u);

@@ -5,7 +5,9 @@
 //! `--fmad=false --prec-div=true --prec-sqrt=true --ftz=false` (DESIGN §4): every `f32`
 //! operation is the IEEE one the core performs, in the same order.
 
+use std::collections::HashMap;
 use std::ffi::{c_char, CStr, CString};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use cudarc::nvrtc::{result, sys};
 use homeadam_core::{Config, Dtype, Rule, Switch};
@@ -210,6 +212,24 @@ pub fn compile(source: &str, arch: &str, ptxas_verbose: bool) -> Result<Compiled
     // SAFETY: `prog` is not used after this.
     unsafe { result::destroy_program(prog) }.map_err(|e| CompileError(format!("{e:?}")))?;
     out
+}
+
+/// The SASS image of `source` for `arch`, compiled once per process: optimizers of the same
+/// rule and storage types (a test suite, a run with several models) share one NVRTC compile.
+pub fn cubin_cached(source: &str, arch: &str) -> Result<Arc<Vec<u8>>, CompileError> {
+    type Cache = Mutex<HashMap<(String, String), Arc<Vec<u8>>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Cache::default);
+    let key = (source.to_string(), arch.to_string());
+    if let Some(hit) = cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+        return Ok(hit.clone());
+    }
+    let cubin = Arc::new(compile(source, arch, false)?.cubin);
+    cache
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(key, cubin.clone());
+    Ok(cubin)
 }
 
 fn cubin(prog: sys::nvrtcProgram) -> Result<Vec<u8>, CompileError> {

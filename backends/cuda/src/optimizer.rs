@@ -151,8 +151,8 @@ impl CudaOptimizer {
         let (major, minor) = ctx.compute_capability()?;
         let (rule, update_flags) = kernels::rule_kernel(&config, false);
         let source = kernels::model_source(rule, dtypes.param, dtypes.grad, dtypes.state);
-        let compiled = kernels::compile(&source, &format!("sm_{major}{minor}"), false)?;
-        let module = ctx.load_module(Ptx::from_binary(compiled.cubin))?;
+        let cubin = kernels::cubin_cached(&source, &format!("sm_{major}{minor}"))?;
+        let module = ctx.load_module(Ptx::from_binary(cubin.to_vec()))?;
         let (g, s) = (dtypes.grad.name(), dtypes.state.name());
         let first_pass = match config.rule.switch() {
             Some(Switch::Global | Switch::Layer) => {
