@@ -8,3 +8,4 @@ pub mod replay;
 pub mod replay_config;
 pub mod report;
 pub mod rng;
+pub mod train;

@@ -38,7 +38,7 @@ impl Rng {
 
     /// Uniform in `0..n` (`n > 0`), by Lemire's multiply-shift (bias below 2⁻³²·n).
     pub fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() >> 32) * n as u64 >> 32) as usize
+        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
     }
 
     /// Standard normal, by Box–Muller on two uniforms.

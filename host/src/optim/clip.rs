@@ -1,0 +1,112 @@
+//! Global-norm gradient clipping: ‖g‖₂ = √(Σ_k Σ_i g_{k,i}²) over every gradient of the model;
+//! when ‖g‖₂ > c (the maximum), every gradient is scaled by c / ‖g‖₂.
+//!
+//! The sum is taken in `f64` over the values widened exactly to `f32`, variable by variable in
+//! the given order, each in element order: the same number whether it comes from
+//! [`global_grad_norm`] or from [`crate::optim::VarOptimizer`], which clips without writing
+//! new gradient tensors (by stepping with the core's gradient scale ‖g‖₂ / c).
+
+use candle_core::backprop::GradStore;
+use candle_core::{bail, DType, Result, Var};
+
+/// Σ g² of one gradient, in `f64`.
+pub(crate) fn sum_squares<G: homeadam_core::Storage>(grad: &[G]) -> f64 {
+    grad.iter()
+        .map(|g| {
+            let g = g.to_f32() as f64;
+            g * g
+        })
+        .sum()
+}
+
+/// The gradient scale that clips a gradient of norm `norm` to `max_norm`: ‖g‖₂ / c when
+/// above, else 1 (also for a non-finite norm: the step's finite check deals with it).
+pub(crate) fn clip_scale(norm: f64, max_norm: f64) -> f64 {
+    if norm.is_finite() && norm > max_norm {
+        norm / max_norm
+    } else {
+        1.0
+    }
+}
+
+/// Checks a maximum norm: finite and > 0.
+pub(crate) fn check_max_norm(max_norm: f64) -> Result<()> {
+    if !(max_norm.is_finite() && max_norm > 0.0) {
+        bail!("homeadam: max_grad_norm = {max_norm}, expected a finite value > 0");
+    }
+    Ok(())
+}
+
+/// ‖g‖₂ over the gradients of `vars` present in `grads` (variables without one are skipped).
+pub fn global_grad_norm(vars: &[Var], grads: &GradStore) -> Result<f64> {
+    let mut sum = 0.0;
+    for var in vars {
+        if let Some(g) = grads.get(var) {
+            sum += sum_squares(&g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?);
+        }
+    }
+    Ok(sum.sqrt())
+}
+
+/// Scales the gradients of `vars` in `grads` by c / ‖g‖₂ when ‖g‖₂ > c = `max_norm`;
+/// returns ‖g‖₂ before clipping. For optimizers other than [`crate::optim::VarOptimizer`]
+/// (which clips by itself, see [`crate::optim::OptimConfig::max_grad_norm`]).
+pub fn clip_grad_norm(vars: &[Var], grads: &mut GradStore, max_norm: f64) -> Result<f64> {
+    check_max_norm(max_norm)?;
+    let norm = global_grad_norm(vars, grads)?;
+    let scale = clip_scale(norm, max_norm);
+    if scale != 1.0 {
+        for var in vars {
+            if let Some(g) = grads.get(var) {
+                let clipped = g.affine(1.0 / scale, 0.0)?;
+                grads.insert(var, clipped);
+            }
+        }
+    }
+    Ok(norm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Tensor};
+
+    fn setup() -> (Vec<Var>, GradStore) {
+        let a = Var::new(&[1.0f32, 2.0], &Device::Cpu).unwrap();
+        let b = Var::new(&[[0.5f32]], &Device::Cpu).unwrap();
+        let c = Var::new(&[7.0f32], &Device::Cpu).unwrap();
+        let loss = (a.as_tensor() * Tensor::new(&[3.0f32, 4.0], &Device::Cpu).unwrap())
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .add(&(b.as_tensor() * 12.0).unwrap().sum_all().unwrap())
+            .unwrap();
+        let grads = loss.backward().unwrap();
+        (vec![a, b, c], grads)
+    }
+
+    #[test]
+    fn norm_of_3_4_12_is_13() {
+        let (vars, grads) = setup();
+        assert_eq!(global_grad_norm(&vars, &grads).unwrap(), 13.0);
+    }
+
+    #[test]
+    fn clipping_halves_to_6_5() {
+        let (vars, mut grads) = setup();
+        assert_eq!(clip_grad_norm(&vars, &mut grads, 6.5).unwrap(), 13.0);
+        let a: Vec<f32> = grads.get(&vars[0]).unwrap().to_vec1().unwrap();
+        assert_eq!(a, [1.5, 2.0]);
+        assert_eq!(global_grad_norm(&vars, &grads).unwrap(), 6.5);
+    }
+
+    #[test]
+    fn below_the_maximum_nothing_changes() {
+        let (vars, mut grads) = setup();
+        assert_eq!(clip_grad_norm(&vars, &mut grads, 13.0).unwrap(), 13.0);
+        let a: Vec<f32> = grads.get(&vars[0]).unwrap().to_vec1().unwrap();
+        assert_eq!(a, [3.0, 4.0]);
+        assert!(clip_grad_norm(&vars, &mut grads, 0.0).is_err());
+        assert!(clip_grad_norm(&vars, &mut grads, f64::NAN).is_err());
+    }
+}

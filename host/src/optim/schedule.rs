@@ -1,0 +1,134 @@
+//! Learning-rate schedules: η at schedule position k from the base rate η₀.
+//!
+//! The position counts whatever the caller advances it by (steps or epochs, see
+//! [`crate::optim::VarOptimizer::advance_schedule`]); it is saved with the optimizer state so a
+//! resumed run continues on the same curve.
+
+use serde::{Deserialize, Serialize};
+
+/// A learning-rate schedule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Schedule {
+    /// η_k = η₀.
+    #[default]
+    Constant,
+    /// Cosine annealing to a floor (PyTorch `CosineAnnealingLR` without restarts):
+    /// η_k = η_min + (η₀ − η_min) · (1 + cos(π · min(k, K) / K)) / 2, so η_K = η_min and the
+    /// rate stays at the floor after K positions.
+    Cosine {
+        /// K, the positions the decay takes (> 0).
+        total: u64,
+        /// η_min, the floor.
+        min_lr: f64,
+    },
+    /// Step decay (PyTorch `StepLR`): η_k = η₀ · γ^⌊k / N⌋.
+    Step {
+        /// N, positions between decays (> 0).
+        every: u64,
+        /// γ, the factor applied every N positions.
+        gamma: f64,
+    },
+}
+
+impl Schedule {
+    /// Checks the schedule's own parameters.
+    pub fn validate(&self) -> Result<(), String> {
+        match *self {
+            Schedule::Constant => Ok(()),
+            Schedule::Cosine { total: 0, .. } => Err("cosine schedule: total must be > 0".into()),
+            Schedule::Cosine { min_lr, .. } if !(min_lr.is_finite() && min_lr >= 0.0) => Err(format!(
+                "cosine schedule: min_lr = {min_lr}, expected a finite value >= 0"
+            )),
+            Schedule::Step { every: 0, .. } => Err("step schedule: every must be > 0".into()),
+            Schedule::Step { gamma, .. } if !(gamma.is_finite() && gamma >= 0.0) => Err(format!(
+                "step schedule: gamma = {gamma}, expected a finite value >= 0"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// η at position `k` for base rate `base`.
+    pub fn lr(&self, base: f64, k: u64) -> f64 {
+        match *self {
+            Schedule::Constant => base,
+            Schedule::Cosine { total, min_lr } => {
+                let progress = k.min(total) as f64 / total.max(1) as f64;
+                min_lr + (base - min_lr) * (1.0 + (std::f64::consts::PI * progress).cos()) / 2.0
+            }
+            Schedule::Step { every, gamma } => {
+                let decays = (k / every.max(1)).min(i32::MAX as u64) as i32;
+                base * gamma.powi(decays)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant() {
+        assert_eq!(Schedule::Constant.lr(0.1, 0), 0.1);
+        assert_eq!(Schedule::Constant.lr(0.1, 1_000_000), 0.1);
+    }
+
+    #[test]
+    fn cosine_exact_points() {
+        let s = Schedule::Cosine {
+            total: 4,
+            min_lr: 0.0,
+        };
+        assert_eq!(s.lr(1.0, 0), 1.0);
+        // cos(π/2) is 6.1e-17 in f64, not 0.
+        assert_eq!(s.lr(1.0, 2), (1.0 + std::f64::consts::FRAC_PI_2.cos()) / 2.0);
+        assert!((s.lr(1.0, 2) - 0.5).abs() < 1e-16);
+        assert!((s.lr(1.0, 1) - (2.0 + 2f64.sqrt()) / 4.0).abs() < 1e-16);
+        assert_eq!(s.lr(1.0, 4), 0.0);
+        let floor = Schedule::Cosine {
+            total: 10,
+            min_lr: 0.01,
+        };
+        assert_eq!(floor.lr(0.1, 10), 0.01);
+        assert_eq!(floor.lr(0.1, 25), 0.01);
+    }
+
+    #[test]
+    fn step_exact_points() {
+        let s = Schedule::Step {
+            every: 30,
+            gamma: 0.1,
+        };
+        assert_eq!(s.lr(1.0, 0), 1.0);
+        assert_eq!(s.lr(1.0, 29), 1.0);
+        assert_eq!(s.lr(1.0, 30), 0.1);
+        assert_eq!(s.lr(1.0, 60), 0.1 * 0.1);
+        let half = Schedule::Step { every: 2, gamma: 0.5 };
+        assert_eq!(half.lr(0.8, 5), 0.2);
+    }
+
+    #[test]
+    fn bad_parameters_are_refused() {
+        assert!(Schedule::Cosine {
+            total: 0,
+            min_lr: 0.0
+        }
+        .validate()
+        .is_err());
+        assert!(Schedule::Cosine {
+            total: 5,
+            min_lr: f64::NAN
+        }
+        .validate()
+        .is_err());
+        assert!(Schedule::Step { every: 0, gamma: 0.5 }.validate().is_err());
+        assert!(Schedule::Step {
+            every: 3,
+            gamma: -1.0
+        }
+        .validate()
+        .is_err());
+        assert!(Schedule::Step { every: 3, gamma: 0.5 }.validate().is_ok());
+    }
+}
