@@ -1,1 +1,34 @@
-//! (being written)
+//! What a run leaves behind: metric CSVs, paper-style figures and the summary table.
+//!
+//! A run directory holds one folder per optimizer:
+//!
+//! ```text
+//! RUN_DIR/
+//!   <optimizer>/metrics.csv     one row per finished epoch      (metrics::MetricsWriter)
+//!   <optimizer>/iterations.csv  one row every N steps, LM runs  (metrics::IterationWriter)
+//!   <optimizer>/stability.csv   the stability experiment        (stability::StabilityWriter)
+//!   figures/*.png               figures::draw_figures(RUN_DIR)
+//! ```
+//!
+//! Writers append one row per call straight to the file, so a killed run keeps its finished
+//! epochs; `resume` cuts the rows after the resumed epoch so a resumed run has no duplicates.
+//! [`run::load_run`] reads a run directory back, [`figures::draw_figures`] draws it and
+//! [`table::SummaryTable`] summarises it.
+
+pub mod csv;
+pub mod figures;
+pub mod metrics;
+pub mod run;
+pub mod stability;
+pub mod table;
+
+pub use figures::{draw_figures, draw_run_figures};
+pub use metrics::{
+    read_iterations, read_metrics, EpochRecord, IterationRecord, IterationWriter, MetricsWriter, Task,
+};
+pub use run::{load_run, optimizer_file, OptimizerRun, Run};
+pub use stability::{read_stability, StabilityRecord, StabilityWriter};
+pub use table::SummaryTable;
+
+#[cfg(test)]
+mod tests;

@@ -21,6 +21,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use homeadam_core::Crc32;
 use serde::{Deserialize, Serialize};
 
+use crate::models::SavedVar;
+
 const MAGIC: &[u8; 8] = b"HARUNCK\x01";
 
 /// Where a run stands, and what it is: a checkpoint of another run is refused.
@@ -57,19 +59,10 @@ pub struct EpochProgress {
     pub steps: u64,
     /// Σ over steps of the share of parameters on the home branch.
     pub home_share_sum: f64,
+    /// The smallest ρ_t of the epoch's steps (`None`: no step had a second moment).
+    pub rho_min: Option<f64>,
     /// Seconds spent in this epoch before the checkpoint.
     pub seconds: f64,
-}
-
-/// One named tensor of the model (parameters and buffers such as BatchNorm statistics).
-#[derive(Clone, Debug, PartialEq)]
-pub struct NamedTensor {
-    /// The variable's name.
-    pub name: String,
-    /// Its shape.
-    pub shape: Vec<usize>,
-    /// Its values, row-major.
-    pub values: Vec<f32>,
 }
 
 /// A whole checkpoint.
@@ -77,8 +70,8 @@ pub struct NamedTensor {
 pub struct RunCheckpoint {
     /// Position and identity.
     pub meta: RunMeta,
-    /// Model tensors.
-    pub model: Vec<NamedTensor>,
+    /// Model parameters and buffers.
+    pub model: Vec<SavedVar>,
     /// The optimizer's state bytes.
     pub optimizer: Vec<u8>,
 }
@@ -171,13 +164,18 @@ impl RunCheckpoint {
         for e in header.tensors {
             let raw = slice(e.offset, e.len, &e.name)?;
             if e.len % 4 != 0 || e.shape.iter().product::<usize>() * 4 != e.len {
-                bail!("checkpoint: tensor {} has shape {:?} but {} bytes", e.name, e.shape, e.len);
+                bail!(
+                    "checkpoint: tensor {} has shape {:?} but {} bytes",
+                    e.name,
+                    e.shape,
+                    e.len
+                );
             }
             let values = raw
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
                 .collect();
-            model.push(NamedTensor {
+            model.push(SavedVar {
                 name: e.name,
                 shape: e.shape,
                 values,
@@ -198,7 +196,8 @@ impl RunCheckpoint {
 
     /// Reads and verifies the checkpoint at `path`.
     pub fn load(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read checkpoint {}", path.display()))?;
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read checkpoint {}", path.display()))?;
         Self::from_bytes(&bytes).with_context(|| format!("checkpoint {}", path.display()))
     }
 
@@ -237,16 +236,17 @@ mod tests {
                     seen: 64,
                     steps: 7,
                     home_share_sum: 0.5,
+                    rho_min: Some(1e-30),
                     seconds: 0.1,
                 },
             },
             model: vec![
-                NamedTensor {
+                SavedVar {
                     name: "fc1.weight".into(),
                     shape: vec![2, 3],
                     values: vec![1.0, -2.0, 3.5, f32::MIN_POSITIVE, 0.0, -0.0],
                 },
-                NamedTensor {
+                SavedVar {
                     name: "fc1.bias".into(),
                     shape: vec![2],
                     values: vec![0.25, 1e-30],
@@ -261,7 +261,7 @@ mod tests {
         let c = sample();
         let back = RunCheckpoint::from_bytes(&c.to_bytes().expect("bytes")).expect("parse");
         assert_eq!(back, c);
-        let bits = |t: &NamedTensor| t.values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let bits = |t: &SavedVar| t.values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&back.model[0]), bits(&c.model[0]));
     }
 
@@ -271,10 +271,16 @@ mod tests {
         for i in [0, 9, 20, bytes.len() / 2, bytes.len() - 1] {
             let mut bad = bytes.clone();
             bad[i] ^= 0x10;
-            assert!(RunCheckpoint::from_bytes(&bad).is_err(), "flipped byte {i} accepted");
+            assert!(
+                RunCheckpoint::from_bytes(&bad).is_err(),
+                "flipped byte {i} accepted"
+            );
         }
         for n in [0, 10, 19, bytes.len() - 1] {
-            assert!(RunCheckpoint::from_bytes(&bytes[..n]).is_err(), "truncated to {n} accepted");
+            assert!(
+                RunCheckpoint::from_bytes(&bytes[..n]).is_err(),
+                "truncated to {n} accepted"
+            );
         }
         let err = sample().check_matches("digits-mlp", "adamw", 3).unwrap_err();
         assert!(err.to_string().contains("optimizer homeadamw"), "{err}");

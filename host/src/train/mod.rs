@@ -1,3 +1,5 @@
 //! The experiment runner: training loops, checkpoints and the experiments of the paper.
 
 pub mod checkpoint;
+pub mod data;
+pub mod run;

@@ -1,0 +1,722 @@
+//! Paper-style figures of a run directory (PNG), one line per optimizer.
+//!
+//! [`draw_figures`] reads every optimizer folder of a run directory and writes into
+//! `RUN_DIR/figures/`:
+//!
+//! - `curves.png` — the paper's Figures 2–5: training loss, training accuracy (%) or perplexity,
+//!   test loss, test accuracy (%) or perplexity, per epoch;
+//! - `home.png` — the share of home (SGDM) updates (%) and ρ = min v̂ per epoch, when some
+//!   optimizer recorded them;
+//! - `iterations.png` — training loss, home share and ρ per iteration, when some optimizer wrote
+//!   `iterations.csv`;
+//! - `stability.png` — the stability experiment: ‖θ(S) − θ(S⁽ⁱ⁾)‖, both loss gaps and the
+//!   generalization gap per epoch, when some optimizer wrote `stability.csv`.
+//!
+//! Perplexity, ρ and the parameter distance go on a log scale when their values span at least a
+//! factor of ten (the axis label then says so), else on a linear one.
+//!
+//! Each optimizer keeps its colour, line style (solid or dashed) and marker in every figure; the
+//! legend sits under the panels. Non-finite values (a diverged run) and, on log scales,
+//! non-positive ones are left out: the line breaks there. Text uses the bundled DejaVu Sans
+//! (`host/assets/`, Bitstream Vera licence). Each PNG is written to a temporary file and renamed,
+//! so a reader never sees half a figure.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, bail, Context, Result};
+use plotters::element::DashedPathElement;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use plotters::style::{register_font, FontStyle};
+
+use super::metrics::{EpochRecord, IterationRecord, Task};
+use super::run::{load_run, OptimizerRun, Run, FIGURES_DIR};
+use super::stability::StabilityRecord;
+
+/// DejaVu Sans 2.37 (Debian's fonts-dejavu-core); licence in `host/assets/DejaVuSans-LICENSE.txt`.
+static FONT_BYTES: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+/// The family the bundled font is registered under (plotters' default family).
+const FONT: &str = "sans-serif";
+
+const PANEL_WIDTH: u32 = 760;
+const PANEL_HEIGHT: u32 = 520;
+const TITLE_HEIGHT: u32 = 56;
+const LEGEND_ROW_HEIGHT: u32 = 34;
+const LEGEND_PADDING: u32 = 14;
+const LEGEND_FONT_SIZE: f64 = 20.0;
+const LEGEND_SAMPLE: i32 = 48;
+/// At most this many markers per line, so long runs stay readable.
+const MARKERS_PER_LINE: usize = 14;
+
+/// Colours of the optimizers' lines, in order (the tab10 palette, then black and navy).
+const PALETTE: [RGBColor; 12] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
+    RGBColor(0, 0, 128),
+];
+
+/// The marker shapes, in order.
+#[derive(Clone, Copy)]
+enum Marker {
+    Circle,
+    Triangle,
+    Square,
+    Cross,
+}
+
+const MARKERS: [Marker; 4] = [Marker::Circle, Marker::Triangle, Marker::Square, Marker::Cross];
+
+/// How optimizer number `index` (in the run's order) is drawn.
+#[derive(Clone, Copy)]
+struct LineStyle {
+    colour: RGBColor,
+    dashed: bool,
+    marker: Marker,
+}
+
+fn line_style(index: usize) -> LineStyle {
+    LineStyle {
+        colour: PALETTE[index % PALETTE.len()],
+        dashed: index % 2 == 1,
+        marker: MARKERS[index % MARKERS.len()],
+    }
+}
+
+/// How a panel's values are placed on its y axis.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scale {
+    Linear,
+    /// Drawn as log10 of the value; ticks labelled with the value.
+    Log,
+}
+
+/// One optimizer's line in a panel: its index in the run (its style) and its points; a NaN y
+/// breaks the line.
+struct Series {
+    optimizer: usize,
+    points: Vec<(f64, f64)>,
+}
+
+/// One chart of a figure.
+struct Panel {
+    title: String,
+    x_label: &'static str,
+    y_label: String,
+    scale: Scale,
+    series: Vec<Series>,
+}
+
+impl Panel {
+    /// A panel of `value` over `x` for every optimizer that recorded it (`scale_by` multiplies,
+    /// for percentages). [`Scale::Log`] is a preference: it is used only where the positive
+    /// values span at least a factor of ten, and then adds "(log scale)" to the axis label.
+    /// Panels without any series are dropped by the caller.
+    #[allow(clippy::too_many_arguments)]
+    fn build<R>(
+        run: &Run,
+        rows: impl Fn(&OptimizerRun) -> &[R],
+        x: impl Fn(&R) -> f64,
+        value: impl Fn(&R) -> Option<f64>,
+        scale_by: f64,
+        title: &str,
+        x_label: &'static str,
+        y_label: &str,
+        scale: Scale,
+    ) -> Panel {
+        let mut series: Vec<Series> = run
+            .optimizers
+            .iter()
+            .enumerate()
+            .filter_map(|(optimizer, opt)| {
+                let rows = rows(opt);
+                if !rows.iter().any(|r| value(r).is_some()) {
+                    return None;
+                }
+                let points = rows
+                    .iter()
+                    .map(|r| (x(r), value(r).map_or(f64::NAN, |v| v * scale_by)))
+                    .collect();
+                Some(Series { optimizer, points })
+            })
+            .collect();
+        let positive = finite_bounds(
+            series
+                .iter()
+                .flat_map(|s| s.points.iter().map(|p| p.1))
+                .filter(|&y| y > 0.0),
+        );
+        let scale = match (scale, positive) {
+            (Scale::Log, Some((lo, hi))) if hi >= 10.0 * lo => Scale::Log,
+            _ => Scale::Linear,
+        };
+        let mut y_label = y_label.to_string();
+        if scale == Scale::Log {
+            y_label.push_str(" (log scale)");
+            for point in series.iter_mut().flat_map(|s| s.points.iter_mut()) {
+                // Non-positive values have no place on a log axis: they break the line.
+                point.1 = if point.1 > 0.0 { point.1.log10() } else { f64::NAN };
+            }
+        }
+        Panel {
+            title: title.to_string(),
+            x_label,
+            y_label,
+            scale,
+            series,
+        }
+    }
+}
+
+fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow!("drawing: {e}")
+}
+
+fn register_bundled_font() -> Result<()> {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    let ok = *REGISTERED.get_or_init(|| register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok());
+    if ok {
+        Ok(())
+    } else {
+        bail!("the bundled font DejaVuSans.ttf could not be loaded")
+    }
+}
+
+/// Draws every figure the files of `run_dir` allow into `run_dir/figures/` and returns the PNGs
+/// written (none when no optimizer has finished an epoch or written a row yet). Errors: no
+/// optimizer folder, a malformed CSV (naming file and line), `metrics.csv` files of different
+/// tasks, or a failure to write.
+pub fn draw_figures(run_dir: &Path) -> Result<Vec<PathBuf>> {
+    let run = load_run(run_dir)?;
+    draw_run_figures(&run, &run_dir.join(FIGURES_DIR))
+}
+
+/// Draws the figures of an already loaded `run` into `out_dir` (created if missing); see
+/// [`draw_figures`].
+pub fn draw_run_figures(run: &Run, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    register_bundled_font()?;
+    let mut figures: Vec<(&str, String, Vec<Panel>)> = Vec::new();
+    if let Some(task) = run.task {
+        figures.push((
+            "curves.png",
+            format!("{}: training and test curves", run.name),
+            curve_panels(run, task),
+        ));
+    }
+    figures.push((
+        "home.png",
+        format!("{}: home (SGDM) updates and ρ", run.name),
+        home_panels(run),
+    ));
+    figures.push((
+        "iterations.png",
+        format!("{}: per iteration", run.name),
+        iteration_panels(run),
+    ));
+    figures.push((
+        "stability.png",
+        format!("{}: algorithmic stability (S vs S⁽ⁱ⁾)", run.name),
+        stability_panels(run),
+    ));
+    let mut written = Vec::new();
+    for (file, title, panels) in figures {
+        let panels: Vec<Panel> = panels.into_iter().filter(|p| !p.series.is_empty()).collect();
+        if panels.is_empty() {
+            continue;
+        }
+        fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+        let path = out_dir.join(file);
+        let names: Vec<&str> = run.optimizers.iter().map(|o| o.name.as_str()).collect();
+        draw_figure(&path, &title, &names, &panels)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+fn epoch_of(r: &EpochRecord) -> f64 {
+    f64::from(r.epoch)
+}
+
+fn epochs(o: &OptimizerRun) -> &[EpochRecord] {
+    &o.epochs
+}
+
+fn iterations(o: &OptimizerRun) -> &[IterationRecord] {
+    &o.iterations
+}
+
+fn stability(o: &OptimizerRun) -> &[StabilityRecord] {
+    &o.stability
+}
+
+fn curve_panels(run: &Run, task: Task) -> Vec<Panel> {
+    let (quality_scale, percent, unit) = match task {
+        Task::Classification => (Scale::Linear, 100.0, " (%)"),
+        Task::LanguageModel => (Scale::Log, 1.0, ""),
+    };
+    let quality = task.quality_name();
+    vec![
+        Panel::build(
+            run,
+            epochs,
+            epoch_of,
+            |r| Some(r.train_loss),
+            1.0,
+            "Training loss",
+            "epoch",
+            "train loss",
+            Scale::Linear,
+        ),
+        Panel::build(
+            run,
+            epochs,
+            epoch_of,
+            |r| Some(r.train_quality),
+            percent,
+            &format!("Training {quality}"),
+            "epoch",
+            &format!("train {quality}{unit}"),
+            quality_scale,
+        ),
+        Panel::build(
+            run,
+            epochs,
+            epoch_of,
+            |r| Some(r.test_loss),
+            1.0,
+            "Test loss",
+            "epoch",
+            "test loss",
+            Scale::Linear,
+        ),
+        Panel::build(
+            run,
+            epochs,
+            epoch_of,
+            |r| Some(r.test_quality),
+            percent,
+            &format!("Test {quality}"),
+            "epoch",
+            &format!("test {quality}{unit}"),
+            quality_scale,
+        ),
+    ]
+}
+
+fn home_panels(run: &Run) -> Vec<Panel> {
+    vec![
+        Panel::build(
+            run,
+            epochs,
+            epoch_of,
+            |r| r.home_share,
+            100.0,
+            "Share of home (SGDM) updates",
+            "epoch",
+            "home updates (%)",
+            Scale::Linear,
+        ),
+        Panel::build(
+            run,
+            epochs,
+            epoch_of,
+            |r| r.rho,
+            1.0,
+            "ρ: smallest second moment of the epoch",
+            "epoch",
+            "ρ = min v (bias-corrected)",
+            Scale::Log,
+        ),
+    ]
+}
+
+fn iteration_panels(run: &Run) -> Vec<Panel> {
+    let step = |r: &IterationRecord| r.step as f64;
+    vec![
+        Panel::build(
+            run,
+            iterations,
+            step,
+            |r| Some(r.train_loss),
+            1.0,
+            "Training loss",
+            "iteration",
+            "train loss",
+            Scale::Linear,
+        ),
+        Panel::build(
+            run,
+            iterations,
+            step,
+            |r| r.home_share,
+            100.0,
+            "Share of home (SGDM) updates",
+            "iteration",
+            "home updates (%)",
+            Scale::Linear,
+        ),
+        Panel::build(
+            run,
+            iterations,
+            step,
+            |r| r.rho,
+            1.0,
+            "ρ: smallest second moment",
+            "iteration",
+            "ρ = min v (bias-corrected)",
+            Scale::Log,
+        ),
+    ]
+}
+
+fn stability_panels(run: &Run) -> Vec<Panel> {
+    let epoch = |r: &StabilityRecord| f64::from(r.epoch);
+    vec![
+        Panel::build(
+            run,
+            stability,
+            epoch,
+            |r| Some(r.param_distance),
+            1.0,
+            "Parameter distance",
+            "epoch",
+            "‖θ(S) − θ(S⁽ⁱ⁾)‖",
+            Scale::Log,
+        ),
+        Panel::build(
+            run,
+            stability,
+            epoch,
+            |r| Some(r.generalization_gap),
+            1.0,
+            "Generalization gap",
+            "epoch",
+            "test loss − train loss",
+            Scale::Linear,
+        ),
+        Panel::build(
+            run,
+            stability,
+            epoch,
+            |r| Some(r.train_loss_gap),
+            1.0,
+            "Train loss gap",
+            "epoch",
+            "|F_S(θ(S)) − F_S(θ(S⁽ⁱ⁾))|",
+            Scale::Linear,
+        ),
+        Panel::build(
+            run,
+            stability,
+            epoch,
+            |r| Some(r.test_loss_gap),
+            1.0,
+            "Test loss gap",
+            "epoch",
+            "|F_test(θ(S)) − F_test(θ(S⁽ⁱ⁾))|",
+            Scale::Linear,
+        ),
+    ]
+}
+
+/// The smallest and largest finite value, if any.
+fn finite_bounds(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    values.filter(|v| v.is_finite()).fold(None, |acc, v| match acc {
+        None => Some((v, v)),
+        Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
+    })
+}
+
+/// An axis range around `bounds`: `frac` of the span on each side, or, around a single value v,
+/// the larger of `flat` and 10 % of |v| (0.5 when both are zero); `0..1` without any finite value.
+fn axis_range(bounds: Option<(f64, f64)>, frac: f64, flat: f64) -> std::ops::Range<f64> {
+    match bounds {
+        None => 0.0..1.0,
+        Some((lo, hi)) if hi - lo > f64::EPSILON * hi.abs().max(lo.abs()) => {
+            let pad = (hi - lo) * frac;
+            lo - pad..hi + pad
+        }
+        Some((lo, hi)) => {
+            let pad = flat.max(lo.abs() * 0.1);
+            let pad = if pad > 0.0 { pad } else { 0.5 };
+            lo - pad..hi + pad
+        }
+    }
+}
+
+/// Tick labels of the x axis (epochs, iterations): integers only.
+fn x_tick(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round())
+    } else {
+        String::new()
+    }
+}
+
+/// A value with about three significant digits, scientific when very large or small.
+fn short_number(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 {
+        "0".to_string()
+    } else if !(1e-3..1e5).contains(&a) {
+        let s = format!("{v:.2e}");
+        match s.split_once('e') {
+            Some((mantissa, exponent)) if mantissa.contains('.') => {
+                let mantissa = mantissa.trim_end_matches('0').trim_end_matches('.');
+                format!("{mantissa}e{exponent}")
+            }
+            _ => s,
+        }
+    } else {
+        let decimals = (2 - a.log10().floor() as i32).max(0) as usize;
+        let s = format!("{v:.decimals$}");
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    }
+}
+
+/// Tick labels of a y axis spanning `span` (in decades on a log scale): a linear tick within
+/// rounding of zero reads `0`; a log axis over two decades or more labels only powers of ten.
+fn y_tick(v: f64, scale: Scale, span: f64) -> String {
+    match scale {
+        Scale::Linear if v.abs() < 1e-9 * span => "0".to_string(),
+        Scale::Linear => short_number(v),
+        Scale::Log if span >= 2.0 && (v - v.round()).abs() > 1e-9 => String::new(),
+        Scale::Log => short_number(10f64.powf(v)),
+    }
+}
+
+/// The legend's rows: for each, the optimizer indices and the row's width in pixels.
+fn legend_layout(names: &[&str], shown: &[usize], width: u32) -> Result<Vec<(Vec<usize>, i32)>> {
+    let font = (FONT, LEGEND_FONT_SIZE).into_font();
+    let mut rows: Vec<(Vec<usize>, i32)> = Vec::new();
+    let usable = (width - 2 * LEGEND_PADDING) as i32;
+    for &i in shown {
+        let (text_w, _) = font.box_size(names[i]).map_err(plot_err)?;
+        let entry = LEGEND_SAMPLE + 10 + text_w as i32 + 30;
+        match rows.last_mut() {
+            Some((row, w)) if *w + entry <= usable => {
+                row.push(i);
+                *w += entry;
+            }
+            _ => rows.push((vec![i], entry)),
+        }
+    }
+    Ok(rows)
+}
+
+fn draw_figure(path: &Path, title: &str, names: &[&str], panels: &[Panel]) -> Result<()> {
+    let cols = match panels.len() {
+        4 => 2,
+        n => n.min(3),
+    };
+    let grid_rows = panels.len().div_ceil(cols);
+    let width = PANEL_WIDTH * cols as u32;
+    let mut shown: Vec<usize> = panels
+        .iter()
+        .flat_map(|p| p.series.iter().map(|s| s.optimizer))
+        .collect();
+    shown.sort_unstable();
+    shown.dedup();
+    let legend = legend_layout(names, &shown, width)?;
+    let legend_height = LEGEND_ROW_HEIGHT * legend.len() as u32 + 2 * LEGEND_PADDING;
+    let height = TITLE_HEIGHT + PANEL_HEIGHT * grid_rows as u32 + legend_height;
+
+    let mut pixels = vec![255u8; width as usize * height as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut pixels, (width, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let body = root
+            .margin(10, 0, 0, 0)
+            .titled(title, (FONT, 30).into_font().color(&BLACK))
+            .map_err(plot_err)?;
+        let (grid, legend_area) = body.split_vertically(PANEL_HEIGHT * grid_rows as u32);
+        for (area, panel) in grid.split_evenly((grid_rows, cols)).iter().zip(panels) {
+            draw_panel(&root, area, panel)?;
+        }
+        draw_legend(&root, &legend_area, names, &legend)?;
+        root.present().map_err(plot_err)?;
+    }
+    write_png(path, width, height, pixels)
+}
+
+fn draw_panel<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    panel: &Panel,
+) -> Result<()> {
+    let all = || panel.series.iter().flat_map(|s| s.points.iter());
+    let x_range = axis_range(finite_bounds(all().map(|p| p.0)), 0.02, 1.0);
+    let y_range = axis_range(finite_bounds(all().map(|p| p.1)), 0.05, 0.0);
+    let y_span = y_range.end - y_range.start;
+    let mut chart = ChartBuilder::on(area)
+        .caption(&panel.title, (FONT, 24))
+        .margin(14)
+        .x_label_area_size(56)
+        .y_label_area_size(90)
+        .build_cartesian_2d(x_range, y_range)
+        .map_err(plot_err)?;
+    let x_fmt = |v: &f64| x_tick(*v);
+    let y_fmt = |v: &f64| y_tick(*v, panel.scale, y_span);
+    chart
+        .configure_mesh()
+        .x_desc(panel.x_label)
+        .y_desc(&panel.y_label)
+        .x_label_formatter(&x_fmt)
+        .y_label_formatter(&y_fmt)
+        .x_labels(10)
+        .y_labels(8)
+        .label_style((FONT, 17))
+        .axis_desc_style((FONT, 19))
+        .bold_line_style(BLACK.mix(0.12))
+        .light_line_style(BLACK.mix(0.04))
+        .draw()
+        .map_err(plot_err)?;
+    for series in &panel.series {
+        let style = line_style(series.optimizer);
+        let stroke = style.colour.stroke_width(2);
+        // Finite runs of points: a non-finite value breaks the line.
+        let segments = series
+            .points
+            .split(|p| !(p.0.is_finite() && p.1.is_finite()))
+            .filter(|seg| !seg.is_empty());
+        for segment in segments {
+            if style.dashed {
+                chart
+                    .draw_series(DashedLineSeries::new(segment.iter().copied(), 10, 6, stroke))
+                    .map_err(plot_err)?;
+            } else {
+                chart
+                    .draw_series(LineSeries::new(segment.iter().copied(), stroke))
+                    .map_err(plot_err)?;
+            }
+        }
+        let every = series.points.len().div_ceil(MARKERS_PER_LINE).max(1);
+        for (i, p) in series.points.iter().enumerate() {
+            let finite = |q: Option<&(f64, f64)>| q.is_some_and(|q| q.0.is_finite() && q.1.is_finite());
+            if !finite(Some(p)) {
+                continue;
+            }
+            // Stagger the optimizers' markers; always mark an isolated point (else invisible).
+            let isolated = !finite(i.checked_sub(1).and_then(|j| series.points.get(j)))
+                && !finite(series.points.get(i + 1));
+            if isolated || i % every == series.optimizer % every {
+                draw_marker(root, chart.backend_coord(p), style)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn draw_marker<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    (x, y): (i32, i32),
+    style: LineStyle,
+) -> Result<()> {
+    let fill = style.colour.filled();
+    match style.marker {
+        Marker::Circle => root.draw(&Circle::new((x, y), 5, fill)),
+        Marker::Triangle => root.draw(&TriangleMarker::new((x, y), 7, fill)),
+        Marker::Square => root.draw(&Rectangle::new([(x - 4, y - 4), (x + 4, y + 4)], fill)),
+        Marker::Cross => root.draw(&Cross::new((x, y), 5, style.colour.stroke_width(2))),
+    }
+    .map_err(plot_err)
+}
+
+fn draw_legend<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    names: &[&str],
+    rows: &[(Vec<usize>, i32)],
+) -> Result<()> {
+    let (base_x, base_y) = area.get_base_pixel();
+    let (width, _) = area.dim_in_pixel();
+    let text_style = (FONT, LEGEND_FONT_SIZE)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Left, VPos::Center));
+    for (r, (row, row_width)) in rows.iter().enumerate() {
+        let y = base_y + (LEGEND_PADDING + LEGEND_ROW_HEIGHT * r as u32 + LEGEND_ROW_HEIGHT / 2) as i32;
+        let mut x = base_x + (width as i32 - row_width) / 2;
+        for &i in row {
+            let style = line_style(i);
+            let stroke = style.colour.stroke_width(2);
+            let line = [(x, y), (x + LEGEND_SAMPLE, y)];
+            if style.dashed {
+                root.draw(&DashedPathElement::new(line, 10, 6, stroke))
+            } else {
+                root.draw(&PathElement::new(line.to_vec(), stroke))
+            }
+            .map_err(plot_err)?;
+            draw_marker(root, (x + LEGEND_SAMPLE / 2, y), style)?;
+            let text_x = x + LEGEND_SAMPLE + 10;
+            root.draw(&Text::new(names[i], (text_x, y), text_style.clone()))
+                .map_err(plot_err)?;
+            let (text_w, _) = text_style.font.box_size(names[i]).map_err(plot_err)?;
+            x = text_x + text_w as i32 + 30;
+        }
+    }
+    Ok(())
+}
+
+/// Encodes `pixels` (RGB) as a PNG at `path`, through a temporary file and a rename.
+fn write_png(path: &Path, width: u32, height: u32, pixels: Vec<u8>) -> Result<()> {
+    let image = image::RgbImage::from_raw(width, height, pixels)
+        .ok_or_else(|| anyhow!("drawing: pixel buffer of the wrong size"))?;
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{file_name}.tmp"));
+    image
+        .save_with_format(&tmp, image::ImageFormat::Png)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tick_labels_are_short_and_distinct() {
+        assert_eq!(short_number(0.0), "0");
+        assert_eq!(short_number(1.0), "1");
+        assert_eq!(short_number(0.25), "0.25");
+        assert_eq!(short_number(123.456), "123");
+        assert_eq!(short_number(1e-9), "1e-9");
+        assert_eq!(short_number(1.05e-9), "1.05e-9");
+        assert_eq!(short_number(-2.5e6), "-2.5e6");
+        assert_eq!(y_tick(-5.6e-17, Scale::Linear, 1.0), "0");
+        assert_eq!(y_tick(-12.0, Scale::Log, 10.0), "1e-12");
+        assert_eq!(y_tick(2.0, Scale::Log, 1.0), "100");
+        assert_eq!(y_tick(2.5, Scale::Log, 1.0), "316");
+        assert_eq!(y_tick(2.5, Scale::Log, 3.0), "");
+        assert_eq!(x_tick(3.0), "3");
+        assert_eq!(x_tick(2.5), "");
+    }
+
+    #[test]
+    fn axis_ranges_never_collapse() {
+        assert_eq!(axis_range(None, 0.05, 0.0), 0.0..1.0);
+        assert_eq!(axis_range(Some((0.0, 0.0)), 0.05, 0.0), -0.5..0.5);
+        assert_eq!(axis_range(Some((1.0, 1.0)), 0.02, 1.0), 0.0..2.0);
+        let r = axis_range(Some((1e-9, 1e-9)), 0.05, 0.0);
+        assert!(r.start < 1e-9 && r.end > 1e-9 && r.start > 0.0);
+        let r = axis_range(Some((0.0, 10.0)), 0.05, 0.0);
+        assert_eq!(r, -0.5..10.5);
+    }
+}

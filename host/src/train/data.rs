@@ -1,0 +1,198 @@
+//! What a training loop consumes: minibatches of an epoch, addressed by (epoch, index) so that a
+//! resumed run draws exactly the batches the killed one would have drawn.
+
+use std::cell::RefCell;
+
+use anyhow::{bail, Result};
+use candle_core::{Device, Tensor};
+
+use crate::data::batches::{minibatches, EpochOrder, Examples};
+use crate::data::wikitext::{batchify, window};
+use crate::report::Task;
+
+/// One minibatch as tensors.
+pub struct Minibatch {
+    /// The model's input: `[batch, …example shape]` f32, or `[batch, len]` u32 token ids.
+    pub input: Tensor,
+    /// Class ids `[batch]` or next-token ids `[batch, len]`, u32.
+    pub target: Tensor,
+    /// Predictions the batch scores: examples, or tokens.
+    pub predictions: usize,
+}
+
+/// A training set and a test set cut into minibatches.
+pub trait TrainData {
+    /// Classification (accuracy) or language modelling (perplexity).
+    fn task(&self) -> Task;
+    /// Minibatches in one training epoch.
+    fn train_batches(&self) -> usize;
+    /// Minibatch `index` of epoch `epoch`: a function of (seed, epoch, index) alone.
+    fn train_batch(&self, epoch: u64, index: usize) -> Result<Minibatch>;
+    /// Minibatches of the test set (fixed order).
+    fn test_batches(&self) -> usize;
+    /// Test minibatch `index`.
+    fn test_batch(&self, index: usize) -> Result<Minibatch>;
+}
+
+/// Labelled examples (digits, images): shuffled every epoch by [`EpochOrder`], augmented when
+/// asked.
+pub struct ClassificationData<E: Examples> {
+    train: E,
+    test: E,
+    shape: Vec<usize>,
+    batch: usize,
+    seed: u64,
+    augment: bool,
+    order: RefCell<Option<EpochOrder>>,
+    device: Device,
+}
+
+impl<E: Examples> ClassificationData<E> {
+    /// `shape` is one example's tensor shape (e.g. `[64]`, `[3, 32, 32]`).
+    pub fn new(
+        train: E,
+        test: E,
+        shape: Vec<usize>,
+        batch: usize,
+        seed: u64,
+        augment: bool,
+        device: &Device,
+    ) -> Result<Self> {
+        let len: usize = shape.iter().product();
+        if batch == 0 || train.is_empty() || test.is_empty() {
+            bail!(
+                "need a positive batch size and non-empty sets (batch {batch}, {} train, {} test examples)",
+                train.len(),
+                test.len()
+            );
+        }
+        if train.example_len() != len || test.example_len() != len {
+            bail!(
+                "examples of {} / {} values do not have the shape {shape:?}",
+                train.example_len(),
+                test.example_len()
+            );
+        }
+        Ok(ClassificationData {
+            train,
+            test,
+            shape,
+            batch,
+            seed,
+            augment,
+            order: RefCell::new(None),
+            device: device.clone(),
+        })
+    }
+
+    fn to_batch(&self, x: Vec<f32>, labels: Vec<u32>) -> Result<Minibatch> {
+        let n = labels.len();
+        let mut dims = vec![n];
+        dims.extend(&self.shape);
+        Ok(Minibatch {
+            input: Tensor::from_vec(x, dims, &self.device)?,
+            target: Tensor::from_vec(labels, n, &self.device)?,
+            predictions: n,
+        })
+    }
+}
+
+impl<E: Examples> TrainData for ClassificationData<E> {
+    fn task(&self) -> Task {
+        Task::Classification
+    }
+
+    fn train_batches(&self) -> usize {
+        self.train.len().div_ceil(self.batch)
+    }
+
+    fn train_batch(&self, epoch: u64, index: usize) -> Result<Minibatch> {
+        let mut order = self.order.borrow_mut();
+        if order.as_ref().is_none_or(|o| o.epoch() != epoch) {
+            *order = Some(EpochOrder::shuffled(self.train.len(), self.seed, epoch));
+        }
+        let order = order.as_ref().expect("set above");
+        let Some(b) = minibatches(&self.train, order, self.batch, false, self.augment, index)?.next() else {
+            bail!("epoch {epoch} has no batch {index}");
+        };
+        self.to_batch(b.x, b.labels)
+    }
+
+    fn test_batches(&self) -> usize {
+        self.test.len().div_ceil(self.batch)
+    }
+
+    fn test_batch(&self, index: usize) -> Result<Minibatch> {
+        let order = EpochOrder::sequential(self.test.len(), self.seed, 0);
+        let Some(b) = minibatches(&self.test, &order, self.batch, false, false, index)?.next() else {
+            bail!("the test set has no batch {index}");
+        };
+        self.to_batch(b.x, b.labels)
+    }
+}
+
+/// A token stream cut into `batch` columns and windows of `bptt` tokens, in order (as
+/// pytorch/examples' word_language_model).
+pub struct LanguageData {
+    train: Vec<Vec<u32>>,
+    test: Vec<Vec<u32>>,
+    bptt: usize,
+    device: Device,
+}
+
+impl LanguageData {
+    /// `train` and `test` are token ids; `batch` columns of `bptt`-token windows.
+    pub fn new(train: &[u32], test: &[u32], batch: usize, bptt: usize, device: &Device) -> Result<Self> {
+        if batch == 0 || bptt == 0 {
+            bail!("batch ({batch}) and sequence length ({bptt}) must be positive");
+        }
+        let (train, test) = (batchify(train, batch), batchify(test, batch));
+        let rows = |c: &[Vec<u32>]| c.first().map_or(0, Vec::len);
+        if rows(&train) < 2 || rows(&test) < 2 {
+            bail!("too few tokens for {batch} columns of at least 2 tokens");
+        }
+        Ok(LanguageData {
+            train,
+            test,
+            bptt,
+            device: device.clone(),
+        })
+    }
+
+    fn batch(&self, columns: &[Vec<u32>], index: usize) -> Result<Minibatch> {
+        let Some(w) = window(columns, index * self.bptt, self.bptt) else {
+            bail!("no window {index} of {} tokens", self.bptt);
+        };
+        Ok(Minibatch {
+            input: Tensor::from_vec(w.input, (w.batch, w.len), &self.device)?,
+            target: Tensor::from_vec(w.target, (w.batch, w.len), &self.device)?,
+            predictions: w.batch * w.len,
+        })
+    }
+
+    fn count(&self, columns: &[Vec<u32>]) -> usize {
+        (columns.first().map_or(0, Vec::len) - 1).div_ceil(self.bptt)
+    }
+}
+
+impl TrainData for LanguageData {
+    fn task(&self) -> Task {
+        Task::LanguageModel
+    }
+
+    fn train_batches(&self) -> usize {
+        self.count(&self.train)
+    }
+
+    fn train_batch(&self, _epoch: u64, index: usize) -> Result<Minibatch> {
+        self.batch(&self.train, index)
+    }
+
+    fn test_batches(&self) -> usize {
+        self.count(&self.test)
+    }
+
+    fn test_batch(&self, index: usize) -> Result<Minibatch> {
+        self.batch(&self.test, index)
+    }
+}
