@@ -3,13 +3,17 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use anyhow::{bail, Result};
+use candle_core::Device;
+use clap::{Args, Parser, Subcommand};
+use homeadam_host::train::experiments::{BuildOptions, Experiment};
+use homeadam_host::train::runner::{outcome, run_experiment, ExperimentRun, Outcome, ALL_OPTIMIZERS};
 
 #[derive(Parser)]
 #[command(
     name = "homeadam",
     version,
-    about = "HomeAdam(W) and the paper's baselines: replay and experiments"
+    about = "HomeAdam(W) and the paper's baselines: experiments, figures and golden-vector replay"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -18,6 +22,42 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Offline, on the CPU, in minutes: every optimizer trains an MLP on the shipped digits,
+    /// and three train a small Transformer LM on the shipped WikiText-2 splits; prints the
+    /// tables, writes CSVs and figures.
+    Quick {
+        /// The run directory (one folder per experiment).
+        #[arg(long, default_value = "runs/quick")]
+        out: PathBuf,
+        /// Epochs of the digits MLP.
+        #[arg(long, default_value_t = 20)]
+        epochs: u64,
+        /// Optimizers of the digits MLP (comma-separated, or `all`).
+        #[arg(long, default_value = "all")]
+        optimizers: String,
+        /// Optimizers of the language model (comma-separated, or `all`).
+        #[arg(long, default_value = "adamw,adamw-srf,homeadamw,homeadamw-ew")]
+        lm_optimizers: String,
+        /// Epochs of the language model.
+        #[arg(long, default_value_t = 3)]
+        lm_epochs: u64,
+        /// Minibatches per language-model epoch (16 × 32 tokens each).
+        #[arg(long, default_value_t = 80)]
+        lm_batches: usize,
+        /// Skip the language model.
+        #[arg(long)]
+        no_lm: bool,
+        /// Seed of initialisation and data order.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Train one experiment with one or more optimizers (the paper's Figures 2–5).
+    Train(TrainArgs),
+    /// Redraw the figures of a run directory from its CSVs and print its summary.
+    Plot {
+        /// The run directory (holding one folder per optimizer).
+        run_dir: PathBuf,
+    },
     /// Replay recorded gradients through a rule; print one JSON telemetry line per step.
     Replay {
         /// The rule and its hyper-parameters (JSON).
@@ -32,9 +72,172 @@ enum Command {
     },
 }
 
+#[derive(Args)]
+struct TrainArgs {
+    /// digits-mlp, wikitext2-quick, cifar10-vgg16, tinyimagenet-resnet34, wikitext2-transformer
+    /// or wikitext103-transformer.
+    experiment: String,
+    /// Comma-separated optimizer names, or `all` (the 11 of the paper and the element-wise
+    /// HomeAdam(W)).
+    #[arg(long, default_value = "all")]
+    optimizers: String,
+    /// Epochs per optimizer.
+    #[arg(long, default_value_t = 10)]
+    epochs: u64,
+    /// At most this many minibatches per epoch.
+    #[arg(long)]
+    max_batches: Option<usize>,
+    /// Minibatch size (default: the preset's, i.e. the paper's).
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// A CPU-sized model (CNN widths / 16, a 2-layer Transformer) instead of the paper's.
+    #[arg(long)]
+    small: bool,
+    /// An offline copy of the dataset (default: the cache, `$HOMEADAM_DATA` or
+    /// `~/.cache/homeadam`, downloading what is missing).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// The run directory (default `runs/<experiment>`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Write a checkpoint every N steps (one is always written after each epoch).
+    #[arg(long)]
+    checkpoint_every: Option<u64>,
+    /// Continue each optimizer's run from its checkpoint.
+    #[arg(long)]
+    resume: bool,
+    /// Seed of initialisation and data order.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// `cpu` (this build has no CUDA training path).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn optimizer_list(spec: &str) -> Vec<String> {
+    if spec == "all" {
+        ALL_OPTIMIZERS.iter().map(|s| s.to_string()).collect()
+    } else {
+        spec.split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+}
+
+fn device(name: &str) -> Result<Device> {
+    match name {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => bail!(
+            "--device cuda: the experiment runner trains on the CPU only so far; the CUDA optimizer \
+             kernels (homeadam-cuda) are not yet wired into candle's CUDA backend"
+        ),
+        other => bail!("unknown device {other:?} (known: cpu)"),
+    }
+}
+
+fn print_outcome(title: &str, o: &Outcome) {
+    println!("\n{title}\n\n{}", o.table.to_text());
+    for f in &o.figures {
+        println!("figure: {}", f.display());
+    }
+}
+
+fn quick(
+    out: PathBuf,
+    epochs: u64,
+    optimizers: &str,
+    lm: Option<(&str, u64, usize)>,
+    seed: u64,
+) -> Result<()> {
+    let build = BuildOptions {
+        seed,
+        data_dir: None,
+        small: true,
+        batch_size: None,
+        device: Device::Cpu,
+    };
+    let digits = ExperimentRun {
+        experiment: Experiment::DigitsMlp,
+        optimizers: optimizer_list(optimizers),
+        epochs,
+        max_batches: None,
+        out_dir: out.join(Experiment::DigitsMlp.name()),
+        checkpoint_every: None,
+        resume: false,
+        progress: true,
+        build: build.clone(),
+    };
+    let digits_outcome = run_experiment(&digits)?;
+    print_outcome(
+        "digits-mlp: MLP 64-128-10 on the shipped digits (1,438 train / 359 test)",
+        &digits_outcome,
+    );
+    if let Some((lm_optimizers, lm_epochs, lm_batches)) = lm {
+        let run = ExperimentRun {
+            experiment: Experiment::WikiText2Quick,
+            optimizers: optimizer_list(lm_optimizers),
+            epochs: lm_epochs,
+            max_batches: Some(lm_batches),
+            out_dir: out.join(Experiment::WikiText2Quick.name()),
+            ..digits
+        };
+        print_outcome(
+            "wikitext2-quick: 2-layer Transformer LM, trained on WikiText-2 valid, tested on test",
+            &run_experiment(&run)?,
+        );
+    }
+    Ok(())
+}
+
+fn train(a: TrainArgs) -> Result<()> {
+    let experiment = Experiment::from_name(&a.experiment)?;
+    let run = ExperimentRun {
+        experiment,
+        optimizers: optimizer_list(&a.optimizers),
+        epochs: a.epochs,
+        max_batches: a.max_batches,
+        out_dir: a
+            .out
+            .unwrap_or_else(|| PathBuf::from("runs").join(experiment.name())),
+        checkpoint_every: a.checkpoint_every,
+        resume: a.resume,
+        progress: !a.quiet,
+        build: BuildOptions {
+            seed: a.seed,
+            data_dir: a.data_dir,
+            small: a.small,
+            batch_size: a.batch_size,
+            device: device(&a.device)?,
+        },
+    };
+    print_outcome(experiment.name(), &run_experiment(&run)?);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Quick {
+            out,
+            epochs,
+            optimizers,
+            lm_optimizers,
+            lm_epochs,
+            lm_batches,
+            no_lm,
+            seed,
+        } => {
+            let lm = (!no_lm).then_some((lm_optimizers.as_str(), lm_epochs, lm_batches));
+            quick(out, epochs, &optimizers, lm, seed)
+        }
+        Command::Train(args) => train(args),
+        Command::Plot { run_dir } => {
+            outcome(&run_dir).map(|o| print_outcome(&run_dir.display().to_string(), &o))
+        }
         Command::Replay {
             config,
             input,

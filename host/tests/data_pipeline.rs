@@ -43,7 +43,7 @@ fn cifar_offline_folder_to_augmented_batches() {
     let err = cifar10::load(Some(dir.path()), Split::Test).unwrap_err();
     assert!(format!("{err:#}").contains("test_batch.bin"), "{err:#}");
 
-    let images = Images::new(&train, cifar10::normalization(), 4).unwrap();
+    let images = Images::new(train.clone(), cifar10::normalization(), 4).unwrap();
     let order = EpochOrder::shuffled(train.n, 9, 1);
     let epoch: Vec<_> = minibatches(&images, &order, 8, true, true, 0).unwrap().collect();
     assert_eq!(epoch.len(), 2);

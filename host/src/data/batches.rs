@@ -107,16 +107,16 @@ impl Examples for FeatureSet {
 /// An image set as `f32` examples: normalised, and augmented by a random crop with `pad`
 /// pixels of zero padding and a horizontal flip.
 #[derive(Clone, Debug)]
-pub struct Images<'a> {
-    set: &'a ImageSet,
+pub struct Images {
+    set: ImageSet,
     norm: Normalize,
     pad: usize,
 }
 
-impl<'a> Images<'a> {
+impl Images {
     /// `set` normalised by `norm` (one positive, finite std per channel); `pad` is the random
     /// crop's padding (4 for CIFAR-10).
-    pub fn new(set: &'a ImageSet, norm: Normalize, pad: usize) -> Result<Self> {
+    pub fn new(set: ImageSet, norm: Normalize, pad: usize) -> Result<Self> {
         ensure!(
             norm.mean.len() == set.channels && norm.std.len() == set.channels,
             "normalisation for {} and {} channels given for images with {}",
@@ -139,7 +139,7 @@ impl<'a> Images<'a> {
     }
 }
 
-impl Examples for Images<'_> {
+impl Examples for Images {
     fn len(&self) -> usize {
         self.set.n
     }
@@ -312,7 +312,7 @@ mod tests {
             classes: 6,
         };
         let images = Images {
-            set: &set,
+            set: set.clone(),
             norm: Normalize::identity(3),
             pad: 2,
         };

@@ -99,6 +99,30 @@ impl Vocab {
         vocab.with_unk()
     }
 
+    /// The `max` most frequent words of `text` (`<eos>` counted once per line; ties broken by
+    /// first appearance), plus `<unk>`, which every other word becomes: a small vocabulary
+    /// for CPU-sized models.
+    pub fn most_frequent(text: &str, max: usize) -> Vocab {
+        let full = Vocab::build(text);
+        let mut counts = vec![0u64; full.len()];
+        for line in text.lines() {
+            for word in line.split_whitespace().chain([EOS]) {
+                counts[full.index[word] as usize] += 1;
+            }
+        }
+        let mut ids: Vec<usize> = (0..full.len()).collect();
+        ids.sort_by_key(|&i| std::cmp::Reverse(counts[i]));
+        ids.truncate(max);
+        ids.sort_unstable();
+        let mut vocab = Vocab::default();
+        for i in ids {
+            let word = &full.words[i];
+            vocab.index.insert(word.clone(), vocab.words.len() as u32);
+            vocab.words.push(word.clone());
+        }
+        vocab.with_unk()
+    }
+
     fn add_line(&mut self, line: &str) {
         for word in line.split_whitespace().chain([EOS]) {
             if !self.index.contains_key(word) {
@@ -308,6 +332,15 @@ mod tests {
 
     fn shipped(name: &str) -> PathBuf {
         super::super::shipped_dir().join("wikitext-2").join(name)
+    }
+
+    #[test]
+    fn most_frequent_keeps_the_top_words_and_unk() {
+        // a: 4, b: 2, <eos>: 2 (b first seen), c: 1.
+        let v = Vocab::most_frequent("a b a c\na a b\n", 2);
+        assert_eq!(v.words, ["a", "b", "<unk>"]);
+        let e = encode("a b z\n", &v).unwrap();
+        assert_eq!(e.ids, [0, 1, 2, 2]);
     }
 
     #[test]

@@ -8,7 +8,11 @@ use homeadam_core::{Config, Rule};
 use serde::Deserialize;
 
 /// The experiments with a preset, and their files.
-const FILES: [(&str, &str); 5] = [
+const FILES: [(&str, &str); 6] = [
+    (
+        "wikitext2_quick",
+        include_str!("../../presets/wikitext2_quick.json"),
+    ),
     ("cifar10_vgg16", include_str!("../../presets/cifar10_vgg16.json")),
     (
         "tinyimagenet_resnet34",

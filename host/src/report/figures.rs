@@ -50,8 +50,9 @@ const LEGEND_SAMPLE: i32 = 48;
 /// At most this many markers per line, so long runs stay readable.
 const MARKERS_PER_LINE: usize = 14;
 
-/// Colours of the optimizers' lines, in order (the tab10 palette, then black and navy).
-const PALETTE: [RGBColor; 12] = [
+/// Colours of the optimizers' lines, in order (the tab10 palette, then black, navy, dark
+/// green and maroon): distinct for all 13 optimizers of a full run.
+const PALETTE: [RGBColor; 14] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -64,6 +65,8 @@ const PALETTE: [RGBColor; 12] = [
     RGBColor(23, 190, 207),
     RGBColor(0, 0, 0),
     RGBColor(0, 0, 128),
+    RGBColor(0, 100, 0),
+    RGBColor(128, 0, 0),
 ];
 
 /// The marker shapes, in order.

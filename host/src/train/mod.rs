@@ -2,4 +2,6 @@
 
 pub mod checkpoint;
 pub mod data;
+pub mod experiments;
 pub mod run;
+pub mod runner;

@@ -1,0 +1,229 @@
+//! The experiments: each one a dataset, a model and a preset file (`host/presets/`).
+//!
+//! | experiment | paper | data | model |
+//! |---|---|---|---|
+//! | `digits-mlp` | — (offline) | shipped digits, 80/20 split | MLP 64→128→10 |
+//! | `wikitext2-quick` | — (offline) | shipped WikiText-2 valid (train) / test (first 40,960 tokens) | tiny Transformer LM, 2,000 words |
+//! | `cifar10-vgg16` | Figure 2 | CIFAR-10 (downloaded) | VGG16-BN |
+//! | `tinyimagenet-resnet34` | Figure 3 | Tiny-ImageNet (downloaded) | ResNet34 |
+//! | `wikitext2-transformer` | Figure 4 | WikiText-2 (downloaded) | 8-layer Transformer LM |
+//! | `wikitext103-transformer` | Figure 5 | WikiText-103 (downloaded) | 24-layer Transformer LM |
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use candle_core::Device;
+
+use super::data::{ClassificationData, LanguageData, TrainData};
+use crate::data::batches::Images;
+use crate::data::wikitext::{self, Corpus, TextSplit, Vocab};
+use crate::data::{cifar10, digits, tiny_imagenet, Normalize, Split};
+use crate::models::{
+    Mlp, MlpConfig, Model, ResNet, ResNetConfig, TransformerConfig, TransformerLm, Vgg, VggConfig,
+};
+use crate::optim::Preset;
+
+/// Tokens per window of the language models (pytorch/examples' default; the paper gives none).
+pub const BPTT: usize = 35;
+/// The offline LM's vocabulary: the most frequent words of the validation split.
+const QUICK_VOCAB: usize = 2000;
+/// The offline LM's test tokens (the start of the test split), to keep evaluation short.
+const QUICK_TEST_TOKENS: usize = 40_960;
+/// The offline LM's window length.
+const QUICK_BPTT: usize = 32;
+
+/// One experiment of the runner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Experiment {
+    /// Offline: an MLP on the shipped digits.
+    DigitsMlp,
+    /// Offline: a tiny Transformer LM on the shipped WikiText-2 validation / test splits.
+    WikiText2Quick,
+    /// Figure 2: VGG16-BN on CIFAR-10.
+    Cifar10Vgg16,
+    /// Figure 3: ResNet34 on Tiny-ImageNet.
+    TinyImageNetResNet34,
+    /// Figure 4: the 8-layer Transformer LM on WikiText-2.
+    WikiText2Transformer,
+    /// Figure 5: the 24-layer Transformer LM on WikiText-103.
+    WikiText103Transformer,
+}
+
+/// How to build an experiment.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// The seed of initialisation and data order.
+    pub seed: u64,
+    /// An offline copy of the dataset (`None`: the cache, downloading what is missing).
+    pub data_dir: Option<PathBuf>,
+    /// A CPU-sized model instead of the paper's (width 1/16 for the CNNs, the tiny
+    /// Transformer), for tests and smoke runs.
+    pub small: bool,
+    /// Overrides the preset's minibatch size.
+    pub batch_size: Option<usize>,
+    /// Where tensors live.
+    pub device: Device,
+}
+
+/// Makes the experiment's network, initialised from a seed.
+pub type ModelFactory = Box<dyn Fn(u64) -> Result<Box<dyn Model>>>;
+
+/// A built experiment.
+pub struct Setup {
+    /// Its data (loaded once, shared by every optimizer's run).
+    pub data: Box<dyn TrainData>,
+    /// A fresh network for each run.
+    pub new_model: ModelFactory,
+    /// The hyper-parameters of every optimizer.
+    pub preset: Preset,
+}
+
+impl Experiment {
+    /// Every experiment.
+    pub const ALL: [Experiment; 6] = [
+        Experiment::DigitsMlp,
+        Experiment::WikiText2Quick,
+        Experiment::Cifar10Vgg16,
+        Experiment::TinyImageNetResNet34,
+        Experiment::WikiText2Transformer,
+        Experiment::WikiText103Transformer,
+    ];
+
+    /// The name on the command line and of the run directory.
+    pub fn name(self) -> &'static str {
+        match self {
+            Experiment::DigitsMlp => "digits-mlp",
+            Experiment::WikiText2Quick => "wikitext2-quick",
+            Experiment::Cifar10Vgg16 => "cifar10-vgg16",
+            Experiment::TinyImageNetResNet34 => "tinyimagenet-resnet34",
+            Experiment::WikiText2Transformer => "wikitext2-transformer",
+            Experiment::WikiText103Transformer => "wikitext103-transformer",
+        }
+    }
+
+    /// The experiment called `name`, or an error listing the known ones.
+    pub fn from_name(name: &str) -> Result<Self> {
+        Self::ALL.into_iter().find(|e| e.name() == name).with_context(|| {
+            let known: Vec<_> = Self::ALL.iter().map(|e| e.name()).collect();
+            format!("unknown experiment {name:?} (known: {})", known.join(", "))
+        })
+    }
+
+    /// The preset file's name (`host/presets/<name>.json`).
+    pub fn preset_name(self) -> &'static str {
+        match self {
+            Experiment::DigitsMlp => "digits_quick",
+            Experiment::WikiText2Quick => "wikitext2_quick",
+            Experiment::Cifar10Vgg16 => "cifar10_vgg16",
+            Experiment::TinyImageNetResNet34 => "tinyimagenet_resnet34",
+            Experiment::WikiText2Transformer => "wikitext2_transformer",
+            Experiment::WikiText103Transformer => "wikitext103_transformer",
+        }
+    }
+
+    /// Loads the data (downloading it if needed) and builds the model.
+    pub fn build(self, o: &BuildOptions) -> Result<Setup> {
+        let preset = Preset::load(self.preset_name())?;
+        let batch = o.batch_size.unwrap_or(preset.batch_size);
+        let width = if o.small { 1.0 / 16.0 } else { 1.0 };
+        let dev = o.device.clone();
+        let (new_model, data): (ModelFactory, Box<dyn TrainData>) = match self {
+            Experiment::DigitsMlp => {
+                let path = o
+                    .data_dir
+                    .as_ref()
+                    .map_or_else(digits::shipped_path, |d| d.join("digits.csv.gz"));
+                let all = digits::load(&path)?;
+                // The split's seed is fixed: every run, whatever its seed, tests on the same
+                // images.
+                let (train, test) = digits::split(&all, 0.2, 0)?;
+                let data =
+                    ClassificationData::new(train, test, vec![digits::FEATURES], batch, o.seed, false, &dev)?;
+                let factory: ModelFactory =
+                    Box::new(move |seed| Ok(Box::new(Mlp::new(MlpConfig::digits(), seed, &dev)?)));
+                (factory, Box::new(data))
+            }
+            Experiment::Cifar10Vgg16 => {
+                let dir = o.data_dir.as_deref();
+                let train = Images::new(cifar10::load(dir, Split::Train)?, cifar10::normalization(), 4)?;
+                let test = Images::new(cifar10::load(dir, Split::Test)?, cifar10::normalization(), 0)?;
+                let data =
+                    ClassificationData::new(train, test, cifar10::SHAPE.to_vec(), batch, o.seed, true, &dev)?;
+                let config = VggConfig {
+                    width,
+                    ..VggConfig::cifar10()
+                };
+                let factory: ModelFactory = Box::new(move |seed| Ok(Box::new(Vgg::new(config, seed, &dev)?)));
+                (factory, Box::new(data))
+            }
+            Experiment::TinyImageNetResNet34 => {
+                let dir = o.data_dir.as_deref();
+                let train = tiny_imagenet::load(dir, Split::Train)?;
+                let test = tiny_imagenet::load(dir, Split::Test)?;
+                let norm: Normalize = train.channel_stats();
+                let shape = vec![train.channels, train.height, train.width];
+                let classes = train.classes;
+                let train = Images::new(train, norm.clone(), 4)?;
+                let test = Images::new(test, norm, 0)?;
+                let data = ClassificationData::new(train, test, shape, batch, o.seed, true, &dev)?;
+                let config = ResNetConfig {
+                    width,
+                    classes,
+                    ..ResNetConfig::tiny_imagenet()
+                };
+                let factory: ModelFactory =
+                    Box::new(move |seed| Ok(Box::new(ResNet::new(config, seed, &dev)?)));
+                (factory, Box::new(data))
+            }
+            Experiment::WikiText2Transformer | Experiment::WikiText103Transformer => {
+                let corpus = if self == Experiment::WikiText2Transformer {
+                    Corpus::WikiText2
+                } else {
+                    Corpus::WikiText103
+                };
+                let dir = o.data_dir.as_deref();
+                let train_path = wikitext::locate(corpus, TextSplit::Train, dir)?;
+                let vocab = wikitext::vocab_from_file(&train_path)?;
+                let train = wikitext::read_split(&train_path, &vocab)?;
+                let test = wikitext::read_split(&wikitext::locate(corpus, TextSplit::Test, dir)?, &vocab)?;
+                let config = match (o.small, corpus) {
+                    (true, _) => TransformerConfig::tiny(vocab.len()),
+                    (false, Corpus::WikiText2) => TransformerConfig::wikitext2(vocab.len()),
+                    (false, Corpus::WikiText103) => TransformerConfig::wikitext103(vocab.len()),
+                };
+                let data = LanguageData::new(&train.ids, &test.ids, batch, BPTT, &dev)?;
+                let factory: ModelFactory =
+                    Box::new(move |seed| Ok(Box::new(TransformerLm::new(config, seed, &dev)?)));
+                (factory, Box::new(data))
+            }
+            Experiment::WikiText2Quick => {
+                let dir = o
+                    .data_dir
+                    .clone()
+                    .unwrap_or_else(|| crate::data::shipped_dir().join("wikitext-2"));
+                let read = |split| -> Result<String> {
+                    let path = wikitext::locate(Corpus::WikiText2, split, Some(&dir))?;
+                    std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+                };
+                let valid = read(TextSplit::Valid)?;
+                let vocab = Vocab::most_frequent(&valid, QUICK_VOCAB);
+                let train = wikitext::encode(&valid, &vocab)?;
+                let mut test = wikitext::encode(&read(TextSplit::Test)?, &vocab)?.ids;
+                test.truncate(QUICK_TEST_TOKENS);
+                let data = LanguageData::new(&train.ids, &test, batch, QUICK_BPTT, &dev)?;
+                let config = TransformerConfig::tiny(vocab.len());
+                let factory: ModelFactory =
+                    Box::new(move |seed| Ok(Box::new(TransformerLm::new(config, seed, &dev)?)));
+                (factory, Box::new(data))
+            }
+        };
+        if data.train_batches() == 0 {
+            bail!("{}: the training set yields no minibatch", self.name());
+        }
+        Ok(Setup {
+            data,
+            new_model,
+            preset,
+        })
+    }
+}
