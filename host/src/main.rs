@@ -8,6 +8,7 @@ use candle_core::Device;
 use clap::{Args, Parser, Subcommand};
 use homeadam_host::train::experiments::{BuildOptions, Experiment};
 use homeadam_host::train::runner::{outcome, run_experiment, ExperimentRun, Outcome, ALL_OPTIMIZERS};
+use homeadam_host::train::stability::{run_stability, StabilityOptions};
 
 #[derive(Parser)]
 #[command(
@@ -53,6 +54,29 @@ enum Command {
     },
     /// Train one experiment with one or more optimizers (the paper's Figures 2–5).
     Train(TrainArgs),
+    /// The stability experiment on the shipped digits: per optimizer, the distance between two
+    /// models trained from the same seed on data sets that differ in one example, and their
+    /// loss gaps, after every epoch (CSV and figure).
+    Stability {
+        /// Comma-separated optimizer names, or `all`.
+        #[arg(long, default_value = "all")]
+        optimizers: String,
+        /// Epochs.
+        #[arg(long, default_value_t = 20)]
+        epochs: u64,
+        /// The example of S that S⁽ⁱ⁾ replaces.
+        #[arg(long, default_value_t = 0)]
+        replace: usize,
+        /// Seed of initialisation and data order.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// The run directory.
+        #[arg(long, default_value = "runs/stability")]
+        out: PathBuf,
+        /// No progress bars.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Redraw the figures of a run directory from its CSVs and print its summary.
     Plot {
         /// The run directory (holding one folder per optimizer).
@@ -106,6 +130,9 @@ struct TrainArgs {
     /// Continue each optimizer's run from its checkpoint.
     #[arg(long)]
     resume: bool,
+    /// Also record the training loss, home share and ρ every N steps (`iterations.csv`).
+    #[arg(long)]
+    log_every: Option<u64>,
     /// Seed of initialisation and data order.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -168,6 +195,7 @@ fn quick(
         out_dir: out.join(Experiment::DigitsMlp.name()),
         checkpoint_every: None,
         resume: false,
+        log_every: None,
         progress: true,
         build: build.clone(),
     };
@@ -183,12 +211,36 @@ fn quick(
             epochs: lm_epochs,
             max_batches: Some(lm_batches),
             out_dir: out.join(Experiment::WikiText2Quick.name()),
+            log_every: Some(10),
             ..digits
         };
         print_outcome(
             "wikitext2-quick: 2-layer Transformer LM, trained on WikiText-2 valid, tested on test",
             &run_experiment(&run)?,
         );
+    }
+    Ok(())
+}
+
+fn stability(o: &StabilityOptions) -> Result<()> {
+    let (rows, figures) = run_stability(o)?;
+    println!(
+        "\nstability on digits (S: 1,437 examples; S(i): example {} replaced)\n",
+        o.replace
+    );
+    println!(
+        "{:<13} {:>6} {:>14} {:>14} {:>14} {:>14}",
+        "optimizer", "epoch", "|θ(S)-θ(Si)|", "train gap", "test gap", "gen. gap"
+    );
+    for r in rows {
+        let l = r.last;
+        println!(
+            "{:<13} {:>6} {:>14.6} {:>14.3e} {:>14.3e} {:>14.4}",
+            r.optimizer, l.epoch, l.param_distance, l.train_loss_gap, l.test_loss_gap, l.generalization_gap
+        );
+    }
+    for f in figures {
+        println!("figure: {}", f.display());
     }
     Ok(())
 }
@@ -205,6 +257,7 @@ fn train(a: TrainArgs) -> Result<()> {
             .unwrap_or_else(|| PathBuf::from("runs").join(experiment.name())),
         checkpoint_every: a.checkpoint_every,
         resume: a.resume,
+        log_every: a.log_every,
         progress: !a.quiet,
         build: BuildOptions {
             seed: a.seed,
@@ -235,6 +288,21 @@ fn main() -> ExitCode {
             quick(out, epochs, &optimizers, lm, seed)
         }
         Command::Train(args) => train(args),
+        Command::Stability {
+            optimizers,
+            epochs,
+            replace,
+            seed,
+            out,
+            quiet,
+        } => stability(&StabilityOptions {
+            optimizers: optimizer_list(&optimizers),
+            epochs,
+            seed,
+            replace,
+            out_dir: out,
+            progress: !quiet,
+        }),
         Command::Plot { run_dir } => {
             outcome(&run_dir).map(|o| print_outcome(&run_dir.display().to_string(), &o))
         }

@@ -14,7 +14,7 @@ fn homeadam(out: &Path, extra: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_homeadam"));
     c.args(["train", EXPERIMENT, "--optimizers", OPTIMIZER, "--quiet"])
         .args(["--epochs", "2", "--max-batches", "12", "--batch-size", "8"])
-        .args(["--checkpoint-every", "3", "--out"])
+        .args(["--checkpoint-every", "3", "--log-every", "5", "--out"])
         .arg(out)
         .args(extra);
     c
@@ -96,6 +96,10 @@ fn a_killed_run_resumes_to_the_same_bits() {
     );
     assert_eq!(a.meta.rng, b.meta.rng);
     assert_eq!(metrics_without_time(&straight), metrics_without_time(&killed));
+    let iterations =
+        |d: &Path| std::fs::read_to_string(d.join(OPTIMIZER).join("iterations.csv")).expect("iterations.csv");
+    assert_eq!(iterations(&straight), iterations(&killed));
+    assert_eq!(iterations(&straight).lines().count(), 1 + 24 / 5);
 }
 
 #[test]

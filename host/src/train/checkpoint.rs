@@ -44,6 +44,8 @@ pub struct RunMeta {
     pub rng: u64,
     /// Running sums of the unfinished epoch.
     pub progress: EpochProgress,
+    /// Running sums since the last row of `iterations.csv`.
+    pub window: EpochProgress,
 }
 
 /// Sums over the minibatches of the unfinished epoch, in the order they were taken.
@@ -239,6 +241,7 @@ mod tests {
                     rho_min: Some(1e-30),
                     seconds: 0.1,
                 },
+                window: EpochProgress::default(),
             },
             model: vec![
                 SavedVar {

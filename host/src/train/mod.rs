@@ -5,3 +5,4 @@ pub mod data;
 pub mod experiments;
 pub mod run;
 pub mod runner;
+pub mod stability;

@@ -1,7 +1,8 @@
 //! One optimizer's training run: epochs of minibatches, the test set after each epoch, one row
 //! of `metrics.csv` per epoch, checkpoints every N steps, and `--resume` from the last one.
 //!
-//! Files, under `RUN_DIR/<optimizer>/`: `metrics.csv` (see [`crate::report`]),
+//! Files, under `RUN_DIR/<optimizer>/`: `metrics.csv` and, with `log_every`, `iterations.csv`
+//! (see [`crate::report`]),
 //! `checkpoint.bin` (the latest checkpoint, replaced atomically) and `final.bin` (the model and
 //! optimizer after the last epoch, in the same format).
 
@@ -10,13 +11,14 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Tensor, D};
+use homeadam_core::StepReport;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::checkpoint::{EpochProgress, RunCheckpoint, RunMeta};
 use super::data::{Minibatch, TrainData};
 use crate::models::Model;
 use crate::optim::VarOptimizer;
-use crate::report::{EpochRecord, MetricsWriter, Task};
+use crate::report::{EpochRecord, IterationRecord, IterationWriter, MetricsWriter, Task};
 use crate::rng::Rng;
 
 /// What one run is and where it writes.
@@ -38,6 +40,8 @@ pub struct RunOptions {
     pub checkpoint_every: Option<u64>,
     /// Continue from `checkpoint.bin` (an error if there is none or it is another run's).
     pub resume: bool,
+    /// Append a row to `iterations.csv` every this many steps.
+    pub log_every: Option<u64>,
     /// Draw progress bars.
     pub progress: bool,
 }
@@ -112,6 +116,7 @@ fn start(model: &dyn Model, opt: &mut VarOptimizer, o: &RunOptions) -> Result<Ru
             step: 0,
             rng: model.rng().map_or(0, |r| r.state),
             progress: EpochProgress::default(),
+            window: EpochProgress::default(),
         });
     }
     if !path.exists() {
@@ -130,6 +135,28 @@ fn start(model: &dyn Model, opt: &mut VarOptimizer, o: &RunOptions) -> Result<Ru
         .with_context(|| format!("--resume from {}", path.display()))?;
     model.set_rng(Rng { state: ck.meta.rng });
     Ok(ck.meta)
+}
+
+/// Adds one minibatch and its step to the sums of `p`.
+fn accumulate(
+    p: &mut EpochProgress,
+    loss: f64,
+    correct: u64,
+    predictions: usize,
+    report: &StepReport,
+    params: f64,
+) {
+    p.loss_sum += loss * predictions as f64;
+    p.correct += correct;
+    p.seen += predictions as u64;
+    if !report.skipped {
+        p.steps += 1;
+        p.home_share_sum += report.home_elements as f64 / params;
+        if let Some(rho) = report.rho {
+            let rho = f64::from(rho);
+            p.rho_min = Some(p.rho_min.map_or(rho, |r| r.min(rho)));
+        }
+    }
 }
 
 fn save(model: &dyn Model, opt: &VarOptimizer, meta: &RunMeta, path: &Path) -> Result<()> {
@@ -158,6 +185,15 @@ pub fn train(
     } else {
         MetricsWriter::create(&metrics, data.task())?
     };
+    let mut iterations = match o.log_every {
+        Some(_) if o.resume => Some(IterationWriter::resume(
+            &dir.join("iterations.csv"),
+            (),
+            meta.step,
+        )?),
+        Some(_) => Some(IterationWriter::create(&dir.join("iterations.csv"), ())?),
+        None => None,
+    };
     let checkpoint = dir.join("checkpoint.bin");
     let params = model.param_count().max(1) as f64;
     let homeadam = opt.config().core.rule.switch().is_some();
@@ -179,18 +215,23 @@ pub fn train(
             let loss_value = f64::from(loss.to_scalar::<f32>()?);
             let grads = loss.backward()?;
             let report = opt.step_with_report(&grads)?.report;
+            accumulate(
+                &mut meta.progress,
+                loss_value,
+                correct,
+                mb.predictions,
+                &report,
+                params,
+            );
+            accumulate(
+                &mut meta.window,
+                loss_value,
+                correct,
+                mb.predictions,
+                &report,
+                params,
+            );
             let p = &mut meta.progress;
-            p.loss_sum += loss_value * mb.predictions as f64;
-            p.correct += correct;
-            p.seen += mb.predictions as u64;
-            if !report.skipped {
-                p.steps += 1;
-                p.home_share_sum += report.home_elements as f64 / params;
-                if let Some(rho) = report.rho {
-                    let rho = f64::from(rho);
-                    p.rho_min = Some(p.rho_min.map_or(rho, |r| r.min(rho)));
-                }
-            }
             meta.batch += 1;
             meta.step += 1;
             meta.rng = model.rng().map_or(0, |r| r.state);
@@ -201,6 +242,17 @@ pub fn train(
                 p.loss_sum / p.seen as f64,
                 p.seen as f64 / clock.elapsed().as_secs_f64().max(1e-9)
             ));
+            if let (Some(writer), Some(n)) = (iterations.as_mut(), o.log_every) {
+                if n > 0 && meta.step % n == 0 {
+                    let w = std::mem::take(&mut meta.window);
+                    writer.append(&IterationRecord {
+                        step: meta.step,
+                        train_loss: w.loss_sum / w.seen.max(1) as f64,
+                        home_share: homeadam.then(|| w.home_share_sum / w.steps.max(1) as f64),
+                        rho: w.rho_min,
+                    })?;
+                }
+            }
             if o.checkpoint_every.is_some_and(|n| n > 0 && meta.step % n == 0) {
                 save(model, opt, &meta, &checkpoint)?;
             }

@@ -44,6 +44,8 @@ pub struct ExperimentRun {
     pub checkpoint_every: Option<u64>,
     /// Continue each optimizer's run from its checkpoint.
     pub resume: bool,
+    /// Append to `iterations.csv` every N steps.
+    pub log_every: Option<u64>,
     /// Draw progress bars.
     pub progress: bool,
     /// Data, model size, seed, device.
@@ -78,6 +80,7 @@ pub fn run_experiment(r: &ExperimentRun) -> Result<Outcome> {
             out_dir: r.out_dir.clone(),
             checkpoint_every: r.checkpoint_every,
             resume: r.resume,
+            log_every: r.log_every,
             progress: r.progress,
         };
         train(model.as_ref(), data.as_ref(), &mut opt, &options)

@@ -1,0 +1,268 @@
+//! Every experiment end to end on the CPU, CI-sized: the commands a user runs, on small real
+//! data (the shipped digits and WikiText-2 splits) or synthetic files in the datasets' exact
+//! on-disk formats (CIFAR-10 binary, the Tiny-ImageNet tree), with CPU-sized models.
+
+use std::path::Path;
+use std::process::Command;
+
+fn homeadam(args: &[&str], out: &Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_homeadam"))
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("run homeadam");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "homeadam {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+fn assert_png(path: &Path) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let img = image::load_from_memory(&bytes).expect("a PNG");
+    assert!(img.width() > 500 && img.height() > 300, "{}", path.display());
+}
+
+fn assert_metrics(out: &Path, optimizer: &str, header: &str, epochs: usize) {
+    let text = std::fs::read_to_string(out.join(optimizer).join("metrics.csv")).expect("metrics.csv");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], header);
+    assert_eq!(lines.len(), 1 + epochs, "{text}");
+}
+
+const CLASSIFICATION: &str = "epoch,train_loss,train_acc,test_loss,test_acc,seconds,home_share,rho";
+const LANGUAGE: &str = "epoch,train_loss,train_ppl,test_loss,test_ppl,seconds,home_share,rho";
+
+#[test]
+fn quick_writes_tables_csvs_and_figures() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("quick");
+    let stdout = homeadam(
+        &[
+            "quick",
+            "--epochs",
+            "2",
+            "--optimizers",
+            "sgdm,homeadamw",
+            "--lm-optimizers",
+            "homeadamw-ew",
+            "--lm-epochs",
+            "1",
+            "--lm-batches",
+            "3",
+        ],
+        &out,
+    );
+    assert!(
+        stdout.contains("homeadamw") && stdout.contains("test ppl"),
+        "{stdout}"
+    );
+    assert_metrics(&out.join("digits-mlp"), "homeadamw", CLASSIFICATION, 2);
+    assert_metrics(&out.join("wikitext2-quick"), "homeadamw-ew", LANGUAGE, 1);
+    for f in [
+        "digits-mlp/figures/curves.png",
+        "digits-mlp/figures/home.png",
+        "wikitext2-quick/figures/curves.png",
+    ] {
+        assert_png(&out.join(f));
+    }
+}
+
+#[test]
+fn wikitext2_transformer_runs_on_real_text() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("wikitext-2");
+    std::fs::create_dir(&data).expect("mkdir");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/wikitext-2");
+    let head = |name: &str, lines: usize| -> String {
+        let text = std::fs::read_to_string(shipped.join(name)).expect("shipped split");
+        text.lines().take(lines).map(|l| format!("{l}\n")).collect()
+    };
+    // The shipped validation split stands in for the training split (same format).
+    std::fs::write(data.join("train.txt"), head("valid.txt", 300)).expect("write");
+    std::fs::write(data.join("test.txt"), head("test.txt", 40)).expect("write");
+    let out = dir.path().join("run");
+    let data_dir = data.to_str().expect("utf-8 path");
+    homeadam(
+        &[
+            "train",
+            "wikitext2-transformer",
+            "--small",
+            "--data-dir",
+            data_dir,
+            "--optimizers",
+            "adamw,homeadamw",
+            "--epochs",
+            "2",
+            "--max-batches",
+            "3",
+            "--batch-size",
+            "4",
+            "--log-every",
+            "2",
+            "--quiet",
+        ],
+        &out,
+    );
+    assert_metrics(&out, "homeadamw", LANGUAGE, 2);
+    assert_png(&out.join("figures/curves.png"));
+    assert_png(&out.join("figures/iterations.png"));
+}
+
+/// Writes `count` random 64×64 JPEGs.
+fn jpegs(dir: &Path, prefix: &str, count: usize, seed: u8) {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    for k in 0..count {
+        let img = image::RgbImage::from_fn(64, 64, |x, y| {
+            image::Rgb([
+                (x as u8).wrapping_mul(seed),
+                (y as u8).wrapping_add(k as u8 * 40),
+                seed.wrapping_mul(k as u8 + 1),
+            ])
+        });
+        img.save(dir.join(format!("{prefix}_{k}.JPEG")))
+            .expect("save jpeg");
+    }
+}
+
+#[test]
+fn tinyimagenet_resnet34_runs_on_a_synthetic_tree() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("tiny-imagenet-200");
+    let wnids = ["n01443537", "n01629819", "n01641577"];
+    std::fs::create_dir_all(&root).expect("mkdir");
+    std::fs::write(root.join("wnids.txt"), wnids.join("\n") + "\n").expect("write");
+    let mut annotations = String::new();
+    for (c, w) in wnids.iter().enumerate() {
+        jpegs(&root.join("train").join(w).join("images"), w, 4, 3 + c as u8 * 50);
+        jpegs(&root.join("val/images"), &format!("val_{c}"), 1, 7 + c as u8 * 50);
+        annotations.push_str(&format!("val_{c}_0.JPEG\t{w}\t0\t0\t63\t63\n"));
+    }
+    std::fs::write(root.join("val/val_annotations.txt"), annotations).expect("write");
+    let out = dir.path().join("run");
+    homeadam(
+        &[
+            "train",
+            "tinyimagenet-resnet34",
+            "--small",
+            "--data-dir",
+            dir.path().to_str().expect("utf-8 path"),
+            "--optimizers",
+            "homeadamw",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "6",
+            "--quiet",
+        ],
+        &out,
+    );
+    assert_metrics(&out, "homeadamw", CLASSIFICATION, 1);
+    assert_png(&out.join("figures/curves.png"));
+}
+
+#[test]
+fn cifar10_vgg16_runs_on_synthetic_binary_batches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("cifar-10-batches-bin");
+    std::fs::create_dir(&data).expect("mkdir");
+    let batch = |seed: u8| -> Vec<u8> {
+        (0..4u8)
+            .flat_map(|r| {
+                std::iter::once(r % 10)
+                    .chain((0..3072u32).map(move |i| (i as u8).wrapping_mul(seed).wrapping_add(r)))
+            })
+            .collect()
+    };
+    for k in 1..=5u8 {
+        std::fs::write(data.join(format!("data_batch_{k}.bin")), batch(k)).expect("write");
+    }
+    std::fs::write(data.join("test_batch.bin"), batch(9)).expect("write");
+    let out = dir.path().join("run");
+    homeadam(
+        &[
+            "train",
+            "cifar10-vgg16",
+            "--small",
+            "--data-dir",
+            dir.path().to_str().expect("utf-8 path"),
+            "--optimizers",
+            "adamw-srf,homeadamw-ew",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "5",
+            "--quiet",
+        ],
+        &out,
+    );
+    assert_metrics(&out, "adamw-srf", CLASSIFICATION, 1);
+    assert_png(&out.join("figures/curves.png"));
+}
+
+#[test]
+fn stability_writes_its_csv_and_figure_on_digits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("stability");
+    let stdout = homeadam(
+        &[
+            "stability",
+            "--optimizers",
+            "adamw,homeadamw",
+            "--epochs",
+            "2",
+            "--quiet",
+        ],
+        &out,
+    );
+    assert!(stdout.contains("homeadamw"), "{stdout}");
+    let csv = std::fs::read_to_string(out.join("homeadamw/stability.csv")).expect("stability.csv");
+    assert_eq!(
+        csv.lines().next(),
+        Some("epoch,param_distance,train_loss_gap,test_loss_gap,generalization_gap")
+    );
+    assert_eq!(csv.lines().count(), 3);
+    assert_png(&out.join("figures/stability.png"));
+}
+
+#[test]
+fn unknown_names_and_missing_data_are_clear_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_homeadam"))
+            .args(args)
+            .output()
+            .expect("run homeadam");
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (code, err) = run(&["train", "mnist"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("unknown experiment \"mnist\"") && err.contains("cifar10-vgg16"),
+        "{err}"
+    );
+    let (code, err) = run(&[
+        "train",
+        "digits-mlp",
+        "--optimizers",
+        "adamax",
+        "--out",
+        "/nonexistent/x",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("unknown optimizer \"adamax\""), "{err}");
+    let empty = dir.path().to_str().expect("utf-8 path");
+    let (code, err) = run(&["train", "cifar10-vgg16", "--data-dir", empty]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("data_batch_1.bin") || err.contains("cifar-10"),
+        "{err}"
+    );
+    let (code, err) = run(&["train", "digits-mlp", "--device", "cuda"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("CPU only"), "{err}");
+}
