@@ -6,8 +6,10 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use candle_core::Device;
 use clap::{Args, Parser, Subcommand};
+use homeadam_host::optim::ALL_OPTIMIZERS;
 use homeadam_host::train::experiments::{BuildOptions, Experiment};
-use homeadam_host::train::runner::{outcome, run_experiment, ExperimentRun, Outcome, ALL_OPTIMIZERS};
+use homeadam_host::train::run::RunSettings;
+use homeadam_host::train::runner::{outcome, run_experiment, ExperimentRun, Outcome};
 use homeadam_host::train::stability::{run_stability, StabilityOptions};
 
 #[derive(Parser)]
@@ -190,14 +192,16 @@ fn quick(
     let digits = ExperimentRun {
         experiment: Experiment::DigitsMlp,
         optimizers: optimizer_list(optimizers),
-        epochs,
-        max_batches: None,
-        out_dir: out.join(Experiment::DigitsMlp.name()),
-        checkpoint_every: None,
-        resume: false,
-        log_every: None,
-        progress: true,
-        build: build.clone(),
+        settings: RunSettings {
+            epochs,
+            max_batches: None,
+            out_dir: out.join(Experiment::DigitsMlp.name()),
+            checkpoint_every: None,
+            resume: false,
+            log_every: None,
+            progress: true,
+        },
+        build,
     };
     let digits_outcome = run_experiment(&digits)?;
     print_outcome(
@@ -208,10 +212,13 @@ fn quick(
         let run = ExperimentRun {
             experiment: Experiment::WikiText2Quick,
             optimizers: optimizer_list(lm_optimizers),
-            epochs: lm_epochs,
-            max_batches: Some(lm_batches),
-            out_dir: out.join(Experiment::WikiText2Quick.name()),
-            log_every: Some(10),
+            settings: RunSettings {
+                epochs: lm_epochs,
+                max_batches: Some(lm_batches),
+                out_dir: out.join(Experiment::WikiText2Quick.name()),
+                log_every: Some(10),
+                ..digits.settings
+            },
             ..digits
         };
         print_outcome(
@@ -250,15 +257,17 @@ fn train(a: TrainArgs) -> Result<()> {
     let run = ExperimentRun {
         experiment,
         optimizers: optimizer_list(&a.optimizers),
-        epochs: a.epochs,
-        max_batches: a.max_batches,
-        out_dir: a
-            .out
-            .unwrap_or_else(|| PathBuf::from("runs").join(experiment.name())),
-        checkpoint_every: a.checkpoint_every,
-        resume: a.resume,
-        log_every: a.log_every,
-        progress: !a.quiet,
+        settings: RunSettings {
+            epochs: a.epochs,
+            max_batches: a.max_batches,
+            out_dir: a
+                .out
+                .unwrap_or_else(|| PathBuf::from("runs").join(experiment.name())),
+            checkpoint_every: a.checkpoint_every,
+            resume: a.resume,
+            log_every: a.log_every,
+            progress: !a.quiet,
+        },
         build: BuildOptions {
             seed: a.seed,
             data_dir: a.data_dir,

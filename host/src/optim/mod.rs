@@ -59,5 +59,5 @@ mod tests;
 pub use adapter::{OptimConfig, StepOutcome, VarOptimizer};
 pub use clip::{clip_grad_norm, global_grad_norm};
 pub use groups::is_no_decay;
-pub use preset::{OptimizerPreset, Preset};
+pub use preset::{OptimizerPreset, Preset, ALL_OPTIMIZERS};
 pub use schedule::Schedule;

@@ -132,32 +132,34 @@ impl Preset {
     }
 }
 
+/// Every optimizer of the paper, plus the element-wise HomeAdam(W), by the core's names: the
+/// entries of every preset file.
+pub const ALL_OPTIMIZERS: [&str; 13] = [
+    "sgd",
+    "sgdm",
+    "adam",
+    "adamw",
+    "adabelief",
+    "swats",
+    "miadam",
+    "adam-srf",
+    "adamw-srf",
+    "homeadam",
+    "homeadamw",
+    "homeadam-ew",
+    "homeadamw-ew",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const PAPER_OPTIMIZERS: [&str; 13] = [
-        "sgd",
-        "sgdm",
-        "adam",
-        "adamw",
-        "adabelief",
-        "swats",
-        "miadam",
-        "adam-srf",
-        "adamw-srf",
-        "homeadam",
-        "homeadamw",
-        "homeadam-ew",
-        "homeadamw-ew",
-    ];
 
     #[test]
     fn every_preset_parses_and_every_optimizer_validates() {
         for experiment in Preset::experiments() {
             let preset = Preset::load(experiment).unwrap();
-            assert_eq!(preset.optimizers.len(), PAPER_OPTIMIZERS.len(), "{experiment}");
-            for name in PAPER_OPTIMIZERS {
+            assert_eq!(preset.optimizers.len(), ALL_OPTIMIZERS.len(), "{experiment}");
+            for name in ALL_OPTIMIZERS {
                 let c = preset.config(name).unwrap_or_else(|e| panic!("{e:#}"));
                 assert_eq!(c.rule.name(), name);
                 assert!(!preset.optimizers[name].source.is_empty());

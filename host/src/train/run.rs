@@ -21,20 +21,14 @@ use crate::optim::VarOptimizer;
 use crate::report::{EpochRecord, IterationRecord, IterationWriter, MetricsWriter, Task};
 use crate::rng::Rng;
 
-/// What one run is and where it writes.
+/// How a run goes and where it writes; the same for every optimizer of an experiment.
 #[derive(Clone, Debug)]
-pub struct RunOptions {
-    /// The experiment's name, recorded in checkpoints.
-    pub experiment: String,
-    /// The optimizer's name: the run's folder under `out_dir`.
-    pub optimizer: String,
-    /// The seed of the model's initialisation and of the data order.
-    pub seed: u64,
+pub struct RunSettings {
     /// Epochs to train.
     pub epochs: u64,
     /// At most this many minibatches per epoch (`None`: all), for short runs.
     pub max_batches: Option<usize>,
-    /// The run directory.
+    /// The run directory (one folder per optimizer).
     pub out_dir: PathBuf,
     /// Write `checkpoint.bin` every this many steps (and after every epoch).
     pub checkpoint_every: Option<u64>,
@@ -46,10 +40,23 @@ pub struct RunOptions {
     pub progress: bool,
 }
 
+/// One optimizer's run: what it is (recorded in, and checked against, checkpoints) and how.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// The experiment's name.
+    pub experiment: String,
+    /// The optimizer's name: the run's folder under the run directory.
+    pub optimizer: String,
+    /// The seed of the model's initialisation and of the data order.
+    pub seed: u64,
+    /// How it goes.
+    pub settings: RunSettings,
+}
+
 impl RunOptions {
     /// `RUN_DIR/<optimizer>`.
     pub fn dir(&self) -> PathBuf {
-        self.out_dir.join(&self.optimizer)
+        self.settings.out_dir.join(&self.optimizer)
     }
 }
 
@@ -106,7 +113,7 @@ fn bar(show: bool, len: usize, label: String) -> ProgressBar {
 /// Where a run starts: fresh, or from its checkpoint.
 fn start(model: &dyn Model, opt: &mut VarOptimizer, o: &RunOptions) -> Result<RunMeta> {
     let path = o.dir().join("checkpoint.bin");
-    if !o.resume {
+    if !o.settings.resume {
         return Ok(RunMeta {
             experiment: o.experiment.clone(),
             optimizer: o.optimizer.clone(),
@@ -179,14 +186,15 @@ pub fn train(
     let dir = o.dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut meta = start(model, opt, o)?;
+    let s = &o.settings;
     let metrics = dir.join("metrics.csv");
-    let mut writer = if o.resume {
+    let mut writer = if s.resume {
         MetricsWriter::resume(&metrics, data.task(), meta.epoch)?
     } else {
         MetricsWriter::create(&metrics, data.task())?
     };
-    let mut iterations = match o.log_every {
-        Some(_) if o.resume => Some(IterationWriter::resume(
+    let mut iterations = match s.log_every {
+        Some(_) if s.resume => Some(IterationWriter::resume(
             &dir.join("iterations.csv"),
             (),
             meta.step,
@@ -197,13 +205,13 @@ pub fn train(
     let checkpoint = dir.join("checkpoint.bin");
     let params = model.param_count().max(1) as f64;
     let homeadam = opt.config().core.rule.switch().is_some();
-    let batches = data.train_batches().min(o.max_batches.unwrap_or(usize::MAX));
+    let batches = data.train_batches().min(s.max_batches.unwrap_or(usize::MAX));
     let mut rows = Vec::new();
-    while meta.epoch < o.epochs {
+    while meta.epoch < s.epochs {
         let pb = bar(
-            o.progress,
+            s.progress,
             batches,
-            format!("{} epoch {}/{}", o.optimizer, meta.epoch + 1, o.epochs),
+            format!("{} epoch {}/{}", o.optimizer, meta.epoch + 1, s.epochs),
         );
         pb.set_position(meta.batch);
         let clock = Instant::now();
@@ -242,7 +250,7 @@ pub fn train(
                 p.loss_sum / p.seen as f64,
                 p.seen as f64 / clock.elapsed().as_secs_f64().max(1e-9)
             ));
-            if let (Some(writer), Some(n)) = (iterations.as_mut(), o.log_every) {
+            if let (Some(writer), Some(n)) = (iterations.as_mut(), s.log_every) {
                 if n > 0 && meta.step % n == 0 {
                     let w = std::mem::take(&mut meta.window);
                     writer.append(&IterationRecord {
@@ -253,7 +261,7 @@ pub fn train(
                     })?;
                 }
             }
-            if o.checkpoint_every.is_some_and(|n| n > 0 && meta.step % n == 0) {
+            if s.checkpoint_every.is_some_and(|n| n > 0 && meta.step % n == 0) {
                 save(model, opt, &meta, &checkpoint)?;
             }
         }
