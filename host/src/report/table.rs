@@ -95,57 +95,42 @@ impl SummaryTable {
             .collect()
     }
 
+    /// One row's cells padded to `widths`: the name left-aligned, numbers right-aligned.
+    fn padded(cells: &[String], widths: &[usize], escape: bool) -> Vec<String> {
+        cells
+            .iter()
+            .zip(widths)
+            .enumerate()
+            .map(|(c, (s, &w))| {
+                let s = if escape { s.replace('|', "\\|") } else { s.clone() };
+                if c == 0 {
+                    format!("{s:<w$}")
+                } else {
+                    format!("{s:>w$}")
+                }
+            })
+            .collect()
+    }
+
     /// Aligned plain text: names left-aligned, numbers right-aligned, a rule under the header.
     pub fn to_text(&self) -> String {
         let widths = self.widths();
         let line = |cells: &[String]| {
-            let parts: Vec<String> = cells
-                .iter()
-                .zip(&widths)
-                .enumerate()
-                .map(|(c, (s, &w))| {
-                    if c == 0 {
-                        format!("{s:<w$}")
-                    } else {
-                        format!("{s:>w$}")
-                    }
-                })
-                .collect();
-            parts.join("  ").trim_end().to_string()
+            Self::padded(cells, &widths, false)
+                .join("  ")
+                .trim_end()
+                .to_string()
         };
-        let mut out = line(&self.headers);
-        out.push('\n');
         let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-        out.push_str(&rule.join("  "));
-        out.push('\n');
-        for row in &self.rows {
-            out.push_str(&line(row));
-            out.push('\n');
-        }
-        out
+        let mut lines = vec![line(&self.headers), rule.join("  ")];
+        lines.extend(self.rows.iter().map(|r| line(r)));
+        lines.join("\n") + "\n"
     }
 
-    /// A GitHub-flavoured Markdown table (numbers right-aligned), for the README.
+    /// A GitHub-flavoured Markdown table (numbers right-aligned), for notes and READMEs.
     pub fn to_markdown(&self) -> String {
         let widths = self.widths();
-        let line = |cells: &[String]| {
-            let parts: Vec<String> = cells
-                .iter()
-                .zip(&widths)
-                .enumerate()
-                .map(|(c, (s, &w))| {
-                    let s = s.replace('|', "\\|");
-                    if c == 0 {
-                        format!("{s:<w$}")
-                    } else {
-                        format!("{s:>w$}")
-                    }
-                })
-                .collect();
-            format!("| {} |", parts.join(" | "))
-        };
-        let mut out = line(&self.headers);
-        out.push('\n');
+        let line = |cells: &[String]| format!("| {} |", Self::padded(cells, &widths, true).join(" | "));
         let rule: Vec<String> = widths
             .iter()
             .enumerate()
@@ -158,12 +143,8 @@ impl SummaryTable {
                 }
             })
             .collect();
-        out.push_str(&format!("| {} |", rule.join(" | ")));
-        out.push('\n');
-        for row in &self.rows {
-            out.push_str(&line(row));
-            out.push('\n');
-        }
-        out
+        let mut lines = vec![line(&self.headers), format!("| {} |", rule.join(" | "))];
+        lines.extend(self.rows.iter().map(|r| line(r)));
+        lines.join("\n") + "\n"
     }
 }

@@ -54,9 +54,11 @@ pub fn run_experiment(r: &ExperimentRun) -> Result<Outcome> {
     outcome(&r.settings.out_dir)
 }
 
-/// Redraws the figures of `run_dir` from its CSVs and summarises it.
+/// Redraws the figures of `run_dir` from its CSVs and writes its summary table to
+/// `RUN_DIR/summary.md`.
 pub fn outcome(run_dir: &Path) -> Result<Outcome> {
     let figures = draw_figures(run_dir)?;
     let table = SummaryTable::from_run(&load_run(run_dir)?);
+    crate::replay::write_atomically(&run_dir.join("summary.md"), table.to_markdown().as_bytes())?;
     Ok(Outcome { figures, table })
 }
