@@ -66,9 +66,16 @@ fn decode_into(path: &Path, dst: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
-/// Decodes `jobs` (file, label) in parallel, keeping their order.
+/// Decodes `jobs` (file, label) in parallel, keeping their order, with a progress bar (the
+/// training split is 100,000 JPEGs).
 fn decode_all(jobs: &[(PathBuf, u32)], classes: usize) -> Result<ImageSet> {
     let mut pixels = vec![0u8; jobs.len() * IMAGE_LEN];
+    let style =
+        indicatif::ProgressStyle::with_template("{prefix:>24} {bar:30} {pos}/{len} [{elapsed}<{eta}]")
+            .expect("valid template");
+    let pb = indicatif::ProgressBar::new(jobs.len() as u64)
+        .with_style(style)
+        .with_prefix("decoding Tiny-ImageNet");
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Contiguous chunks, one per thread: each writes only its own part of `pixels`.
     let per = jobs.len().div_ceil(threads).max(1);
@@ -77,10 +84,15 @@ fn decode_all(jobs: &[(PathBuf, u32)], classes: usize) -> Result<ImageSet> {
             .chunks_mut(per * IMAGE_LEN)
             .zip(jobs.chunks(per))
             .map(|(out, jobs)| {
+                let pb = pb.clone();
                 s.spawn(move || {
                     out.chunks_exact_mut(IMAGE_LEN)
                         .zip(jobs)
-                        .try_for_each(|(dst, (path, _))| decode_into(path, dst))
+                        .try_for_each(|(dst, (path, _))| {
+                            decode_into(path, dst)?;
+                            pb.inc(1);
+                            Ok(())
+                        })
                 })
             })
             .collect();
@@ -89,6 +101,7 @@ fn decode_all(jobs: &[(PathBuf, u32)], classes: usize) -> Result<ImageSet> {
                 .unwrap_or_else(|_| Err(anyhow!("an image decoding thread panicked")))
         })
     })?;
+    pb.finish_and_clear();
     Ok(ImageSet {
         n: jobs.len(),
         channels: 3,
