@@ -33,7 +33,7 @@ enum Command {
         #[arg(long, default_value = "runs/quick")]
         out: PathBuf,
         /// Epochs of the digits MLP.
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
         epochs: u64,
         /// Optimizers of the digits MLP (comma-separated, or `all`).
         #[arg(long, default_value = "all")]
@@ -42,10 +42,10 @@ enum Command {
         #[arg(long, default_value = "adamw,adamw-srf,homeadamw,homeadamw-ew")]
         lm_optimizers: String,
         /// Epochs of the language model.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
         lm_epochs: u64,
         /// Minibatches per language-model epoch (16 × 32 tokens each).
-        #[arg(long, default_value_t = 80)]
+        #[arg(long, default_value_t = 80, value_parser = positive)]
         lm_batches: usize,
         /// Skip the language model.
         #[arg(long)]
@@ -64,7 +64,7 @@ enum Command {
         #[arg(long, default_value = "all")]
         optimizers: String,
         /// Epochs.
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
         epochs: u64,
         /// The example of S that S⁽ⁱ⁾ replaces.
         #[arg(long, default_value_t = 0)]
@@ -108,13 +108,13 @@ struct TrainArgs {
     #[arg(long, default_value = "all")]
     optimizers: String,
     /// Epochs per optimizer.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     epochs: u64,
     /// At most this many minibatches per epoch.
-    #[arg(long)]
+    #[arg(long, value_parser = positive)]
     max_batches: Option<usize>,
     /// Minibatch size (default: the preset's, i.e. the paper's).
-    #[arg(long)]
+    #[arg(long, value_parser = positive)]
     batch_size: Option<usize>,
     /// A CPU-sized model (CNN widths / 16, a 2-layer Transformer) instead of the paper's.
     #[arg(long)]
@@ -127,13 +127,13 @@ struct TrainArgs {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Write a checkpoint every N steps (one is always written after each epoch).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: Option<u64>,
     /// Continue each optimizer's run from its checkpoint.
     #[arg(long)]
     resume: bool,
     /// Also record the training loss, home share and ρ every N steps (`iterations.csv`).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     log_every: Option<u64>,
     /// Seed of initialisation and data order.
     #[arg(long, default_value_t = 0)]
@@ -146,15 +146,30 @@ struct TrainArgs {
     quiet: bool,
 }
 
-fn optimizer_list(spec: &str) -> Vec<String> {
-    if spec == "all" {
-        ALL_OPTIMIZERS.iter().map(|s| s.to_string()).collect()
-    } else {
-        spec.split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect()
+/// A count that must be at least 1.
+fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{s:?} is not a positive integer")),
     }
+}
+
+fn optimizer_list(spec: &str) -> Result<Vec<String>> {
+    if spec == "all" {
+        return Ok(ALL_OPTIMIZERS.iter().map(|s| s.to_string()).collect());
+    }
+    let names: Vec<String> = spec
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if names.is_empty() {
+        bail!(
+            "no optimizer given (a comma-separated list of: all, {})",
+            ALL_OPTIMIZERS.join(", ")
+        );
+    }
+    Ok(names)
 }
 
 fn device(name: &str) -> Result<Device> {
@@ -191,7 +206,7 @@ fn quick(
     };
     let digits = ExperimentRun {
         experiment: Experiment::DigitsMlp,
-        optimizers: optimizer_list(optimizers),
+        optimizers: optimizer_list(optimizers)?,
         settings: RunSettings {
             epochs,
             max_batches: None,
@@ -211,7 +226,7 @@ fn quick(
     if let Some((lm_optimizers, lm_epochs, lm_batches)) = lm {
         let run = ExperimentRun {
             experiment: Experiment::WikiText2Quick,
-            optimizers: optimizer_list(lm_optimizers),
+            optimizers: optimizer_list(lm_optimizers)?,
             settings: RunSettings {
                 epochs: lm_epochs,
                 max_batches: Some(lm_batches),
@@ -256,7 +271,7 @@ fn train(a: TrainArgs) -> Result<()> {
     let experiment = Experiment::from_name(&a.experiment)?;
     let run = ExperimentRun {
         experiment,
-        optimizers: optimizer_list(&a.optimizers),
+        optimizers: optimizer_list(&a.optimizers)?,
         settings: RunSettings {
             epochs: a.epochs,
             max_batches: a.max_batches,
@@ -304,13 +319,15 @@ fn main() -> ExitCode {
             seed,
             out,
             quiet,
-        } => stability(&StabilityOptions {
-            optimizers: optimizer_list(&optimizers),
-            epochs,
-            seed,
-            replace,
-            out_dir: out,
-            progress: !quiet,
+        } => optimizer_list(&optimizers).and_then(|optimizers| {
+            stability(&StabilityOptions {
+                optimizers,
+                epochs,
+                seed,
+                replace,
+                out_dir: out,
+                progress: !quiet,
+            })
         }),
         Command::Plot { run_dir } => {
             outcome(&run_dir).map(|o| print_outcome(&run_dir.display().to_string(), &o))
