@@ -89,10 +89,10 @@ enum Command {
         /// The rule and its hyper-parameters (JSON).
         #[arg(long)]
         config: PathBuf,
-        /// param.<k> [d_k] and grad.<k> [T, d_k], F32 (safetensors).
+        /// `param.<k>` of shape `[d_k]` and `grad.<k>` of shape `[T, d_k]`, F32 (safetensors).
         #[arg(long)]
         input: PathBuf,
-        /// Where to write param.<k> and the state tensors (safetensors).
+        /// Where to write `param.<k>` and the state tensors (safetensors).
         #[arg(long)]
         output: PathBuf,
     },

@@ -1,7 +1,7 @@
 //! The networks the experiments train, on candle (f32): a digits MLP, batch-norm VGG16
 //! (CIFAR-10), ResNet34 (Tiny-ImageNet) and a Transformer-encoder language model (WikiText).
 //!
-//! Every initial value is drawn from the project's [`Rng`](crate::rng::Rng) (candle's CPU device
+//! Every initial value is drawn from the project's [`Rng`] (candle's CPU device
 //! cannot be seeded), so the same seed gives bit-identical parameters. Variable names follow
 //! PyTorch's (`layer1.0.conv1.weight`, `layers.3.norm2.bias`, …) so that parameter groups can be
 //! formed by name: every bias ends in `bias`, every normalisation parameter's name contains `bn`
