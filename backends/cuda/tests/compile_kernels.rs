@@ -19,53 +19,68 @@ fn every_kernel_compiles_for_every_arch_without_spills() {
     let names = kernels::all_kernel_names();
     let source = kernels::source();
     println!("{} kernels per architecture", names.len());
-    for arch in ARCHS {
-        let ptx = kernels::compile(&source, &arch.replace("sm_", "compute_"), false)
-            .unwrap_or_else(|e| panic!("{arch}: {e}"));
-        assert!(!ptx.ptx.is_empty());
-        let out = kernels::compile(&source, arch, true).unwrap_or_else(|e| panic!("{arch}: {e}"));
-        assert!(out.cubin.starts_with(b"\x7fELF"), "{arch}: no cubin");
-        let ptx_text = String::from_utf8_lossy(&out.ptx);
-        let resources = kernels::parse_ptxas_log(&out.log);
-        for name in &names {
-            assert!(
-                ptx_text.contains(&format!(".entry {name}(")),
-                "{arch}: {name} missing from the PTX"
-            );
-            let r = resources
-                .iter()
-                .find(|r| &r.name == name)
-                .unwrap_or_else(|| panic!("{arch}: no ptxas info for {name}\n{}", out.log));
-            assert_eq!(r.spill_bytes, 0, "{arch}: {name} spills {} bytes", r.spill_bytes);
-        }
-        let regs: Vec<u32> = resources.iter().map(|r| r.registers).collect();
-        let max = resources.iter().max_by_key(|r| r.registers).expect("kernels");
-        println!(
-            "{arch}: {} kernels, registers min {} max {} ({}), spills 0, cubin {} KiB, PTX {} KiB",
-            resources.len(),
-            regs.iter().min().expect("kernels"),
-            max.registers,
-            max.name,
-            out.cubin.len() / 1024,
-            out.ptx.len() / 1024
-        );
-        for rule in kernels::RULE_KERNELS {
-            let of_rule: Vec<u32> = resources
-                .iter()
-                .filter(|r| {
-                    r.name
-                        .strip_prefix(rule)
-                        .is_some_and(|t| t.starts_with("_f") || t.starts_with("_b"))
-                })
-                .map(|r| r.registers)
-                .collect();
-            println!(
-                "  {arch} {rule:<18} registers {}..{}",
-                of_rule.iter().min().expect("kernels"),
-                of_rule.iter().max().expect("kernels")
-            );
-        }
+    // One NVRTC program per architecture, compiled on its own thread; a compile for `sm_XX`
+    // yields both the PTX and the SASS.
+    let reports: Vec<String> = std::thread::scope(|scope| {
+        let jobs: Vec<_> = ARCHS
+            .iter()
+            .map(|&arch| scope.spawn(|| check_arch(&source, arch, &names)))
+            .collect();
+        jobs.into_iter()
+            .map(|j| j.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    for r in reports {
+        print!("{r}");
     }
+}
+
+/// Compiles `source` for `arch`, checks every kernel is there without spills, and returns the
+/// register report.
+fn check_arch(source: &str, arch: &str, names: &[String]) -> String {
+    let out = kernels::compile(source, arch, true).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    assert!(out.cubin.starts_with(b"\x7fELF"), "{arch}: no cubin");
+    let ptx_text = String::from_utf8_lossy(&out.ptx);
+    let resources = kernels::parse_ptxas_log(&out.log);
+    for name in names {
+        assert!(
+            ptx_text.contains(&format!(".entry {name}(")),
+            "{arch}: {name} missing from the PTX"
+        );
+        let r = resources
+            .iter()
+            .find(|r| &r.name == name)
+            .unwrap_or_else(|| panic!("{arch}: no ptxas info for {name}\n{}", out.log));
+        assert_eq!(r.spill_bytes, 0, "{arch}: {name} spills {} bytes", r.spill_bytes);
+    }
+    let regs: Vec<u32> = resources.iter().map(|r| r.registers).collect();
+    let max = resources.iter().max_by_key(|r| r.registers).expect("kernels");
+    let mut report = format!(
+        "{arch}: {} kernels, registers min {} max {} ({}), spills 0, cubin {} KiB, PTX {} KiB\n",
+        resources.len(),
+        regs.iter().min().expect("kernels"),
+        max.registers,
+        max.name,
+        out.cubin.len() / 1024,
+        out.ptx.len() / 1024
+    );
+    for rule in kernels::RULE_KERNELS {
+        let of_rule: Vec<u32> = resources
+            .iter()
+            .filter(|r| {
+                r.name
+                    .strip_prefix(rule)
+                    .is_some_and(|t| t.starts_with("_f") || t.starts_with("_b"))
+            })
+            .map(|r| r.registers)
+            .collect();
+        report.push_str(&format!(
+            "  {arch} {rule:<18} registers {}..{}\n",
+            of_rule.iter().min().expect("kernels"),
+            of_rule.iter().max().expect("kernels")
+        ));
+    }
+    report
 }
 
 #[test]
