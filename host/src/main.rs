@@ -56,10 +56,19 @@ enum Command {
     },
     /// Train one experiment with one or more optimizers (the paper's Figures 2–5).
     Train(TrainArgs),
-    /// The stability experiment on the shipped digits: per optimizer, the distance between two
-    /// models trained from the same seed on data sets that differ in one example, and their
-    /// loss gaps, after every epoch (CSV and figure).
+    /// The stability experiment: per optimizer, the distance between two models trained from
+    /// the same seed on data sets that differ in one example, and their loss gaps, after every
+    /// epoch (CSV and figure). Offline on the shipped digits by default.
     Stability {
+        /// digits-mlp or cifar10-vgg16.
+        #[arg(long, default_value = "digits-mlp")]
+        experiment: String,
+        /// An offline copy of CIFAR-10 (default: the cache, downloading what is missing).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// A CPU-sized VGG (widths / 16).
+        #[arg(long)]
+        small: bool,
         /// Comma-separated optimizer names, or `all`.
         #[arg(long, default_value = "all")]
         optimizers: String,
@@ -247,7 +256,8 @@ fn quick(
 fn stability(o: &StabilityOptions) -> Result<()> {
     let (rows, figures) = run_stability(o)?;
     println!(
-        "\nstability on digits (S: 1,437 examples; S(i): example {} replaced)\n",
+        "\nstability on {} (S: the training split but its last example; S(i): example {} replaced by it)\n",
+        o.experiment.name(),
         o.replace
     );
     println!(
@@ -313,15 +323,21 @@ fn main() -> ExitCode {
         }
         Command::Train(args) => train(args),
         Command::Stability {
+            experiment,
+            data_dir,
+            small,
             optimizers,
             epochs,
             replace,
             seed,
             out,
             quiet,
-        } => optimizer_list(&optimizers).and_then(|optimizers| {
+        } => Experiment::from_name(&experiment).and_then(|experiment| {
             stability(&StabilityOptions {
-                optimizers,
+                experiment,
+                data_dir,
+                small,
+                optimizers: optimizer_list(&optimizers)?,
                 epochs,
                 seed,
                 replace,

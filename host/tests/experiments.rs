@@ -165,10 +165,9 @@ fn tinyimagenet_resnet34_runs_on_a_synthetic_tree() {
     assert_png(&out.join("figures/curves.png"));
 }
 
-#[test]
-fn cifar10_vgg16_runs_on_synthetic_binary_batches() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("cifar-10-batches-bin");
+/// Writes CIFAR-10's six binary batch files (4 records each) into `dir/cifar-10-batches-bin`.
+fn write_cifar(dir: &Path) {
+    let data = dir.join("cifar-10-batches-bin");
     std::fs::create_dir(&data).expect("mkdir");
     let batch = |seed: u8| -> Vec<u8> {
         (0..4u8)
@@ -182,6 +181,12 @@ fn cifar10_vgg16_runs_on_synthetic_binary_batches() {
         std::fs::write(data.join(format!("data_batch_{k}.bin")), batch(k)).expect("write");
     }
     std::fs::write(data.join("test_batch.bin"), batch(9)).expect("write");
+}
+
+#[test]
+fn cifar10_vgg16_runs_on_synthetic_binary_batches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_cifar(dir.path());
     let out = dir.path().join("run");
     homeadam(
         &[
@@ -227,6 +232,45 @@ fn stability_writes_its_csv_and_figure_on_digits() {
     );
     assert_eq!(csv.lines().count(), 3);
     assert_png(&out.join("figures/stability.png"));
+}
+
+#[test]
+fn stability_runs_on_cifar10_batches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_cifar(dir.path());
+    let out = dir.path().join("stability");
+    let data_dir = dir.path().to_str().expect("utf-8 path");
+    let args = [
+        "stability",
+        "--experiment",
+        "cifar10-vgg16",
+        "--small",
+        "--data-dir",
+        data_dir,
+        "--optimizers",
+        "homeadamw",
+        "--epochs",
+        "2",
+        "--replace",
+        "3",
+        "--quiet",
+    ];
+    homeadam(&args, &out);
+    let csv = std::fs::read_to_string(out.join("homeadamw/stability.csv")).expect("stability.csv");
+    assert_eq!(csv.lines().count(), 3);
+    let distance: f64 = csv
+        .lines()
+        .nth(2)
+        .expect("row")
+        .split(',')
+        .nth(1)
+        .expect("field")
+        .parse()
+        .expect("number");
+    assert!(
+        distance > 0.0,
+        "S and S(i) differ in one image, so the models must differ: {csv}"
+    );
 }
 
 #[test]

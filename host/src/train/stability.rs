@@ -12,8 +12,9 @@
 //! ```
 //!
 //! into `RUN_DIR/<optimizer>/stability.csv`, and `RUN_DIR/figures/stability.png`.
-//! Offline, on the shipped digits (S: the 1,437 first training examples; the fresh example:
-//! the last one).
+//! S is the training split but its last example, which is the fresh one: offline on the shipped
+//! digits (MLP, S of 1,437), or on CIFAR-10 (VGG16-BN, S of 49,999; augmentation draws depend on
+//! (seed, epoch, position) only, so both runs see the same crops).
 
 use std::path::PathBuf;
 
@@ -22,15 +23,24 @@ use candle_core::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::data::{ClassificationData, TrainData};
+use super::experiments::{Experiment, ModelFactory};
 use super::run::evaluate;
+use crate::data::batches::{Examples, Images};
 use crate::data::digits::{self, FeatureSet};
-use crate::models::{Mlp, MlpConfig, Model};
+use crate::data::{cifar10, ImageSet, Split};
+use crate::models::{Mlp, MlpConfig, Model, Vgg, VggConfig};
 use crate::optim::{OptimConfig, Preset, VarOptimizer};
 use crate::report::{draw_figures, StabilityRecord, StabilityWriter};
 
 /// What to measure.
 #[derive(Clone, Debug)]
 pub struct StabilityOptions {
+    /// `DigitsMlp` or `Cifar10Vgg16`.
+    pub experiment: Experiment,
+    /// An offline copy of the dataset (CIFAR-10).
+    pub data_dir: Option<PathBuf>,
+    /// A CPU-sized VGG (width / 16).
+    pub small: bool,
     /// Optimizers by name.
     pub optimizers: Vec<String>,
     /// Epochs.
@@ -54,20 +64,47 @@ pub struct StabilitySummary {
     pub last: StabilityRecord,
 }
 
-/// S and S⁽ⁱ⁾ from the digits' training split, and the test split.
-fn data_sets(replace: usize) -> Result<(FeatureSet, FeatureSet, FeatureSet)> {
+/// S, S⁽ⁱ⁾ and the test split: the digits.
+fn digit_sets(replace: usize) -> Result<(FeatureSet, FeatureSet, FeatureSet)> {
     let all = digits::load(&digits::shipped_path())?;
     let (train, test) = digits::split(&all, 0.2, 0)?;
-    let n = train.n - 1;
+    let n = check_replace(train.n, replace)?;
+    let s = train.subset(&(0..n).collect::<Vec<_>>());
+    let mut s_i = s.clone();
+    s_i.x[replace * s.features..(replace + 1) * s.features].copy_from_slice(train.example(n));
+    s_i.labels[replace] = train.labels[n];
+    Ok((s, s_i, test))
+}
+
+/// S, S⁽ⁱ⁾ and the test split: CIFAR-10, normalised, S and S⁽ⁱ⁾ augmented.
+fn cifar_sets(data_dir: Option<&std::path::Path>, replace: usize) -> Result<(Images, Images, Images)> {
+    let mut train: ImageSet = cifar10::load(data_dir, Split::Train)?;
+    let test = cifar10::load(data_dir, Split::Test)?;
+    let n = check_replace(train.n, replace)?;
+    let len = train.image_len();
+    let fresh = train.image(n).to_vec();
+    let fresh_label = train.labels[n];
+    train.n = n;
+    train.pixels.truncate(n * len);
+    train.labels.truncate(n);
+    let mut train_i = train.clone();
+    train_i.pixels[replace * len..(replace + 1) * len].copy_from_slice(&fresh);
+    train_i.labels[replace] = fresh_label;
+    let norm = cifar10::normalization();
+    Ok((
+        Images::new(train, norm.clone(), 4)?,
+        Images::new(train_i, norm.clone(), 4)?,
+        Images::new(test, norm, 0)?,
+    ))
+}
+
+/// The size of S (the split but its last example), if `replace` lies in it.
+fn check_replace(split_len: usize, replace: usize) -> Result<usize> {
+    let n = split_len.saturating_sub(1);
     if replace >= n {
         bail!("--replace {replace}: S has {n} examples");
     }
-    let s = train.subset(&(0..n).collect::<Vec<_>>());
-    let mut s_i = s.clone();
-    let fresh = train.example(n);
-    s_i.x[replace * s.features..(replace + 1) * s.features].copy_from_slice(fresh);
-    s_i.labels[replace] = train.labels[n];
-    Ok((s, s_i, test))
+    Ok(n)
 }
 
 fn distance(a: &dyn Model, b: &dyn Model) -> Result<f64> {
@@ -81,22 +118,72 @@ fn distance(a: &dyn Model, b: &dyn Model) -> Result<f64> {
 
 /// Runs the experiment for every optimizer; returns each one's last epoch and the figures.
 pub fn run_stability(o: &StabilityOptions) -> Result<(Vec<StabilitySummary>, Vec<PathBuf>)> {
-    let preset = Preset::load("digits_quick")?;
-    let (s, s_i, test) = data_sets(o.replace)?;
     let dev = Device::Cpu;
-    let shape = vec![digits::FEATURES];
+    match o.experiment {
+        Experiment::DigitsMlp => {
+            let (s, s_i, test) = digit_sets(o.replace)?;
+            let factory: ModelFactory =
+                Box::new(move |seed| Ok(Box::new(Mlp::new(MlpConfig::digits(), seed, &dev)?)));
+            lockstep(
+                o,
+                "digits_quick",
+                (s, s_i, test),
+                vec![digits::FEATURES],
+                false,
+                factory,
+            )
+        }
+        Experiment::Cifar10Vgg16 => {
+            let (s, s_i, test) = cifar_sets(o.data_dir.as_deref(), o.replace)?;
+            let config = VggConfig {
+                width: if o.small { 1.0 / 16.0 } else { 1.0 },
+                ..VggConfig::cifar10()
+            };
+            let factory: ModelFactory = Box::new(move |seed| Ok(Box::new(Vgg::new(config, seed, &dev)?)));
+            lockstep(
+                o,
+                "cifar10_vgg16",
+                (s, s_i, test),
+                cifar10::SHAPE.to_vec(),
+                true,
+                factory,
+            )
+        }
+        other => bail!(
+            "stability: {} is not supported (digits-mlp or cifar10-vgg16)",
+            other.name()
+        ),
+    }
+}
+
+/// The two runs of every optimizer, in lockstep, on S and S⁽ⁱ⁾.
+fn lockstep<E: Examples + Clone>(
+    o: &StabilityOptions,
+    preset: &str,
+    (s, s_i, test): (E, E, E),
+    shape: Vec<usize>,
+    augment: bool,
+    new_model: ModelFactory,
+) -> Result<(Vec<StabilitySummary>, Vec<PathBuf>)> {
+    let preset = Preset::load(preset)?;
+    let dev = Device::Cpu;
     let batch = preset.batch_size;
-    let on_s = ClassificationData::new(s.clone(), test.clone(), shape.clone(), batch, o.seed, false, &dev)?;
-    let on_s_i = ClassificationData::new(s_i, test, shape.clone(), batch, o.seed, false, &dev)?;
+    let on_s = ClassificationData::new(
+        s.clone(),
+        test.clone(),
+        shape.clone(),
+        batch,
+        o.seed,
+        augment,
+        &dev,
+    )?;
+    let on_s_i = ClassificationData::new(s_i, test, shape.clone(), batch, o.seed, augment, &dev)?;
     // The training loss F_S is the mean loss over S, evaluated as a "test set".
     let s_as_test = ClassificationData::new(s.clone(), s, shape, batch, o.seed, false, &dev)?;
     let mut summaries = Vec::new();
     for name in &o.optimizers {
         let config = OptimConfig::new(preset.config(name)?);
-        let models = [
-            Mlp::new(MlpConfig::digits(), o.seed, &dev)?,
-            Mlp::new(MlpConfig::digits(), o.seed, &dev)?,
-        ];
+        let models = [new_model(o.seed)?, new_model(o.seed)?];
         let mut opts = [
             VarOptimizer::from_named(models[0].vars(), config.clone())?,
             VarOptimizer::from_named(models[1].vars(), config)?,
@@ -125,13 +212,13 @@ pub fn run_stability(o: &StabilityOptions) -> Result<(Vec<StabilitySummary>, Vec
                 }
                 pb.inc(1);
             }
-            let (train_a, _) = evaluate(&models[0], &s_as_test)?;
-            let (train_b, _) = evaluate(&models[1], &s_as_test)?;
-            let (test_a, _) = evaluate(&models[0], &on_s)?;
-            let (test_b, _) = evaluate(&models[1], &on_s)?;
+            let (train_a, _) = evaluate(models[0].as_ref(), &s_as_test)?;
+            let (train_b, _) = evaluate(models[1].as_ref(), &s_as_test)?;
+            let (test_a, _) = evaluate(models[0].as_ref(), &on_s)?;
+            let (test_b, _) = evaluate(models[1].as_ref(), &on_s)?;
             let row = StabilityRecord {
                 epoch: u32::try_from(epoch + 1).context("too many epochs")?,
-                param_distance: distance(&models[0], &models[1])?,
+                param_distance: distance(models[0].as_ref(), models[1].as_ref())?,
                 train_loss_gap: (train_a - train_b).abs(),
                 test_loss_gap: (test_a - test_b).abs(),
                 generalization_gap: test_a - train_a,
