@@ -24,6 +24,7 @@ pub use crc32::Crc32;
 pub use error::{CheckpointError, Error};
 pub use optimizer::Optimizer;
 pub use rounding::Rounding;
+pub use rules::homeadam::{goes_home, home_first_pass};
 pub use scalars::{powi_by_squaring, StepScalars};
 pub use storage::{Dtype, Storage};
 pub use tensor::{StepReport, Tensor, TensorAux};

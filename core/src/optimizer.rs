@@ -7,7 +7,7 @@ use crate::kernel::{self, Kernel, TensorResult};
 use crate::rounding::{tensor_key, NearestStore, Rounding, StochasticStore};
 use crate::rules::adabelief::AdaBelief;
 use crate::rules::adam::Adam;
-use crate::rules::homeadam::{branch, goes_home, Home};
+use crate::rules::homeadam::{branch, goes_home, home_first_pass, Home};
 use crate::rules::miadam::MiAdam;
 use crate::rules::sgd::Sgd;
 use crate::rules::srf;
@@ -159,13 +159,9 @@ impl Optimizer {
 
         // First pass: nothing is written until every gradient is known to be finite.
         if matches!(switch, Some(Switch::Global | Switch::Layer)) {
-            let home = Home::<{ branch::PER_ELEMENT }>::new(&scalars);
             for tensor in tensors.iter_mut() {
                 let n = tensor.param.len();
-                let (v_min, finite) =
-                    kernel::min_new_second_moment(tensor.grad, &tensor.state[n..2 * n], inv, |v, g| {
-                        home.second_moment(v, g)
-                    });
+                let (v_min, finite) = home_first_pass(tensor.grad, &tensor.state[n..2 * n], &scalars);
                 if !finite {
                     return Ok(skip(tensors, t));
                 }

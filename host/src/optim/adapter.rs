@@ -4,7 +4,8 @@ use candle_core::backprop::GradStore;
 use candle_core::{bail, DType, Result, Tensor, Var};
 use candle_nn::VarMap;
 use homeadam_core::{
-    bf16, f16, Config, Dtype, FiniteCheck, Optimizer, StepReport, StepScalars, Storage, Switch, TensorAux,
+    bf16, f16, goes_home, home_first_pass, Config, Dtype, FiniteCheck, Optimizer, StepReport, StepScalars,
+    Storage, Switch, TensorAux,
 };
 
 use super::clip::{check_max_norm, clip_scale, sum_squares};
@@ -410,20 +411,15 @@ fn step_groups<P: Elem, S: Storage>(
             swats_switched: false,
         });
     }
-    // The core's first pass, over the whole model: min v_t with the same f32 operations
-    // (rules/homeadam.rs `second_moment`), then ρ_t = min v_t / bc2.
+    // The core's first pass, folded over the whole model (every group), so that all groups take
+    // one decision: ρ_t = min v_t / bc2 (v ↦ v / bc2 is monotonic).
     let force_home = switch == Some(Switch::Global) && {
-        let mut v_min = f32::INFINITY;
-        for ((_, g), (st, _)) in pairs.iter().zip(slots.iter()) {
-            let v = &st[g.len()..2 * g.len()];
-            for (g, v) in g.iter().zip(v) {
-                let g = g.to_f32() * s.inv_grad_scale;
-                let x = s.beta2 * v.to_f32() + s.one_minus_beta2 * (g * g);
-                v_min = if x < v_min { x } else { v_min };
-            }
-        }
-        let rho = v_min / s.bc2;
-        rho < s.tau || rho.is_nan()
+        let v_min = pairs
+            .iter()
+            .zip(slots.iter())
+            .map(|((_, g), (st, _))| home_first_pass(g, &st[g.len()..2 * g.len()], &s).0)
+            .fold(f32::INFINITY, |a, b| if b < a { b } else { a });
+        goes_home(v_min / s.bc2, s.tau)
     };
     let mut merged = StepReport {
         step: t,
