@@ -4,6 +4,7 @@
 pub mod data;
 pub mod models;
 pub mod optim;
+pub mod progress;
 pub mod replay;
 pub mod replay_config;
 pub mod report;

@@ -70,12 +70,7 @@ fn decode_into(path: &Path, dst: &mut [u8]) -> Result<()> {
 /// training split is 100,000 JPEGs).
 fn decode_all(jobs: &[(PathBuf, u32)], classes: usize) -> Result<ImageSet> {
     let mut pixels = vec![0u8; jobs.len() * IMAGE_LEN];
-    let style =
-        indicatif::ProgressStyle::with_template("{prefix:>24} {bar:30} {pos}/{len} [{elapsed}<{eta}]")
-            .expect("valid template");
-    let pb = indicatif::ProgressBar::new(jobs.len() as u64)
-        .with_style(style)
-        .with_prefix("decoding Tiny-ImageNet");
+    let pb = crate::progress::bar(true, jobs.len() as u64, "decoding Tiny-ImageNet".into());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Contiguous chunks, one per thread: each writes only its own part of `pixels`.
     let per = jobs.len().div_ceil(threads).max(1);

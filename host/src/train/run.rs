@@ -12,12 +12,12 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Tensor, D};
 use homeadam_core::StepReport;
-use indicatif::{ProgressBar, ProgressStyle};
 
 use super::checkpoint::{EpochProgress, RunCheckpoint, RunMeta};
 use super::data::{Minibatch, TrainData};
 use crate::models::Model;
 use crate::optim::VarOptimizer;
+use crate::progress::bar;
 use crate::report::{EpochRecord, IterationRecord, IterationWriter, MetricsWriter, Task};
 use crate::rng::Rng;
 
@@ -99,15 +99,6 @@ fn quality(task: Task, mean_loss: f64, correct: u64, seen: u64) -> f64 {
         Task::Classification => correct as f64 / seen.max(1) as f64,
         Task::LanguageModel => mean_loss.exp(),
     }
-}
-
-fn bar(show: bool, len: usize, label: String) -> ProgressBar {
-    if !show {
-        return ProgressBar::hidden();
-    }
-    let style = ProgressStyle::with_template("{prefix:>24} {bar:30} {pos}/{len} {msg} [{elapsed}<{eta}]")
-        .expect("valid template");
-    ProgressBar::new(len as u64).with_style(style).with_prefix(label)
 }
 
 /// Where a run starts: fresh, or from its checkpoint.
@@ -210,7 +201,7 @@ pub fn train(
     while meta.epoch < s.epochs {
         let pb = bar(
             s.progress,
-            batches,
+            batches as u64,
             format!("{} epoch {}/{}", o.optimizer, meta.epoch + 1, s.epochs),
         );
         pb.set_position(meta.batch);

@@ -20,7 +20,6 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
-use indicatif::{ProgressBar, ProgressStyle};
 
 use super::data::{ClassificationData, TrainData};
 use super::experiments::{Experiment, ModelFactory};
@@ -30,6 +29,7 @@ use crate::data::digits::{self, FeatureSet};
 use crate::data::{cifar10, ImageSet, Split};
 use crate::models::{Mlp, MlpConfig, Model, Vgg, VggConfig};
 use crate::optim::{OptimConfig, Preset, VarOptimizer};
+use crate::progress::bar;
 use crate::report::{draw_figures, StabilityRecord, StabilityWriter};
 
 /// What to measure.
@@ -192,15 +192,7 @@ fn lockstep<E: Examples + Clone>(
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let mut writer = StabilityWriter::create(&dir.join("stability.csv"), ())?;
         let batches = on_s.train_batches();
-        let pb = if o.progress {
-            let style = ProgressStyle::with_template("{prefix:>24} {bar:30} {pos}/{len} [{elapsed}<{eta}]")
-                .expect("valid template");
-            ProgressBar::new(o.epochs * batches as u64)
-                .with_style(style)
-                .with_prefix(format!("stability {name}"))
-        } else {
-            ProgressBar::hidden()
-        };
+        let pb = bar(o.progress, o.epochs * batches as u64, format!("stability {name}"));
         let mut last = None;
         for epoch in 0..o.epochs {
             for b in 0..batches {
