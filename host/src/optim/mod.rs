@@ -22,9 +22,12 @@
 //! // y = 3x − 1 on 8 points.
 //! let x = Tensor::arange(0f32, 8.0, &Device::Cpu)?.affine(0.125, 0.0)?.reshape((8, 1))?;
 //! let y = x.affine(3.0, -1.0)?;
-//! let varmap = VarMap::new();
+//! let mut varmap = VarMap::new();
 //! let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
 //! let model = linear(1, 1, vb.pp("fc"))?;
+//! // A fixed start (candle's initialisation is random and cannot be seeded on the CPU).
+//! varmap.set_one("fc.weight", Tensor::new(&[[0.5f32]], &Device::Cpu)?)?;
+//! varmap.set_one("fc.bias", Tensor::new(&[0.0f32], &Device::Cpu)?)?;
 //!
 //! let mut config = Config::new(Rule::HomeAdamW(Switch::Global));
 //! config.lr = 0.1;
