@@ -4,8 +4,8 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "HOMEADAM"
-//!      8     2  format version (1)
-//!     10     1  rule code (index in ALL_RULES)
+//!      8     2  format version (2)
+//!     10     1  rule code (Rule::code: fixed numbers, never positions in a list)
 //!     11     1  state dtype (0 f32, 1 f16, 2 bf16)
 //!     12     1  state slots per element
 //!     13     1  SWATS phase (0 adaptive, 1 SGD)
@@ -19,9 +19,10 @@
 //!       slots·d·w  state slots, each element little-endian (w = 2 or 4 bytes)
 //! end          4  CRC-32 (IEEE) of every byte before it
 //! ```
-//! Loading checks the checksum and every field before it writes anything.
+//! Loading checks the checksum and every field before it writes anything. Version 1
+//! (homeadam-core 0.1) numbered rules by their position in a list; it is refused by name.
 
-use crate::config::ALL_RULES;
+use crate::config::Rule;
 use crate::crc32::Crc32;
 use crate::error::{CheckpointError, Error};
 use crate::optimizer::Optimizer;
@@ -29,7 +30,8 @@ use crate::storage::{Dtype, Storage};
 use crate::tensor::TensorAux;
 
 const MAGIC: &[u8; 8] = b"HOMEADAM";
-const VERSION: u16 = 1;
+/// The format version this build writes and reads.
+pub(crate) const VERSION: u16 = 2;
 const HEADER: usize = 36;
 const TENSOR_HEADER: usize = 12;
 
@@ -78,13 +80,24 @@ impl ByteSink for SliceSink<'_> {
     }
 }
 
-/// The saved part of one tensor: its state slots and per-tensor scalars.
+/// The saved part of one tensor, lent for saving: its state slots and per-tensor scalars.
+#[derive(Clone, Copy)]
 pub struct TensorState<'a, S> {
-    /// Number of parameters of the tensor.
+    /// Number of parameters of the tensor (the state may be empty: plain SGD keeps none).
     pub numel: usize,
     /// The state slots, as in [`crate::Tensor::state`].
-    pub state: &'a mut [S],
+    pub state: &'a [S],
     /// The per-tensor scalars.
+    pub aux: &'a TensorAux,
+}
+
+/// The saved part of one tensor, lent for loading.
+pub struct TensorStateMut<'a, S> {
+    /// Number of parameters of the tensor.
+    pub numel: usize,
+    /// The state slots, as in [`crate::Tensor::state`], overwritten.
+    pub state: &'a mut [S],
+    /// The per-tensor scalars, overwritten.
     pub aux: &'a mut TensorAux,
 }
 
@@ -136,11 +149,11 @@ impl Optimizer {
         out.put(&header)?;
         let width = S::DTYPE.size();
         for (k, t) in tensors.iter().enumerate() {
-            if t.state.len() != slots * t.numel {
-                return Err(Error::LengthMismatch {
+            if Some(t.state.len()) != slots.checked_mul(t.numel) {
+                return Err(Error::StateLength {
                     tensor: k,
-                    what: "state",
-                    expected: slots * t.numel,
+                    slots,
+                    numel: t.numel,
                     actual: t.state.len(),
                 });
             }
@@ -160,7 +173,7 @@ impl Optimizer {
     pub fn load_state<S: Storage>(
         &mut self,
         bytes: &[u8],
-        tensors: &mut [TensorState<'_, S>],
+        tensors: &mut [TensorStateMut<'_, S>],
     ) -> Result<(), Error> {
         let (step, swats_lr) = self.check_state(bytes, tensors)?;
         let width = S::DTYPE.size();
@@ -182,7 +195,7 @@ impl Optimizer {
     fn check_state<S: Storage>(
         &self,
         bytes: &[u8],
-        tensors: &[TensorState<'_, S>],
+        tensors: &[TensorStateMut<'_, S>],
     ) -> Result<(u64, Option<f64>), Error> {
         use CheckpointError::*;
         if bytes.len() < MAGIC.len() || &bytes[..8] != MAGIC {
@@ -203,10 +216,12 @@ impl Optimizer {
         let mut at = HEADER;
         for _ in 0..count {
             let numel = read_u64(bytes, at).ok_or(Truncated)?;
-            let body = (numel as usize)
-                .checked_mul(stored_slots * stored_dtype.size())
+            let body = usize::try_from(numel)
+                .ok()
+                .and_then(|n| n.checked_mul(stored_slots * stored_dtype.size()))
+                .and_then(|b| b.checked_add(TENSOR_HEADER))
                 .ok_or(Corrupt)?;
-            at = at.checked_add(TENSOR_HEADER + body).ok_or(Corrupt)?;
+            at = at.checked_add(body).ok_or(Corrupt)?;
             if at > bytes.len() {
                 return Err(Truncated.into());
             }
@@ -223,7 +238,7 @@ impl Optimizer {
         if crc.finish() != read_u32(bytes, at) {
             return Err(ChecksumMismatch.into());
         }
-        let rule = ALL_RULES.get(bytes[10] as usize).copied().ok_or(Corrupt)?;
+        let rule = Rule::from_code(bytes[10]).ok_or(Corrupt)?;
         if rule != self.config().rule || bytes[12] as usize != slots {
             return Err(RuleMismatch.into());
         }
@@ -241,17 +256,25 @@ impl Optimizer {
         let mut at = HEADER;
         for (k, t) in tensors.iter().enumerate() {
             let numel = read_u64(bytes, at).ok_or(Truncated)? as usize;
-            if numel != t.numel || t.state.len() != slots * numel {
+            if numel != t.numel || Some(t.state.len()) != slots.checked_mul(numel) {
                 return Err(TensorSizeMismatch { tensor: k as u32 }.into());
             }
             at += TENSOR_HEADER + numel * slots * width;
         }
         let step = read_u64(bytes, 16).ok_or(Truncated)?;
-        let swats_lr = match bytes[13] {
-            0 => None,
-            1 => Some(f64::from_bits(read_u64(bytes, 24).ok_or(Truncated)?)),
+        let lr_bits = read_u64(bytes, 24).ok_or(Truncated)?;
+        // Only SWATS has a second phase; its rate is what the switch test produced (> 0).
+        // Anything else could not have been saved, so loading it could not save it back.
+        let swats_lr = match (bytes[13], rule) {
+            (0, _) if lr_bits == 0 => None,
+            (1, Rule::Swats) if f64::from_bits(lr_bits) > 0.0 && f64::from_bits(lr_bits).is_finite() => {
+                Some(f64::from_bits(lr_bits))
+            }
             _ => return Err(Corrupt.into()),
         };
+        if bytes[14] != 0 || bytes[15] != 0 {
+            return Err(Corrupt.into());
+        }
         Ok((step, swats_lr))
     }
 }

@@ -20,10 +20,9 @@ pub enum Switch {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Rule {
-    /// `sgd`: SGD, momentum 0 by default (PyTorch `SGD`).
+    /// `sgd`: SGD with optional momentum μ (PyTorch `SGD`); the config name `sgdm`
+    /// ([`Config::named`]) is this rule with μ = 0.9.
     Sgd,
-    /// `sgdm`: SGD with momentum (PyTorch `SGD`, momentum > 0).
-    Sgdm,
     /// `adam`: Adam with coupled L2 (PyTorch `Adam`).
     Adam,
     /// `adamw`: Adam with decoupled weight decay (PyTorch `AdamW`).
@@ -44,10 +43,12 @@ pub enum Rule {
     MiAdam,
 }
 
+/// The config name of SGD with momentum.
+const SGDM: &str = "sgdm";
+
 /// Every rule, in the order of the README's table.
-pub const ALL_RULES: [Rule; 15] = [
+pub const ALL_RULES: [Rule; 14] = [
     Rule::Sgd,
-    Rule::Sgdm,
     Rule::Adam,
     Rule::AdamW,
     Rule::AdamSrf,
@@ -68,7 +69,6 @@ impl Rule {
     pub const fn name(self) -> &'static str {
         match self {
             Rule::Sgd => "sgd",
-            Rule::Sgdm => "sgdm",
             Rule::Adam => "adam",
             Rule::AdamW => "adamw",
             Rule::AdamSrf => "adam-srf",
@@ -85,13 +85,35 @@ impl Rule {
         }
     }
 
-    /// Parses a config name.
+    /// Parses a rule name (see [`Config::named`] for the config names, which add `sgdm`).
     pub fn from_name(name: &str) -> Option<Self> {
         ALL_RULES.iter().copied().find(|r| r.name() == name)
     }
 
-    pub(crate) fn code(self) -> u8 {
-        ALL_RULES.iter().position(|&r| r == self).unwrap_or(0) as u8
+    /// The rule's code in the state byte format: fixed forever, whatever the order of
+    /// [`ALL_RULES`] (a checkpoint names its rule by this number).
+    pub const fn code(self) -> u8 {
+        match self {
+            Rule::Sgd => 1,
+            Rule::Adam => 3,
+            Rule::AdamW => 4,
+            Rule::AdamSrf => 5,
+            Rule::AdamWSrf => 6,
+            Rule::HomeAdam(Switch::Global) => 7,
+            Rule::HomeAdamW(Switch::Global) => 8,
+            Rule::HomeAdam(Switch::Layer) => 9,
+            Rule::HomeAdamW(Switch::Layer) => 10,
+            Rule::HomeAdam(Switch::Element) => 11,
+            Rule::HomeAdamW(Switch::Element) => 12,
+            Rule::AdaBelief => 13,
+            Rule::Swats => 14,
+            Rule::MiAdam => 15,
+        }
+    }
+
+    /// The rule of a [`Rule::code`].
+    pub fn from_code(code: u8) -> Option<Self> {
+        ALL_RULES.iter().copied().find(|r| r.code() == code)
     }
 
     /// The HomeAdam switch granularity, if this is a HomeAdam(W) rule.
@@ -102,9 +124,19 @@ impl Rule {
         }
     }
 
-    /// Whether the rule keeps a second moment v (and so reports ρ = min v̂).
+    /// Whether the rule keeps a second moment: v, or AdaBelief's s (f16 storage is refused
+    /// for it unless allowed). Not the same as reporting ρ: see [`Config::rho_slot`].
     pub const fn has_second_moment(self) -> bool {
-        !matches!(self, Rule::Sgd | Rule::Sgdm)
+        !matches!(self, Rule::Sgd)
+    }
+
+    /// Whether λ is decoupled (θ ← θ(1 − ηλ)) rather than coupled L2 (g ← g + λθ).
+    pub const fn decoupled_decay(self, weight_decouple: bool) -> bool {
+        match self {
+            Rule::AdamW | Rule::AdamWSrf | Rule::HomeAdamW(_) => true,
+            Rule::AdaBelief | Rule::Swats => weight_decouple,
+            _ => false,
+        }
     }
 
     const fn takes_weight_decay(self) -> bool {
@@ -134,18 +166,22 @@ pub enum FiniteCheck {
 pub struct Config {
     /// The rule.
     pub rule: Rule,
-    /// η, the learning rate (≥ 0).
+    /// η, the learning rate (≥ 0). The srf and HomeAdam rules step by η · m̂ / (v̂ + ε), at most
+    /// η / (2√ε) per element: Adam's η is far too large for them with a small ε (see
+    /// "Choosing hyper-parameters" on the crate's front page).
     pub lr: f64,
     /// β1 ∈ [0, 1).
     pub beta1: f64,
     /// β2 ∈ [0, 1).
     pub beta2: f64,
-    /// ε ≥ 0.
+    /// ε ≥ 0. For the srf and HomeAdam rules it bounds the step: η / (2√ε) at |g| = √ε.
     pub eps: f64,
     /// λ ≥ 0: coupled L2 for SGD, Adam, MIAdam (and SWATS / AdaBelief unless decoupled);
     /// decoupled for AdamW, AdamW-srf, HomeAdamW.
     pub weight_decay: f64,
-    /// τ > 0, the HomeAdam threshold on min v̂.
+    /// τ > 0, the HomeAdam threshold: the home (SGDM) step where v̂ < τ — on ρ = min v̂ over
+    /// the model (global), over a tensor (per layer), or per element. ρ is 0 whenever an element
+    /// has never had a non-zero gradient, which sends the global rule home at every step.
     pub tau: f64,
     /// μ, SGD momentum.
     pub momentum: f64,
@@ -155,7 +191,7 @@ pub struct Config {
     pub nesterov: bool,
     /// AdaBelief / SWATS: decoupled weight decay.
     pub weight_decouple: bool,
-    /// AdaBelief / SWATS: decay by λ instead of ηλ.
+    /// AdaBelief / SWATS with `weight_decouple`: θ ← θ(1 − λ) instead of θ(1 − ηλ).
     pub fixed_decay: bool,
     /// AdaBelief: RAdam's rectification.
     pub rectify: bool,
@@ -182,7 +218,6 @@ impl Config {
     pub const fn new(rule: Rule) -> Self {
         let (lr, beta2, eps, weight_decay, momentum, weight_decouple) = match rule {
             Rule::Sgd => (1e-3, 0.999, 1e-8, 0.0, 0.0, false),
-            Rule::Sgdm => (1e-3, 0.999, 1e-8, 0.0, 0.9, false),
             Rule::AdamW | Rule::AdamWSrf | Rule::HomeAdamW(_) => (1e-3, 0.999, 1e-8, 1e-2, 0.0, true),
             Rule::AdaBelief => (1e-3, 0.999, 1e-16, 0.0, 0.0, true),
             Rule::Swats => (1e-3, 0.999, 1e-6, 0.0, 0.0, false),
@@ -212,11 +247,40 @@ impl Config {
         }
     }
 
+    /// The config of a config name ([`Config::NAMES`]): a rule name ([`Rule::from_name`])
+    /// with its defaults, or `sgdm`, which is `sgd` with momentum μ = 0.9.
+    pub fn named(name: &str) -> Option<Self> {
+        if name == SGDM {
+            let mut c = Config::new(Rule::Sgd);
+            c.momentum = 0.9;
+            return Some(c);
+        }
+        Rule::from_name(name).map(Config::new)
+    }
+
+    /// Every config name [`Config::named`] takes: the rules' names, then `sgdm`.
+    pub const NAMES: [&'static str; ALL_RULES.len() + 1] = {
+        let mut names = [SGDM; ALL_RULES.len() + 1];
+        let mut k = 0;
+        while k < ALL_RULES.len() {
+            names[k] = ALL_RULES[k].name();
+            k += 1;
+        }
+        names
+    };
+
+    /// The config name: the rule's name, or `sgdm` for SGD with momentum.
+    pub fn name(&self) -> &'static str {
+        match self.rule {
+            Rule::Sgd if self.momentum != 0.0 => SGDM,
+            rule => rule.name(),
+        }
+    }
+
     /// Number of state slots (each one element per parameter) the rule keeps.
     pub const fn state_slots(&self) -> usize {
         match self.rule {
             Rule::Sgd => (self.momentum != 0.0) as usize,
-            Rule::Sgdm => 1,
             Rule::AdaBelief => 2 + self.amsgrad as usize,
             Rule::Swats | Rule::MiAdam => 3,
             _ => 2,
@@ -228,6 +292,16 @@ impl Config {
         self.rule.has_second_moment()
             && slot >= 1
             && !(matches!(self.rule, Rule::Swats | Rule::MiAdam) && slot == 2)
+    }
+
+    /// The state slot holding v, whose minimum over the elements divided by bc2 is ρ = min v̂
+    /// (reported by every step); `None` for rules that report no ρ (SGD, AdaBelief). SWATS
+    /// reports it in its adaptive phase only.
+    pub const fn rho_slot(&self) -> Option<usize> {
+        match self.rule {
+            Rule::Sgd | Rule::AdaBelief => None,
+            _ => Some(1),
+        }
     }
 
     /// Refuses f16 storage for a second moment unless `allow_f16_state` (DESIGN §3): every
@@ -244,7 +318,7 @@ impl Config {
     pub const fn state_names(&self) -> &'static [&'static str] {
         match self.rule {
             Rule::Sgd if self.momentum == 0.0 => &[],
-            Rule::Sgd | Rule::Sgdm => &["b"],
+            Rule::Sgd => &["b"],
             Rule::AdaBelief if self.amsgrad => &["m", "s", "s_max"],
             Rule::AdaBelief => &["m", "s"],
             Rule::Swats | Rule::MiAdam => &["m", "v", "b"],
@@ -273,43 +347,125 @@ impl Config {
         if self.weight_decay != 0.0 && !self.rule.takes_weight_decay() {
             return Err(Error::NotForRule {
                 name: "weight_decay",
-                rule: self.rule.name(),
+                rule: self.name(),
                 hint: "λ = 0 by definition (Alg. 1/2); use the W variant for weight decay",
             });
         }
-        let decoupled = match self.rule {
-            Rule::AdamW | Rule::AdamWSrf | Rule::HomeAdamW(_) => true,
-            Rule::AdaBelief | Rule::Swats => self.weight_decouple,
-            _ => false,
-        };
-        if decoupled {
+        if self.rule.decoupled_decay(self.weight_decouple) {
             let shrink = if self.fixed_decay {
                 self.weight_decay
             } else {
                 self.lr * self.weight_decay
             };
             if shrink >= 1.0 {
-                return Err(Error::InvalidHyper {
-                    name: "weight_decay",
-                    value: self.weight_decay,
-                    expected: "lr * weight_decay < 1 (decoupled decay would flip the parameters' sign)",
+                return Err(Error::DecayTooLarge {
+                    lr: self.lr,
+                    weight_decay: self.weight_decay,
+                    fixed: self.fixed_decay,
                 });
             }
         }
-        if self.rule == Rule::Sgdm && self.momentum == 0.0 {
-            return Err(Error::InvalidHyper {
-                name: "momentum",
-                value: 0.0,
-                expected: "a value > 0 for sgdm (use sgd for plain SGD)",
-            });
-        }
-        let sgd = matches!(self.rule, Rule::Sgd | Rule::Sgdm);
-        if sgd && self.nesterov && (self.momentum == 0.0 || self.dampening != 0.0) {
+        if self.rule == Rule::Sgd && self.nesterov && (self.momentum == 0.0 || self.dampening != 0.0) {
             return Err(Error::InvalidHyper {
                 name: "nesterov",
                 value: self.dampening,
                 expected: "momentum > 0 and dampening = 0 with Nesterov momentum",
             });
+        }
+        self.check_knobs()
+    }
+
+    /// Refuses a knob the rule does not read, set to anything but [`Config::new`]'s default:
+    /// it would be silently ignored.
+    fn check_knobs(&self) -> Result<(), Error> {
+        let d = Config::new(self.rule);
+        let rule = self.rule;
+        let sgd = rule == Rule::Sgd;
+        let swats = rule == Rule::Swats;
+        let adabelief = rule == Rule::AdaBelief;
+        let same = |a: f64, b: f64| a.to_bits() == b.to_bits();
+        let knobs: [(&'static str, bool, bool, &'static str); 12] = [
+            (
+                "beta1",
+                same(self.beta1, d.beta1),
+                !sgd,
+                "SGD has momentum, not betas",
+            ),
+            (
+                "beta2",
+                same(self.beta2, d.beta2),
+                !sgd,
+                "SGD keeps no second moment",
+            ),
+            (
+                "eps",
+                same(self.eps, d.eps),
+                !sgd,
+                "SGD divides by no second moment",
+            ),
+            (
+                "tau",
+                same(self.tau, d.tau),
+                rule.switch().is_some(),
+                "τ is the HomeAdam(W) threshold",
+            ),
+            (
+                "momentum",
+                same(self.momentum, d.momentum),
+                sgd,
+                "momentum is SGD's (Adam-like rules use beta1)",
+            ),
+            (
+                "dampening",
+                same(self.dampening, d.dampening),
+                sgd,
+                "dampening is SGD's",
+            ),
+            (
+                "nesterov",
+                self.nesterov == d.nesterov,
+                sgd || swats,
+                "Nesterov momentum is SGD's and SWATS's",
+            ),
+            (
+                "weight_decouple",
+                self.weight_decouple == d.weight_decouple,
+                adabelief || swats,
+                "the rule fixes how λ applies (the W variants decouple it)",
+            ),
+            (
+                "fixed_decay",
+                self.fixed_decay == d.fixed_decay,
+                (adabelief || swats) && self.weight_decouple,
+                "fixed_decay applies to AdaBelief / SWATS with weight_decouple",
+            ),
+            (
+                "rectify",
+                self.rectify == d.rectify,
+                adabelief,
+                "rectification is AdaBelief's",
+            ),
+            (
+                "amsgrad",
+                self.amsgrad == d.amsgrad,
+                adabelief,
+                "AMSGrad is offered for AdaBelief only",
+            ),
+            (
+                "kappa / switch_step",
+                same(self.kappa, d.kappa) && self.switch_step == d.switch_step,
+                rule == Rule::MiAdam,
+                "κ and the switch step are MIAdam's",
+            ),
+        ];
+        for (name, is_default, read, hint) in knobs {
+            if !is_default && !read {
+                return Err(Error::NotForRule {
+                    name,
+                    rule: self.name(),
+                    hint,
+                });
+            }
         }
         Ok(())
     }
@@ -340,9 +496,44 @@ mod tests {
     fn names_round_trip() {
         for rule in ALL_RULES {
             assert_eq!(Rule::from_name(rule.name()), Some(rule));
-            assert_eq!(ALL_RULES[rule.code() as usize], rule);
+            assert_eq!(Rule::from_code(rule.code()), Some(rule));
+            assert_eq!(Config::named(rule.name()), Some(Config::new(rule)));
         }
         assert_eq!(Rule::from_name("adamax"), None);
+        for name in Config::NAMES {
+            assert_eq!(Config::named(name).map(|c| c.name()), Some(name));
+        }
+        let sgdm = Config::named("sgdm").unwrap();
+        assert_eq!((sgdm.rule, sgdm.momentum, sgdm.name()), (Rule::Sgd, 0.9, "sgdm"));
+    }
+
+    #[test]
+    fn knobs_a_rule_ignores_are_refused() {
+        let refused = |rule: Rule, set: fn(&mut Config), knob: &str| {
+            let mut c = Config::new(rule);
+            set(&mut c);
+            match c.validate() {
+                Err(Error::NotForRule { name, .. }) => assert!(name.contains(knob), "{name}"),
+                other => panic!("{rule:?} with {knob}: {other:?}"),
+            }
+        };
+        refused(Rule::AdamW, |c| c.amsgrad = true, "amsgrad");
+        refused(Rule::Adam, |c| c.nesterov = true, "nesterov");
+        refused(Rule::AdamW, |c| c.tau = 1e-3, "tau");
+        refused(Rule::Sgd, |c| c.beta2 = 0.99, "beta2");
+        refused(Rule::MiAdam, |c| c.momentum = 0.9, "momentum");
+        refused(Rule::AdamW, |c| c.kappa = 0.5, "kappa");
+        refused(
+            Rule::AdaBelief,
+            |c| {
+                c.weight_decouple = false;
+                c.fixed_decay = true
+            },
+            "fixed_decay",
+        );
+        let mut c = Config::new(Rule::MiAdam);
+        (c.kappa, c.switch_step) = (0.5, 100);
+        c.validate().unwrap();
     }
 
     #[test]

@@ -24,17 +24,46 @@ pub enum Error {
         /// What to do instead.
         hint: &'static str,
     },
-    /// A slice has the wrong length.
-    LengthMismatch {
+    /// Decoupled weight decay would flip the parameters' sign: ηλ ≥ 1 (λ ≥ 1 with
+    /// `fixed_decay`), the learning rate including the tensor's group scale.
+    DecayTooLarge {
+        /// η.
+        lr: f64,
+        /// λ.
+        weight_decay: f64,
+        /// Whether the decay is λ (`fixed_decay`) rather than ηλ.
+        fixed: bool,
+    },
+    /// A tensor's gradient is not as long as its parameters.
+    GradLength {
         /// Index of the tensor in the model.
         tensor: usize,
-        /// Which slice: `"grad"` or `"state"`.
-        what: &'static str,
-        /// The length required.
-        expected: usize,
-        /// The length given.
+        /// Parameters of the tensor.
+        numel: usize,
+        /// The gradient's length.
         actual: usize,
     },
+    /// A tensor's state is not `slots × numel` long.
+    StateLength {
+        /// Index of the tensor in the model.
+        tensor: usize,
+        /// State slots of the rule ([`crate::Config::state_slots`]).
+        slots: usize,
+        /// Parameters of the tensor.
+        numel: usize,
+        /// The state's length.
+        actual: usize,
+    },
+    /// A tensor's group has a learning-rate scale that is not finite and ≥ 0.
+    InvalidLrScale {
+        /// Index of the tensor in the model.
+        tensor: usize,
+        /// The scale given.
+        value: f64,
+    },
+    /// The phases of a [`crate::Step`] were called out of order: every tensor is checked
+    /// before the first update, and updated once.
+    StepOrder(&'static str),
     /// f16 second-moment state was asked for without `allow_f16_state` (DESIGN §3).
     F16SecondMoment,
     /// The gradient scale is not finite and positive.
@@ -94,15 +123,48 @@ impl fmt::Display for Error {
             Error::NotForRule { name, rule, hint } => {
                 write!(f, "{rule} has no {name}: {hint}")
             }
-            Error::LengthMismatch {
+            Error::DecayTooLarge {
+                lr,
+                weight_decay,
+                fixed: false,
+            } => write!(
+                f,
+                "lr * weight_decay = {lr} * {weight_decay} >= 1: decoupled decay θ(1 - ηλ) would \
+                 flip the parameters' sign; lower lr or weight_decay"
+            ),
+            Error::DecayTooLarge {
+                weight_decay,
+                fixed: true,
+                ..
+            } => write!(
+                f,
+                "weight_decay = {weight_decay} >= 1 with fixed_decay: θ(1 - λ) would flip the \
+                 parameters' sign"
+            ),
+            Error::GradLength {
                 tensor,
-                what,
-                expected,
+                numel,
                 actual,
             } => write!(
                 f,
-                "tensor {tensor}: {what} has {actual} elements, expected {expected}"
+                "tensor {tensor}: grad has {actual} elements, the parameters {numel}"
             ),
+            Error::StateLength {
+                tensor,
+                slots,
+                numel,
+                actual,
+            } => write!(
+                f,
+                "tensor {tensor}: state has {actual} elements, expected {} = {slots} state slots \
+                 × {numel} parameters",
+                slots.saturating_mul(numel)
+            ),
+            Error::InvalidLrScale { tensor, value } => write!(
+                f,
+                "tensor {tensor}: invalid group lr_scale = {value}: expected a finite value >= 0"
+            ),
+            Error::StepOrder(what) => write!(f, "step phases out of order: {what}"),
             Error::F16SecondMoment => f.write_str(
                 "f16 state cannot hold the second moment of small gradients ((1-beta2)*g^2 \
                  underflows for |g| < ~2e-4): use bf16 or f32 state, or allow f16 state explicitly",
@@ -120,7 +182,12 @@ impl fmt::Display for CheckpointError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             CheckpointError::BadMagic => f.write_str("not a homeadam optimizer state (bad magic)"),
-            CheckpointError::UnsupportedVersion(v) => write!(f, "unsupported format version {v}"),
+            CheckpointError::UnsupportedVersion(v) => write!(
+                f,
+                "format version {v}, but this build reads version {} only (version 1 came \
+                 from homeadam-core 0.1, whose rule codes differ; retrain or convert)",
+                crate::checkpoint::VERSION
+            ),
             CheckpointError::Truncated => f.write_str("truncated"),
             CheckpointError::TrailingBytes => f.write_str("unexpected bytes after the checksum"),
             CheckpointError::ChecksumMismatch => f.write_str("checksum mismatch (corrupt data)"),

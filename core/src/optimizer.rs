@@ -1,37 +1,44 @@
 //! The step over a whole model: unscale, non-finite skip, the HomeAdam decision, the update,
-//! telemetry.
+//! telemetry. [`Optimizer::step`] is one call; [`Step`] is the same step in two phases, for
+//! models whose tensors do not fit one slice (several storage types, parameters that are
+//! lent one at a time, as by candle).
 
+use crate::backend::{goes_home, home_first_pass};
 use crate::config::{Config, FiniteCheck, Rule, Switch};
 use crate::error::Error;
 use crate::kernel::{self, Kernel, TensorResult};
 use crate::rounding::{tensor_key, NearestStore, Rounding, StochasticStore};
 use crate::rules::adabelief::AdaBelief;
 use crate::rules::adam::Adam;
-use crate::rules::homeadam::{branch, goes_home, home_first_pass, Home};
+use crate::rules::homeadam::{branch, Home};
 use crate::rules::miadam::MiAdam;
 use crate::rules::sgd::Sgd;
 use crate::rules::srf;
 use crate::rules::swats::{self, SwatsAdam, SwatsSgd};
 use crate::scalars::{powi_by_squaring, StepScalars};
 use crate::storage::Storage;
-use crate::tensor::{StepReport, Tensor};
+use crate::tensor::{Group, StepReport, Tensor};
 
 /// An optimizer: a validated [`Config`] plus the model-wide state (the step counter t and the
 /// SWATS phase). Per-tensor state lives in the caller's slices ([`Tensor::state`]).
 ///
 /// ```
-/// use homeadam_core::{Config, Optimizer, Rule, Switch, Tensor, TensorAux};
+/// use homeadam_core::{Config, Group, Optimizer, Rule, Switch, Tensor, TensorAux};
 ///
 /// let mut config = Config::new(Rule::HomeAdamW(Switch::Element));
 /// config.lr = 1e-3;
 /// config.tau = 1e-12;
 /// let mut opt = Optimizer::new(config)?;
 ///
-/// let mut param = [0.5f32, -0.25, 1.0];
-/// let grad = [0.1f32, 0.0, -0.2];
-/// let mut state = [0.0f32; 6]; // m and v: opt.state_len(3)
-/// let mut aux = TensorAux::default();
-/// let mut model = [Tensor::new(&mut param, &grad, &mut state, &mut aux)];
+/// let (mut w, mut b) = ([0.5f32, -0.25, 1.0], [0.0f32]);
+/// let (gw, gb) = ([0.1f32, 0.0, -0.2], [0.3f32]);
+/// let (mut sw, mut sb) = ([0.0f32; 6], [0.0f32; 2]); // m and v: opt.state_len(numel)
+/// let (mut aw, mut ab) = (TensorAux::default(), TensorAux::default());
+/// let mut model = [
+///     Tensor::new(&mut w, &gw, &mut sw, &mut aw),
+///     // A parameter group: the bias is not decayed.
+///     Tensor::new(&mut b, &gb, &mut sb, &mut ab).in_group(Group::NO_DECAY),
+/// ];
 /// let report = opt.step(&mut model, 1.0)?;
 /// assert_eq!(report.step, 1);
 /// assert_eq!(report.home_elements, 1); // the zero gradient's v̂ = 0 < τ: home branch
@@ -70,7 +77,7 @@ impl Optimizer {
         self.swats_sgd_lr
     }
 
-    /// Changes η (for schedules); refused like a bad config.
+    /// Changes η (for schedules); refused like a bad config, leaving η unchanged.
     pub fn set_lr(&mut self, lr: f64) -> Result<(), Error> {
         let mut config = self.config;
         config.lr = lr;
@@ -98,7 +105,10 @@ impl Optimizer {
         tensors: &mut [Tensor<'_, P, G, S>],
         grad_scale: f64,
     ) -> Result<StepReport, Error> {
-        self.step_with::<false, P, G, S>(tensors, grad_scale)
+        let mut step = self.begin(grad_scale)?;
+        step.check(tensors)?;
+        step.update(tensors)?;
+        step.finish()
     }
 
     /// The same step through the scalar reference: one element at a time. Every fast path
@@ -108,153 +118,328 @@ impl Optimizer {
         tensors: &mut [Tensor<'_, P, G, S>],
         grad_scale: f64,
     ) -> Result<StepReport, Error> {
-        self.step_with::<true, P, G, S>(tensors, grad_scale)
+        let mut step = self.begin(grad_scale)?;
+        step.check(tensors)?;
+        step.update_reference(tensors)?;
+        step.finish()
     }
 
-    fn check_inputs<P: Storage, G: Storage, S: Storage>(
-        &self,
-        tensors: &[Tensor<'_, P, G, S>],
-        grad_scale: f64,
-    ) -> Result<(), Error> {
+    /// Starts step t = [`Optimizer::step_count`] + 1 in two phases: [`Step::check`] every
+    /// tensor of the model (the finite check and the first pass of global / per-layer
+    /// HomeAdam), then [`Step::update`] every tensor, in the same order, then
+    /// [`Step::finish`]. The calls may split the model into several slices, of different
+    /// storage types too: they make one step, with one HomeAdam decision over all of them
+    /// (tensor indices, which key stochastic rounding, count on across the calls).
+    ///
+    /// ```
+    /// use homeadam_core::{bf16, Config, Optimizer, Rule, Switch, Tensor, TensorAux};
+    ///
+    /// let mut opt = Optimizer::new(Config::new(Rule::HomeAdamW(Switch::Global)))?;
+    /// let (mut w, gw, mut sw, mut aw) = ([0.5f32; 4], [1e-3f32; 4], [0.0f32; 8], TensorAux::default());
+    /// let (mut e, ge) = ([bf16::ONE; 2], [bf16::from_f32(2e-3); 2]);
+    /// let (mut se, mut ae) = ([0.0f32; 4], TensorAux::default());
+    /// let mut dense = [Tensor::new(&mut w, &gw, &mut sw, &mut aw)];
+    /// let mut embedding = [Tensor::new(&mut e, &ge, &mut se, &mut ae)];
+    ///
+    /// let mut step = opt.begin(1.0)?;
+    /// step.check(&mut dense)?;
+    /// step.check(&mut embedding)?;
+    /// step.update(&mut dense)?; // one decision on ρ over both slices
+    /// step.update(&mut embedding)?;
+    /// let report = step.finish()?;
+    /// assert_eq!(report.step, 1);
+    /// # Ok::<(), homeadam_core::Error>(())
+    /// ```
+    pub fn begin(&mut self, grad_scale: f64) -> Result<Step<'_>, Error> {
         if !(grad_scale.is_finite() && grad_scale > 0.0) {
             return Err(Error::InvalidGradScale(grad_scale));
         }
-        self.config.check_state_dtype(S::DTYPE)?;
-        let slots = self.config.state_slots();
+        let t = self.step.checked_add(1).ok_or(Error::StepOverflow)?;
+        let config = self.config;
+        Ok(Step {
+            scalars: StepScalars::new(&config, t, grad_scale, self.swats_sgd_lr),
+            // SWATS's switch test works in f64.
+            swats_bc2: 1.0 - powi_by_squaring(config.beta2, t),
+            opt: self,
+            t,
+            grad_scale,
+            updating: false,
+            finite: true,
+            checked: 0,
+            updated: 0,
+            global_home: false,
+            rho: f32::INFINITY,
+            has_rho: false,
+            report: StepReport::applied(t),
+            next_swats_lr: None,
+        })
+    }
+}
+
+/// One step in progress: see [`Optimizer::begin`]. Dropped before [`Step::finish`], the step
+/// is not counted (tensors updated so far keep their update).
+pub struct Step<'o> {
+    opt: &'o mut Optimizer,
+    t: u64,
+    grad_scale: f64,
+    scalars: StepScalars,
+    swats_bc2: f64,
+    updating: bool,
+    finite: bool,
+    checked: usize,
+    updated: usize,
+    global_home: bool,
+    rho: f32,
+    has_rho: bool,
+    report: StepReport,
+    next_swats_lr: Option<f64>,
+}
+
+/// What a backend that updates the tensors itself (CUDA) tells [`Step::finish_external`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Outcome {
+    /// A non-finite unscaled gradient was found and nothing was written.
+    pub skipped: bool,
+    /// min v over every tensor after the update (ρ = v_min / bc2), if the rule reports ρ.
+    pub v_min: Option<f32>,
+    /// Elements that took the home branch.
+    pub home_elements: u64,
+    /// A non-finite gradient was applied (under [`FiniteCheck::Trust`]).
+    pub nonfinite_applied: bool,
+}
+
+impl Step<'_> {
+    /// t, the step being taken.
+    pub fn t(&self) -> u64 {
+        self.t
+    }
+
+    /// The step's scalars for tensors of the default group (backends pass them to kernels).
+    pub fn scalars(&self) -> &StepScalars {
+        &self.scalars
+    }
+
+    /// The step's scalars for tensors of `group`.
+    pub fn group_scalars(&self, group: Group) -> StepScalars {
+        if group == Group::DEFAULT {
+            return self.scalars;
+        }
+        let c = &self.opt.config;
+        StepScalars::for_group(c, group, self.t, self.grad_scale, self.opt.swats_sgd_lr)
+    }
+
+    /// The finite check and the first pass of global / per-layer HomeAdam over `tensors`
+    /// (nothing is written but each tensor's telemetry). Every tensor of the model is checked
+    /// before the first [`Step::update`].
+    pub fn check<P: Storage, G: Storage, S: Storage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+    ) -> Result<(), Error> {
+        if self.updating {
+            return Err(Error::StepOrder("check after the first update"));
+        }
+        self.validate(tensors, self.checked)?;
+        self.checked += tensors.len();
+        let config = &self.opt.config;
+        let inv = self.scalars.inv_grad_scale;
+        match config.rule.switch() {
+            Some(Switch::Global | Switch::Layer) => {
+                for tensor in tensors.iter_mut() {
+                    let n = tensor.param.len();
+                    let (v_min, finite) =
+                        home_first_pass(tensor.grad, &tensor.state[n..2 * n], &self.scalars);
+                    self.finite &= finite;
+                    tensor.aux.rho = v_min / self.scalars.bc2;
+                    if tensor.aux.rho < self.rho {
+                        self.rho = tensor.aux.rho;
+                    }
+                }
+            }
+            _ if config.finite_check == FiniteCheck::SkipStep => {
+                for tensor in tensors.iter() {
+                    if !self.finite {
+                        break;
+                    }
+                    self.finite = kernel::grads_finite(tensor.grad, inv);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Updates `tensors` with the fast path (after every tensor was checked); on a skipped
+    /// step only their telemetry is cleared.
+    pub fn update<P: Storage, G: Storage, S: Storage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+    ) -> Result<(), Error> {
+        self.update_with::<false, P, G, S>(tensors)
+    }
+
+    /// [`Step::update`] through the scalar reference.
+    pub fn update_reference<P: Storage, G: Storage, S: Storage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+    ) -> Result<(), Error> {
+        self.update_with::<true, P, G, S>(tensors)
+    }
+
+    /// Ends the step: counts it (unless skipped) and reports it. Refused, with the step not
+    /// counted, when fewer tensors were updated than checked.
+    pub fn finish(self) -> Result<StepReport, Error> {
+        if !self.finite {
+            return Ok(StepReport::skipped(self.t - 1));
+        }
+        if self.updated != self.checked {
+            return Err(Error::StepOrder("fewer tensors updated than checked"));
+        }
+        let mut report = self.report;
+        if let Some(lr) = self.next_swats_lr {
+            self.opt.swats_sgd_lr = Some(lr);
+            report.swats_switched = true;
+        }
+        report.rho = self.has_rho.then_some(self.rho);
+        self.opt.step = self.t;
+        Ok(report)
+    }
+
+    /// Ends a step whose tensors a backend updated itself, with [`Step::scalars`]: counts it
+    /// unless skipped, and reports it as [`Step::finish`] would. SWATS, whose switch test the
+    /// core computes during its own update, is refused.
+    pub fn finish_external(self, outcome: Outcome) -> Result<StepReport, Error> {
+        if self.opt.config.rule == Rule::Swats {
+            return Err(Error::NotForRule {
+                name: "an external update",
+                rule: "swats",
+                hint: "its switch test needs the core's own update",
+            });
+        }
+        if outcome.skipped {
+            return Ok(StepReport::skipped(self.t - 1));
+        }
+        let mut report = StepReport::applied(self.t);
+        report.rho = outcome.v_min.map(|v| v / self.scalars.bc2);
+        report.home_elements = outcome.home_elements;
+        report.nonfinite_applied = outcome.nonfinite_applied;
+        self.opt.step = self.t;
+        Ok(report)
+    }
+
+    /// Lengths, state type and groups of `tensors`, numbered from `first`.
+    fn validate<P: Storage, G: Storage, S: Storage>(
+        &self,
+        tensors: &[Tensor<'_, P, G, S>],
+        first: usize,
+    ) -> Result<(), Error> {
+        let config = &self.opt.config;
+        config.check_state_dtype(S::DTYPE)?;
+        let slots = config.state_slots();
+        let mut last_group = Group::DEFAULT;
         for (k, t) in tensors.iter().enumerate() {
-            let n = t.param.len();
-            if t.grad.len() != n {
-                return Err(Error::LengthMismatch {
-                    tensor: k,
-                    what: "grad",
-                    expected: n,
+            let (tensor, numel) = (first + k, t.param.len());
+            if t.grad.len() != numel {
+                return Err(Error::GradLength {
+                    tensor,
+                    numel,
                     actual: t.grad.len(),
                 });
             }
-            if t.state.len() != slots * n {
-                return Err(Error::LengthMismatch {
-                    tensor: k,
-                    what: "state",
-                    expected: slots * n,
+            if Some(t.state.len()) != slots.checked_mul(numel) {
+                return Err(Error::StateLength {
+                    tensor,
+                    slots,
+                    numel,
                     actual: t.state.len(),
                 });
+            }
+            if t.group != last_group {
+                let scale = t.group.lr_scale;
+                if !(scale.is_finite() && scale >= 0.0) {
+                    return Err(Error::InvalidLrScale { tensor, value: scale });
+                }
+                config.for_group(t.group).validate()?;
+                last_group = t.group;
             }
         }
         Ok(())
     }
 
-    /// `REFERENCE` is a const so that a program calling only [`Optimizer::step`] links only the
+    /// `REFERENCE` is a const so that a program calling only the fast path links only the
     /// fast drivers (flash matters on microcontrollers).
-    fn step_with<const REFERENCE: bool, P: Storage, G: Storage, S: Storage>(
+    fn update_with<const REFERENCE: bool, P: Storage, G: Storage, S: Storage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
-        grad_scale: f64,
-    ) -> Result<StepReport, Error> {
-        self.check_inputs(tensors, grad_scale)?;
-        let t = self.step.checked_add(1).ok_or(Error::StepOverflow)?;
-        let config = self.config;
-        let scalars = StepScalars::new(&config, t, grad_scale, self.swats_sgd_lr);
-        let inv = scalars.inv_grad_scale;
-        let switch = config.rule.switch();
-
-        // First pass: nothing is written until every gradient is known to be finite.
-        if matches!(switch, Some(Switch::Global | Switch::Layer)) {
-            for tensor in tensors.iter_mut() {
-                let n = tensor.param.len();
-                let (v_min, finite) = home_first_pass(tensor.grad, &tensor.state[n..2 * n], &scalars);
-                if !finite {
-                    return Ok(skip(tensors, t));
-                }
-                tensor.aux.rho = v_min / scalars.bc2;
-            }
-        } else if config.finite_check == FiniteCheck::SkipStep
-            && !tensors
-                .iter()
-                .all(|tensor| kernel::grads_finite(tensor.grad, inv))
-        {
-            return Ok(skip(tensors, t));
+    ) -> Result<(), Error> {
+        if self.updated + tensors.len() > self.checked {
+            return Err(Error::StepOrder("update of a tensor that was not checked"));
         }
-        let global_home = switch == Some(Switch::Global) && {
-            let model_rho = tensors
-                .iter()
-                .fold(f32::INFINITY, |a, t| if t.aux.rho < a { t.aux.rho } else { a });
-            goes_home(model_rho, scalars.tau)
-        };
-        // SWATS's switch test works in f64.
-        let bc2 = 1.0 - powi_by_squaring(config.beta2, t);
-
-        let mut report = StepReport {
-            step: t,
-            skipped: false,
-            rho: None,
-            home_elements: 0,
-            nonfinite_applied: false,
-            swats_switched: false,
-        };
-        let mut rho = f32::INFINITY;
-        let mut has_rho = false;
-        let mut next_swats_lr = None;
-        for (index, tensor) in tensors.iter_mut().enumerate() {
+        self.validate(tensors, self.updated)?;
+        let config = self.opt.config;
+        let switch = config.rule.switch();
+        if !self.updating {
+            self.updating = true;
+            self.global_home = switch == Some(Switch::Global) && goes_home(self.rho, self.scalars.tau);
+            self.rho = f32::INFINITY;
+        }
+        if !self.finite {
+            for tensor in tensors.iter_mut() {
+                tensor.aux.rho = f32::INFINITY;
+                tensor.aux.home_elements = 0;
+            }
+            self.updated += tensors.len();
+            return Ok(());
+        }
+        let swats_sgd = self.opt.swats_sgd_lr.is_some();
+        let (mut group, mut scalars) = (Group::DEFAULT, self.scalars);
+        for tensor in tensors.iter_mut() {
+            let index = self.updated as u64;
+            self.updated += 1;
+            if tensor.group != group {
+                group = tensor.group;
+                scalars = self.group_scalars(group);
+            }
             let branch = match switch {
-                Some(Switch::Global) => home_branch(global_home),
+                Some(Switch::Global) => home_branch(self.global_home),
                 Some(Switch::Layer) => home_branch(goes_home(tensor.aux.rho, scalars.tau)),
                 _ => branch::PER_ELEMENT,
             };
             let run = Run::<REFERENCE> {
                 rounding: config.rounding,
-                key: tensor_key(config.seed, t, index as u64),
-                inv,
+                key: tensor_key(config.seed, self.t, index),
+                inv: scalars.inv_grad_scale,
             };
-            let (result, tensor_has_rho) = dispatch(
-                &config,
-                &scalars,
-                self.swats_sgd_lr.is_some(),
-                branch,
-                run,
-                tensor,
-            );
+            let (result, tensor_has_rho) = dispatch(&config, &scalars, swats_sgd, branch, run, tensor);
             tensor.aux.home_elements = result.home;
             tensor.aux.rho = if tensor_has_rho {
                 result.v_min / scalars.bc2
             } else {
                 f32::INFINITY
             };
-            has_rho |= tensor_has_rho;
-            if tensor.aux.rho < rho {
-                rho = tensor.aux.rho;
+            self.has_rho |= tensor_has_rho;
+            if tensor.aux.rho < self.rho {
+                self.rho = tensor.aux.rho;
             }
-            report.home_elements += result.home as u64;
-            report.nonfinite_applied |= result.nonfinite;
-            if config.rule == Rule::Swats && self.swats_sgd_lr.is_none() {
+            self.report.home_elements += result.home as u64;
+            self.report.nonfinite_applied |= result.nonfinite;
+            if config.rule == Rule::Swats && !swats_sgd {
                 let asks = swats::switch_test(
                     &mut tensor.aux.swats_lambda,
                     result.step_sq,
                     result.step_grad,
-                    t,
+                    self.t,
                     config.beta2,
-                    bc2,
+                    self.swats_bc2,
                     config.eps,
                 );
-                next_swats_lr = asks.or(next_swats_lr);
+                // Λ/bc2 estimates the rate of this tensor's steps, η'·lr_scale: the model's
+                // SGD phase runs at η' scaled again per group.
+                let base = asks.map(|lr| lr / group.lr_scale);
+                self.next_swats_lr = base.or(self.next_swats_lr);
             }
         }
-        if let Some(lr) = next_swats_lr {
-            self.swats_sgd_lr = Some(lr);
-            report.swats_switched = true;
-        }
-        report.rho = has_rho.then_some(rho);
-        self.step = t;
-        Ok(report)
+        Ok(())
     }
-}
-
-/// A skipped step: parameters and state untouched, per-tensor telemetry cleared.
-fn skip<P, G, S>(tensors: &mut [Tensor<'_, P, G, S>], t: u64) -> StepReport {
-    for tensor in tensors.iter_mut() {
-        tensor.aux.rho = f32::INFINITY;
-        tensor.aux.home_elements = 0;
-    }
-    StepReport::skipped(t)
 }
 
 fn home_branch(home: bool) -> u8 {
@@ -303,7 +488,7 @@ fn dispatch<const REFERENCE: bool, P: Storage, G: Storage, S: Storage>(
 ) -> (TensorResult, bool) {
     match config.rule {
         Rule::Sgd if config.momentum == 0.0 => run.apply(Sgd::<false>::new(s, config.nesterov), tensor),
-        Rule::Sgd | Rule::Sgdm => run.apply(Sgd::<true>::new(s, config.nesterov), tensor),
+        Rule::Sgd => run.apply(Sgd::<true>::new(s, config.nesterov), tensor),
         Rule::Adam => run.apply(Adam::<false>::new(s), tensor),
         Rule::AdamW => run.apply(Adam::<true>::new(s), tensor),
         Rule::AdamSrf | Rule::AdamWSrf => run.apply(srf::kernel(s), tensor),

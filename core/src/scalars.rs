@@ -4,6 +4,7 @@
 //! same sequence of `f32` operations everywhere.
 
 use crate::config::{Config, Rule};
+use crate::tensor::Group;
 
 /// β^t by repeated squaring, in `f64`: a fixed algorithm so every backend gets the same bits.
 pub fn powi_by_squaring(base: f64, mut exp: u64) -> f64 {
@@ -83,12 +84,7 @@ impl StepScalars {
         let bc1 = 1.0 - powi_by_squaring(beta1, t);
         let beta2_t = powi_by_squaring(beta2, t);
         let bc2 = 1.0 - beta2_t;
-        let decoupled = match config.rule {
-            Rule::AdamW | Rule::AdamWSrf | Rule::HomeAdamW(_) => true,
-            Rule::AdaBelief | Rule::Swats => config.weight_decouple,
-            _ => false,
-        };
-        let decay = if !decoupled {
+        let decay = if !config.rule.decoupled_decay(config.weight_decouple) {
             1.0
         } else if config.fixed_decay {
             1.0 - config.weight_decay
@@ -139,6 +135,33 @@ impl StepScalars {
             mi_phase: (t <= config.switch_step) as u32,
             rect_mode,
         }
+    }
+}
+
+impl Config {
+    /// The config a tensor of `group` steps with: η · lr_scale, and λ = 0 without decay.
+    pub fn for_group(&self, group: Group) -> Config {
+        let mut c = *self;
+        c.lr *= group.lr_scale;
+        if !group.decay {
+            c.weight_decay = 0.0;
+        }
+        c
+    }
+}
+
+impl StepScalars {
+    /// The scalars of step `t` for a tensor of `group`: [`StepScalars::new`] of
+    /// [`Config::for_group`] (SWATS's SGD-phase rate scaled as η is).
+    pub fn for_group(
+        config: &Config,
+        group: Group,
+        t: u64,
+        grad_scale: f64,
+        swats_sgd_lr: Option<f64>,
+    ) -> Self {
+        let swats = swats_sgd_lr.map(|lr| lr * group.lr_scale);
+        StepScalars::new(&config.for_group(group), t, grad_scale, swats)
     }
 }
 

@@ -181,7 +181,7 @@ impl Storage for bf16 {
     #[inline(always)]
     fn from_f32(x: f32) -> Self {
         let b = x.to_bits();
-        let rounded = (b + 0x7fff + ((b >> 16) & 1)) >> 16;
+        let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
         let quiet_nan = (b >> 16) | 0x0040;
         let is_nan = (b & 0x7fff_ffff) > 0x7f80_0000;
         bf16::from_bits(if is_nan { quiet_nan } else { rounded } as u16)
@@ -244,6 +244,20 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             f32::from_bits((state >> 32) as u32)
         }))
+    }
+
+    #[test]
+    fn every_bit_pattern_converts_without_overflow() {
+        // 0xFFFF_FFFF (a NaN) used to overflow the rounding addition in debug builds.
+        for bits in (0..=u32::MAX)
+            .step_by(65_521)
+            .chain([0xFFFF_FFFF, 0xFFFF_8000, 0x7FFF_FFFF])
+        {
+            let x = f32::from_bits(bits);
+            let y = <bf16 as Storage>::from_f32(x);
+            assert_eq!(y.to_f32().is_nan(), x.is_nan(), "{bits:#x}");
+            assert_eq!(<f16 as Storage>::from_f32(x).to_f32().is_nan(), x.is_nan());
+        }
     }
 
     #[test]

@@ -14,8 +14,42 @@ pub struct TensorAux {
     pub home_elements: u32,
 }
 
+/// A parameter group: what a tensor changes of the rule's hyper-parameters. Every tensor of a
+/// step still shares the step counter, the finite check and (global HomeAdam) one decision.
+///
+/// The tensor steps with η · `lr_scale` in place of η (schedules set η, so they scale every
+/// group), and with λ, or with λ = 0 when `decay` is false (biases and normalisation
+/// parameters are usually not decayed).
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Group {
+    /// Multiplies η for this tensor (finite, ≥ 0).
+    pub lr_scale: f64,
+    /// Whether λ applies to this tensor.
+    pub decay: bool,
+}
+
+impl Group {
+    /// η and λ as configured.
+    pub const DEFAULT: Group = Group {
+        lr_scale: 1.0,
+        decay: true,
+    };
+    /// η as configured, no weight decay.
+    pub const NO_DECAY: Group = Group {
+        lr_scale: 1.0,
+        decay: false,
+    };
+}
+
+impl Default for Group {
+    fn default() -> Self {
+        Group::DEFAULT
+    }
+}
+
 /// One tensor of the model: parameters θ, gradients g and optimizer state, each in its own
-/// storage type.
+/// storage type, and its parameter group.
 ///
 /// `state` holds [`crate::Config::state_slots`] slots one after the other, each as long as
 /// `param`: for Adam-like rules `[m₀ … m_{d−1}, v₀ … v_{d−1}]`. It must start zeroed.
@@ -28,17 +62,25 @@ pub struct Tensor<'a, P, G, S> {
     pub state: &'a mut [S],
     /// Per-tensor scalars (state and telemetry).
     pub aux: &'a mut TensorAux,
+    /// The tensor's parameter group ([`Group::DEFAULT`] from [`Tensor::new`]).
+    pub group: Group,
 }
 
 impl<'a, P, G, S> Tensor<'a, P, G, S> {
-    /// Bundles the slices of one tensor.
+    /// Bundles the slices of one tensor, in the default group.
     pub fn new(param: &'a mut [P], grad: &'a [G], state: &'a mut [S], aux: &'a mut TensorAux) -> Self {
         Tensor {
             param,
             grad,
             state,
             aux,
+            group: Group::DEFAULT,
         }
+    }
+
+    /// The same tensor in `group`.
+    pub fn in_group(self, group: Group) -> Self {
+        Tensor { group, ..self }
     }
 }
 
@@ -46,12 +88,13 @@ impl<'a, P, G, S> Tensor<'a, P, G, S> {
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct StepReport {
-    /// The step counter t after this step (unchanged when skipped).
+    /// The step counter after the call, as [`crate::Optimizer::step_count`]: t for a step
+    /// taken, unchanged (t − 1) for a skipped one.
     pub step: u64,
     /// A non-finite gradient was found and nothing changed.
     pub skipped: bool,
-    /// ρ_t = min over every element of every tensor of v̂_t; `None` for rules without a second
-    /// moment (SGD, SGDM, AdaBelief, SWATS in its SGD phase) and for skipped steps.
+    /// ρ_t = min over every element of every tensor of v̂_t; `None` for rules that report no ρ
+    /// ([`crate::Config::rho_slot`]; SWATS in its SGD phase) and for skipped steps.
     pub rho: Option<f32>,
     /// Elements that took the home (SGDM) branch of HomeAdam(W).
     pub home_elements: u64,
@@ -62,9 +105,22 @@ pub struct StepReport {
 }
 
 impl StepReport {
-    pub(crate) const fn skipped(step: u64) -> Self {
+    /// The report of a step that was taken: the counter is now `t`; no telemetry yet.
+    pub const fn applied(t: u64) -> Self {
         StepReport {
-            step,
+            step: t,
+            skipped: false,
+            rho: None,
+            home_elements: 0,
+            nonfinite_applied: false,
+            swats_switched: false,
+        }
+    }
+
+    /// The report of a skipped step: nothing changed and the counter stays at `count`.
+    pub const fn skipped(count: u64) -> Self {
+        StepReport {
+            step: count,
             skipped: true,
             rho: None,
             home_elements: 0,

@@ -75,10 +75,9 @@ fn bad_inputs_are_typed_errors() {
         .unwrap_err();
     assert_eq!(
         err,
-        Error::LengthMismatch {
+        Error::GradLength {
             tensor: 0,
-            what: "grad",
-            expected: 4,
+            numel: 4,
             actual: 3
         }
     );
@@ -88,13 +87,16 @@ fn bad_inputs_are_typed_errors() {
         .unwrap_err();
     assert_eq!(
         err,
-        Error::LengthMismatch {
+        Error::StateLength {
             tensor: 0,
-            what: "state",
-            expected: 8,
+            slots: 2,
+            numel: 4,
             actual: 7
         }
     );
+    assert!(err
+        .to_string()
+        .contains("expected 8 = 2 state slots × 4 parameters"));
     let mut s = [0.0f32; 8];
     for scale in [0.0, -1.0, f64::NAN, f64::INFINITY] {
         let err = opt
@@ -130,7 +132,7 @@ fn f16_second_moment_is_refused_unless_allowed() {
         .step(&mut [Tensor::new(&mut p, &g, &mut s, &mut a)], 1.0)
         .is_ok());
     // SGDM has no second moment: f16 state is fine.
-    let mut opt = Optimizer::new(Config::new(Rule::Sgdm)).unwrap();
+    let mut opt = Optimizer::new(Config::named("sgdm").unwrap()).unwrap();
     let mut s = [f16::ZERO; 2];
     assert!(opt
         .step(&mut [Tensor::new(&mut p, &g, &mut s, &mut a)], 1.0)
@@ -210,10 +212,23 @@ fn first_steps_follow_the_formulas() {
     close(m.params_f32()[0][0] as f64, theta - lr * (g + wd * theta));
 }
 
-fn tensor_states<'a, S>(m: &'a mut Model<f32, f32, S>) -> Vec<TensorState<'a, S>> {
+fn tensor_states<'a, S>(m: &'a mut Model<f32, f32, S>) -> Vec<TensorStateMut<'a, S>> {
     m.states
         .iter_mut()
         .zip(m.aux.iter_mut())
+        .zip(&m.params)
+        .map(|((state, aux), p)| TensorStateMut {
+            numel: p.len(),
+            state,
+            aux,
+        })
+        .collect()
+}
+
+fn saved_states<'a, S>(m: &'a Model<f32, f32, S>) -> Vec<TensorState<'a, S>> {
+    m.states
+        .iter()
+        .zip(&m.aux)
         .zip(&m.params)
         .map(|((state, aux), p)| TensorState {
             numel: p.len(),
@@ -223,11 +238,11 @@ fn tensor_states<'a, S>(m: &'a mut Model<f32, f32, S>) -> Vec<TensorState<'a, S>
         .collect()
 }
 
-fn save<S: Storage>(opt: &Optimizer, m: &mut Model<f32, f32, S>) -> Vec<u8> {
+fn save<S: Storage>(opt: &Optimizer, m: &Model<f32, f32, S>) -> Vec<u8> {
     let numels: Vec<usize> = m.params.iter().map(Vec::len).collect();
     let mut bytes = vec![0u8; opt.state_bytes(numels, S::DTYPE)];
     let mut sink = SliceSink::new(&mut bytes);
-    opt.save_state(&tensor_states(m), &mut sink).unwrap();
+    opt.save_state(&saved_states(m), &mut sink).unwrap();
     assert_eq!(sink.len(), bytes.len());
     bytes
 }
@@ -242,7 +257,7 @@ fn checkpoints_resume_bit_for_bit() {
             m.set_grads(&grads(t));
             m.step(&mut opt, 1.0, false).unwrap();
         }
-        let bytes = save(&opt, &mut m);
+        let bytes = save(&opt, &m);
         let mut resumed_opt = Optimizer::new(config).unwrap();
         let mut resumed = Model::<f32, f32, bf16>::new(&resumed_opt, &model_params());
         resumed.params = m.params.clone();
@@ -273,7 +288,7 @@ fn swats_switches_and_its_phase_is_saved() {
         switched |= m.step(&mut opt, 1.0, false).unwrap().swats_switched;
     }
     assert!(switched && opt.swats_sgd_lr().is_some());
-    let bytes = save(&opt, &mut m);
+    let bytes = save(&opt, &m);
     let mut fresh = Optimizer::new(config).unwrap();
     let mut other = Model::<f32, f32, f32>::new(&fresh, &model_params());
     fresh.load_state(&bytes, &mut tensor_states(&mut other)).unwrap();
@@ -287,7 +302,7 @@ fn corrupt_or_mismatched_checkpoints_are_refused_and_change_nothing() {
     let mut m = Model::<f32, f32, f32>::new(&opt, &model_params());
     m.set_grads(&grads(1));
     m.step(&mut opt, 1.0, false).unwrap();
-    let bytes = save(&opt, &mut m);
+    let bytes = save(&opt, &m);
 
     let mut target_opt = Optimizer::new(config).unwrap();
     let mut target = Model::<f32, f32, f32>::new(&target_opt, &model_params());
@@ -352,7 +367,46 @@ fn corrupt_or_mismatched_checkpoints_are_refused_and_change_nothing() {
 
     let mut short = [0u8; 16];
     let err = opt
-        .save_state(&tensor_states(&mut m), &mut SliceSink::new(&mut short))
+        .save_state(&saved_states(&m), &mut SliceSink::new(&mut short))
         .unwrap_err();
     assert_eq!(err, Error::Checkpoint(CheckpointError::BufferTooSmall));
+}
+
+/// `bytes` with its CRC-32 recomputed, so a test reaches the checks after the checksum.
+fn resealed(mut bytes: Vec<u8>) -> Vec<u8> {
+    let body = bytes.len() - 4;
+    let mut crc = backend::Crc32::default();
+    crc.update(&bytes[..body]);
+    bytes[body..].copy_from_slice(&crc.finish().to_le_bytes());
+    bytes
+}
+
+/// Inputs the fuzzer found: a tensor size whose byte count overflows, and header fields that
+/// no save writes (they could not be saved back). Each is an error, never a panic.
+#[test]
+fn impossible_checkpoint_fields_are_corrupt() {
+    let config = Config::new(Rule::AdamW);
+    let opt = Optimizer::new(config).unwrap();
+    let m = Model::<f32, f32, f32>::new(&opt, &model_params());
+    let bytes = save(&opt, &m);
+    let corrupt = Error::Checkpoint(CheckpointError::Corrupt);
+    let load = |bytes: Vec<u8>| {
+        let mut opt = Optimizer::new(config).unwrap();
+        let mut target = Model::<f32, f32, f32>::new(&opt, &model_params());
+        opt.load_state(&resealed(bytes), &mut tensor_states(&mut target))
+            .unwrap_err()
+    };
+    let mut huge = bytes.clone();
+    // 2 slots × 4 bytes × numel = 2⁶⁴ − 8: the tensor header (12 bytes) overflows the sum.
+    huge[36..44].copy_from_slice(&((u64::MAX - 4) / 8).to_le_bytes());
+    assert_eq!(load(huge), corrupt);
+    let mut stray_rate = bytes.clone();
+    stray_rate[24] = 1; // SWATS's rate without its phase
+    assert_eq!(load(stray_rate), corrupt);
+    let mut phase = bytes.clone();
+    phase[13] = 1; // an SGD phase for AdamW
+    assert_eq!(load(phase), corrupt);
+    let mut reserved = bytes;
+    reserved[15] = 1;
+    assert_eq!(load(reserved), corrupt);
 }

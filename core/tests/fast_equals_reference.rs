@@ -1,6 +1,7 @@
 //! The fast path equals the scalar reference bit for bit, for every rule × storage combination
 //! × rounding, on random inputs with zeros, denormals, huge values and the odd non-finite one.
 
+#[macro_use]
 mod common;
 
 use common::{configs, Model};
@@ -122,32 +123,4 @@ macro_rules! combos {
     };
 }
 
-combos! {
-    p32_g32_s32: f32, f32, f32;
-    p32_g32_s16: f32, f32, f16;
-    p32_g32_sb16: f32, f32, bf16;
-    p32_g16_s32: f32, f16, f32;
-    p32_g16_s16: f32, f16, f16;
-    p32_g16_sb16: f32, f16, bf16;
-    p32_gb16_s32: f32, bf16, f32;
-    p32_gb16_s16: f32, bf16, f16;
-    p32_gb16_sb16: f32, bf16, bf16;
-    p16_g32_s32: f16, f32, f32;
-    p16_g32_s16: f16, f32, f16;
-    p16_g32_sb16: f16, f32, bf16;
-    p16_g16_s32: f16, f16, f32;
-    p16_g16_s16: f16, f16, f16;
-    p16_g16_sb16: f16, f16, bf16;
-    p16_gb16_s32: f16, bf16, f32;
-    p16_gb16_s16: f16, bf16, f16;
-    p16_gb16_sb16: f16, bf16, bf16;
-    pb16_g32_s32: bf16, f32, f32;
-    pb16_g32_s16: bf16, f32, f16;
-    pb16_g32_sb16: bf16, f32, bf16;
-    pb16_g16_s32: bf16, f16, f32;
-    pb16_g16_s16: bf16, f16, f16;
-    pb16_g16_sb16: bf16, f16, bf16;
-    pb16_gb16_s32: bf16, bf16, f32;
-    pb16_gb16_s16: bf16, bf16, f16;
-    pb16_gb16_sb16: bf16, bf16, bf16;
-}
+every_storage!(combos);

@@ -88,13 +88,13 @@ fn main() -> ! {
         train(&mut run, half);
         let mut store =
             FlashStore::new(RamFlash::new(&mut mem), 0, FLASH as u32 / 2).unwrap_or_else(|_| exit(false));
-        let seq = store.save(&mut run).unwrap_or_else(|_| exit(false));
+        let seq = store.save(&run).unwrap_or_else(|_| exit(false));
         defmt::info!("saved step {} to flash (sequence {})", half, seq);
         train(&mut run, half + 7);
         let mut flash = store.release();
         flash.cut_after(FLASH / 2 + 3000);
         let mut store = FlashStore::new(flash, 0, FLASH as u32 / 2).unwrap_or_else(|_| exit(false));
-        match store.save(&mut run) {
+        match store.save(&run) {
             Err(e) => defmt::info!("power cut during the save of step {}: {}", half + 7, e),
             Ok(_) => exit(false),
         }

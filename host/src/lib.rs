@@ -1,12 +1,13 @@
-//! The `homeadam` command's library: golden-vector replay and the experiment runner.
+//! The `homeadam` command's library: the experiment runner (datasets, models, training,
+//! figures and checkpoints), the paper's presets and the `homeadam replay` command. The
+//! optimizer it trains with is the `homeadam-candle` crate's `VarOptimizer`.
 #![deny(missing_docs)]
 
 pub mod data;
 pub mod models;
-pub mod optim;
+pub mod preset;
 pub mod progress;
 pub mod replay;
-pub mod replay_config;
 pub mod report;
 pub mod rng;
 pub mod train;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use candle_core::Device;
 use clap::{Args, Parser, Subcommand};
-use homeadam_host::optim::ALL_OPTIMIZERS;
+use homeadam_host::preset::ALL_OPTIMIZERS;
 use homeadam_host::train::experiments::{BuildOptions, Experiment};
 use homeadam_host::train::run::RunSettings;
 use homeadam_host::train::runner::{outcome, run_experiment, ExperimentRun, Outcome};

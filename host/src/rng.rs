@@ -19,8 +19,8 @@ impl Rng {
 
     /// An independent generator for the sub-task `stream` (e.g. one per layer or per epoch).
     pub fn fork(&self, stream: u64) -> Self {
-        Rng::new(homeadam_core::rounding::mix64(
-            self.state ^ homeadam_core::rounding::mix64(stream),
+        Rng::new(homeadam_core::backend::mix64(
+            self.state ^ homeadam_core::backend::mix64(stream),
         ))
     }
 

@@ -29,34 +29,42 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-#[test]
-fn replays_a_golden_case() {
+/// Replays a golden case's input under `config`; returns the telemetry lines and the names of
+/// the output tensors.
+fn replay(config: &Path, case: &str) -> (Vec<serde_json::Value>, Vec<String>) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.safetensors");
-    let case = golden("homeadamw_ew_f32");
     let run = homeadam()
         .args(["replay", "--config"])
-        .arg(case.join("config.json"))
+        .arg(config)
         .arg("--input")
-        .arg(case.join("input.safetensors"))
+        .arg(golden(case).join("input.safetensors"))
         .arg("--output")
         .arg(&out)
         .output()
         .unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let stdout = String::from_utf8(run.stdout).unwrap();
-    let lines: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let names = homeadam_replay::read_f32_tensors(&std::fs::read(&out).unwrap())
+        .unwrap()
+        .into_iter()
+        .map(|t| t.0)
+        .collect();
+    (lines, names)
+}
+
+#[test]
+fn replays_a_golden_case() {
+    let (lines, names) = replay(
+        &golden("homeadamw_ew_f32").join("config.json"),
+        "homeadamw_ew_f32",
+    );
     assert_eq!(lines.len(), 100);
     assert_eq!(lines[0]["step"], 1);
     assert!(lines
         .iter()
         .all(|l| l["rho"].is_number() && l["home_elements"].is_number() && l["skipped"] == false));
-    let bytes = std::fs::read(&out).unwrap();
-    let names: Vec<String> = homeadam_host::replay::read_f32_tensors(&bytes)
-        .unwrap()
-        .into_iter()
-        .map(|t| t.0)
-        .collect();
     for k in ["layer0.bias", "layer0.weight", "layer1.weight"] {
         for prefix in ["param", "m", "v"] {
             assert!(
@@ -65,6 +73,32 @@ fn replays_a_golden_case() {
             );
         }
     }
+}
+
+#[test]
+fn a_skipped_row_keeps_the_step_counter() {
+    let (lines, _) = replay(&golden("adamw_nonfinite").join("config.json"), "adamw_nonfinite");
+    let skipped: Vec<_> = lines.iter().filter(|l| l["skipped"] == true).collect();
+    assert_eq!(skipped.len(), 2);
+    let steps: Vec<_> = skipped.iter().map(|l| l["step"].as_u64()).collect();
+    assert_eq!(
+        steps,
+        [Some(36), Some(59)],
+        "a skipped row reports the last step taken"
+    );
+    assert!(skipped.iter().all(|l| l["rho"].is_null()));
+    assert_eq!(lines[99]["step"], 98);
+}
+
+#[test]
+fn sgdm_is_a_config_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sgdm.json");
+    std::fs::write(&config, r#"{"rule": "sgdm", "lr": 0.01}"#).unwrap();
+    let (lines, names) = replay(&config, "sgdm_f32");
+    assert_eq!(lines.len(), 100);
+    assert!(lines.iter().all(|l| l["rho"].is_null()));
+    assert!(names.contains(&"b.layer0.bias".to_string()), "{names:?}");
 }
 
 /// Runs replay on `config` / `input` and checks: exit 2, one line naming `needle`, no output.
@@ -157,7 +191,8 @@ fn bad_inputs_are_named_and_write_nothing() {
     refuses(ok, &path("missing.st"), "cannot read");
 
     let good = golden("adamw_f32").join("input.safetensors");
-    refuses(r#"{"rule": "adamw", "lr": "fast"}"#, &good, "config");
+    refuses(r#"{"rule": "adamw", "lr": "fast"}"#, &good, "config: lr");
+    refuses(r#"{"rule": "adamw", "amsgrad": true}"#, &good, "amsgrad");
     refuses(
         r#"{"rule": "adamw", "momentum_typo": 0.9}"#,
         &good,

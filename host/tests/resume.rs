@@ -7,30 +7,65 @@ use std::time::{Duration, Instant};
 
 use homeadam_host::train::checkpoint::RunCheckpoint;
 
-const EXPERIMENT: &str = "wikitext2-quick";
-const OPTIMIZER: &str = "homeadamw-ew";
+/// One optimizer's run of one experiment, and the arguments every invocation gets.
+struct Case {
+    experiment: &'static str,
+    optimizer: &'static str,
+    args: &'static [&'static str],
+}
 
-fn homeadam(out: &Path, extra: &[&str]) -> Command {
+/// The killed run: checkpoints every 3 steps, an `iterations.csv` row every 5.
+const LM: Case = Case {
+    experiment: "wikitext2-quick",
+    optimizer: "homeadamw-ew",
+    args: &[
+        "--epochs",
+        "2",
+        "--max-batches",
+        "12",
+        "--batch-size",
+        "8",
+        "--checkpoint-every",
+        "3",
+        "--log-every",
+        "5",
+    ],
+};
+
+/// Plain SGD keeps no optimizer state at all; epochs are given per invocation.
+const SGD: Case = Case {
+    experiment: "digits-mlp",
+    optimizer: "sgd",
+    args: &["--max-batches", "6"],
+};
+
+fn homeadam(case: &Case, out: &Path, extra: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_homeadam"));
-    c.args(["train", EXPERIMENT, "--optimizers", OPTIMIZER, "--quiet"])
-        .args(["--epochs", "2", "--max-batches", "12", "--batch-size", "8"])
-        .args(["--checkpoint-every", "3", "--log-every", "5", "--out"])
-        .arg(out)
-        .args(extra);
+    c.args([
+        "train",
+        case.experiment,
+        "--optimizers",
+        case.optimizer,
+        "--quiet",
+    ])
+    .args(case.args)
+    .arg("--out")
+    .arg(out)
+    .args(extra);
     c
 }
 
-fn run(out: &Path, extra: &[&str]) -> Output {
-    homeadam(out, extra).output().expect("run homeadam")
+fn run(case: &Case, out: &Path, extra: &[&str]) -> Output {
+    homeadam(case, out, extra).output().expect("run homeadam")
 }
 
-fn checkpoint(out: &Path, file: &str) -> RunCheckpoint {
-    RunCheckpoint::load(&out.join(OPTIMIZER).join(file)).expect("checkpoint")
+fn checkpoint(case: &Case, out: &Path, file: &str) -> RunCheckpoint {
+    RunCheckpoint::load(&out.join(case.optimizer).join(file)).expect("checkpoint")
 }
 
 /// `metrics.csv` without the `seconds` column (wall-clock time differs between runs).
-fn metrics_without_time(out: &Path) -> Vec<String> {
-    std::fs::read_to_string(out.join(OPTIMIZER).join("metrics.csv"))
+fn metrics_without_time(case: &Case, out: &Path) -> Vec<String> {
+    std::fs::read_to_string(out.join(case.optimizer).join("metrics.csv"))
         .expect("metrics.csv")
         .lines()
         .map(|l| {
@@ -41,16 +76,38 @@ fn metrics_without_time(out: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Both runs ended with the same model, optimizer state, RNG and metrics.
+fn assert_same_end(case: &Case, a: &Path, b: &Path) {
+    let (x, y) = (checkpoint(case, a, "final.bin"), checkpoint(case, b, "final.bin"));
+    assert_eq!(x.meta.step, y.meta.step);
+    assert_eq!(x.model.len(), y.model.len());
+    for (x, y) in x.model.iter().zip(&y.model) {
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(x.name, y.name);
+        assert!(
+            bits(&x.values) == bits(&y.values),
+            "{} differs after resuming",
+            x.name
+        );
+    }
+    assert!(
+        x.optimizer == y.optimizer,
+        "optimizer state differs after resuming"
+    );
+    assert_eq!(x.meta.rng, y.meta.rng);
+    assert_eq!(metrics_without_time(case, a), metrics_without_time(case, b));
+}
+
 #[test]
 fn a_killed_run_resumes_to_the_same_bits() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (straight, killed) = (dir.path().join("straight"), dir.path().join("killed"));
 
-    let out = run(&straight, &[]);
+    let out = run(&LM, &straight, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
-    let mut child = homeadam(&killed, &[]).spawn().expect("spawn");
-    let ck = killed.join(OPTIMIZER).join("checkpoint.bin");
+    let mut child = homeadam(&LM, &killed, &[]).spawn().expect("spawn");
+    let ck = killed.join(LM.optimizer).join("checkpoint.bin");
     let start = Instant::now();
     while !ck.exists() {
         assert!(
@@ -66,40 +123,44 @@ fn a_killed_run_resumes_to_the_same_bits() {
     child.kill().expect("SIGKILL");
     child.wait().expect("reap");
     assert!(
-        !killed.join(OPTIMIZER).join("final.bin").exists(),
+        !killed.join(LM.optimizer).join("final.bin").exists(),
         "the run finished before it was killed"
     );
-    let at_kill = checkpoint(&killed, "checkpoint.bin").meta;
+    let at_kill = checkpoint(&LM, &killed, "checkpoint.bin").meta;
     assert!(at_kill.step < 24, "killed at step {}", at_kill.step);
 
-    let out = run(&killed, &["--resume"]);
+    let out = run(&LM, &killed, &["--resume"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
-    let (a, b) = (
-        checkpoint(&straight, "final.bin"),
-        checkpoint(&killed, "final.bin"),
-    );
-    assert_eq!(a.meta.step, 24);
-    assert_eq!(a.model.len(), b.model.len());
-    for (x, y) in a.model.iter().zip(&b.model) {
-        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        assert_eq!(x.name, y.name);
-        assert!(
-            bits(&x.values) == bits(&y.values),
-            "{} differs after resuming",
-            x.name
-        );
-    }
-    assert!(
-        a.optimizer == b.optimizer,
-        "optimizer state differs after resuming"
-    );
-    assert_eq!(a.meta.rng, b.meta.rng);
-    assert_eq!(metrics_without_time(&straight), metrics_without_time(&killed));
-    let iterations =
-        |d: &Path| std::fs::read_to_string(d.join(OPTIMIZER).join("iterations.csv")).expect("iterations.csv");
+    assert_eq!(checkpoint(&LM, &straight, "final.bin").meta.step, 24);
+    assert_same_end(&LM, &straight, &killed);
+    let iterations = |d: &Path| {
+        std::fs::read_to_string(d.join(LM.optimizer).join("iterations.csv")).expect("iterations.csv")
+    };
     assert_eq!(iterations(&straight), iterations(&killed));
     assert_eq!(iterations(&straight).lines().count(), 1 + 24 / 5);
+}
+
+/// Plain SGD's checkpoint holds no state but the step count, and resumes: 2 epochs, then
+/// `--epochs 4 --resume`, end as 4 straight epochs.
+#[test]
+fn plain_sgd_resumes_to_the_same_bits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (straight, resumed) = (dir.path().join("straight"), dir.path().join("resumed"));
+    for (out, extra) in [
+        (&straight, &["--epochs", "4"][..]),
+        (&resumed, &["--epochs", "2"][..]),
+        (&resumed, &["--epochs", "4", "--resume"][..]),
+    ] {
+        let o = run(&SGD, out, extra);
+        assert!(
+            o.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    assert_eq!(checkpoint(&SGD, &resumed, "final.bin").meta.epoch, 4);
+    assert_same_end(&SGD, &straight, &resumed);
 }
 
 #[test]
@@ -107,21 +168,21 @@ fn bad_checkpoints_are_clear_errors_never_a_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out_dir = dir.path().join("run");
 
-    let out = run(&out_dir, &["--resume"]);
+    let out = run(&LM, &out_dir, &["--resume"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--resume: no checkpoint at"), "{err}");
 
-    let out = run(&out_dir, &[]);
+    let out = run(&LM, &out_dir, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let ck = out_dir.join(OPTIMIZER).join("checkpoint.bin");
+    let ck = out_dir.join(LM.optimizer).join("checkpoint.bin");
     let good = std::fs::read(&ck).expect("read");
 
     let mut corrupt = good.clone();
     let mid = corrupt.len() / 2;
     corrupt[mid] ^= 1;
     std::fs::write(&ck, &corrupt).expect("write");
-    let out = run(&out_dir, &["--resume"]);
+    let out = run(&LM, &out_dir, &["--resume"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.code() == Some(2) && err.contains("CRC-32 mismatch"),
@@ -129,7 +190,7 @@ fn bad_checkpoints_are_clear_errors_never_a_restart() {
     );
 
     std::fs::write(&ck, &good).expect("write");
-    let out = run(&out_dir, &["--resume", "--seed", "5"]);
+    let out = run(&LM, &out_dir, &["--resume", "--seed", "5"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.code() == Some(2) && err.contains("checkpoint belongs to"),

@@ -5,8 +5,8 @@
 //!    every kernel to PTX and SASS for sm_72, sm_87, sm_89 and sm_90, no spills, register
 //!    counts printed. The NVRTC variables are set for that command only: in the workspace
 //!    tests that follow, `compile_kernels` says it is skipped (it has run here).
-//! 2. homeadam-cuda's `parity_gxx` test: the element math header compiled by g++ against the
-//!    core, bit for bit.
+//! 2. homeadam-cuda's `parity_gxx` test: the element math header compiled by g++ (the metadata
+//!    of `kernels.rs` as `-D` flags) against the core, bit for bit, parameter groups included.
 //! 3. The aarch64 (Jetson) build of homeadam-jetson.
 //!
 //! 4. The GPU tests (`gpu`), with their output shown: without a driver they say they skipped.

@@ -1,14 +1,16 @@
 //! Project automation.
 //!
 //! - `cargo xtask test`: every check of the project, as CI runs it (`.ci/run` calls this). It
-//!   installs what it needs (the thumbv7em target, rustfmt, clippy) and stops at the first
-//!   failing check with its name.
+//!   installs what it needs (the thumbv7em target, rustfmt, clippy, nightly and cargo-fuzz) and
+//!   stops at the first failing check with its name.
 //! - `cargo xtask bench`: the core's step benchmarks, PyTorch's fused AdamW on the same sizes in
 //!   the same run, and the table of BENCHMARKS.md.
+//! - `cargo xtask fuzz [SECONDS]`: every fuzz target for SECONDS (default 60), see [`fuzz`].
 
 mod bench;
 mod cuda;
 mod firmware;
+mod fuzz;
 
 use std::io::{BufRead, BufReader};
 use std::process::{exit, Command, Stdio};
@@ -38,6 +40,7 @@ fn setup() {
         &["component", "add", "rustfmt", "clippy"],
     );
     run("no_std target", "rustup", &["target", "add", THUMB]);
+    fuzz::setup();
 }
 
 fn test() {
@@ -47,6 +50,22 @@ fn test() {
         "clippy",
         "cargo",
         &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
+    );
+    // The fuzz targets are their own workspace (cargo-fuzz; built with nightly by the fuzz pass).
+    run(
+        "format (fuzz)",
+        "cargo",
+        &[&["fmt"], fuzz::PACKAGES, &["--", "--check"]].concat(),
+    );
+    run(
+        "clippy (fuzz)",
+        "cargo",
+        &[
+            &["clippy"],
+            fuzz::PACKAGES,
+            &["--all-targets", "--", "-D", "warnings"],
+        ]
+        .concat(),
     );
     run(
         "no_std core",
@@ -67,15 +86,43 @@ fn test() {
             "defmt",
         ],
     );
+    // The crates a user adds from crates.io must package and build on their own.
+    run(
+        "publish check",
+        "cargo",
+        &[
+            "publish",
+            "--dry-run",
+            "--allow-dirty",
+            "-p",
+            "homeadam-core",
+            "-p",
+            "homeadam-candle",
+        ],
+    );
     cuda::test();
     firmware::test();
-    let (passed, failed) = run_tests(&["test", "--workspace", "--release"]);
+    let mut totals = (0, 0);
+    run_tests(&["test", "--workspace", "--release"], &mut totals);
+    // Again in the debug profile, overflow checks on: no input may panic there either.
+    run_tests(&["test", "-p", "homeadam-core"], &mut totals);
+    run_tests(&["test", "-p", "homeadam-replay"], &mut totals);
+    run_tests(
+        &["test", "-p", "homeadam-host", "--test", "replay_cli"],
+        &mut totals,
+    );
+    fuzz::test(FUZZ_TEST_SECONDS);
+    let (passed, failed) = totals;
     println!("\nxtask: every check passed");
     println!("tests: {passed} passed, {failed} failed");
 }
 
-/// Runs `cargo test`, echoing its output, and sums its `test result:` lines.
-fn run_tests(args: &[&str]) -> (u64, u64) {
+/// Seconds per fuzz target in `cargo xtask test`.
+const FUZZ_TEST_SECONDS: u64 = 15;
+
+/// Runs `cargo test`, echoing its output, and adds its `test result:` lines to `totals`
+/// (passed, failed); on a failure, prints the totals so far and exits.
+fn run_tests(args: &[&str], totals: &mut (u64, u64)) {
     println!("\n== xtask: tests: cargo {}", args.join(" "));
     let mut child = Command::new("cargo")
         .args(args)
@@ -97,12 +144,13 @@ fn run_tests(args: &[&str]) -> (u64, u64) {
         }
     }
     let status = child.wait().expect("cargo test ran");
+    totals.0 += passed;
+    totals.1 += failed;
     if !status.success() {
         eprintln!("xtask: tests failed ({status})");
-        println!("tests: {passed} passed, {failed} failed");
+        println!("tests: {} passed, {} failed", totals.0, totals.1);
         exit(status.code().unwrap_or(1));
     }
-    (passed, failed)
 }
 
 /// The number before `what` in a `test result:` line, e.g. `ok. 12 passed; 0 failed; …`.
@@ -118,14 +166,27 @@ fn count(line: &str, what: &str) -> u64 {
         .unwrap_or(0)
 }
 
+const USAGE: &str = "usage: cargo xtask <test|bench|setup|fuzz [SECONDS]>
+  test   fmt, clippy, no_std builds, all tests, a short fuzz pass
+  bench  step benchmarks next to PyTorch fused AdamW, as a table
+  setup  install the toolchains, components and targets the checks need
+  fuzz   every fuzz target for SECONDS (default 60)";
+
+fn usage() -> ! {
+    eprintln!("{USAGE}");
+    exit(2)
+}
+
 fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("test") => test(),
         Some("setup") => setup(),
         Some("bench") => bench::bench(),
-        _ => {
-            eprintln!("usage: cargo xtask <test|bench|setup>\n  test   fmt, clippy, no_std builds, all tests\n  bench  step benchmarks next to PyTorch fused AdamW, as a table\n  setup  install the rustup components and targets the checks need");
-            exit(2);
-        }
+        Some("fuzz") => match std::env::args().nth(2).map(|s| s.parse()) {
+            None => fuzz::fuzz(60),
+            Some(Ok(seconds)) if seconds > 0 => fuzz::fuzz(seconds),
+            Some(_) => usage(),
+        },
+        _ => usage(),
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
-use homeadam_core::rounding::mix64;
+use homeadam_core::backend::mix64;
 use homeadam_core::{bf16, f16, Config, Dtype, FiniteCheck, Rule, Switch};
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes};
 
@@ -99,11 +99,13 @@ fn bench_rule(
     }
     let tensors: Vec<DeviceTensor> = buffers
         .iter()
-        .map(|(param, grad, state)| DeviceTensor {
-            param: param.device_ptr(stream).0,
-            grad: grad.device_ptr(stream).0,
-            state: state.device_ptr(stream).0,
-            numel: per,
+        .map(|(param, grad, state)| {
+            DeviceTensor::new(
+                param.device_ptr(stream).0,
+                grad.device_ptr(stream).0,
+                state.device_ptr(stream).0,
+                per,
+            )
         })
         .collect();
     // SAFETY: the buffers live until the end of this function, outliving the optimizer, and
@@ -213,9 +215,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Rule::HomeAdamW(Switch::Element),
     );
     let f32s = all(Dtype::F32);
+    let sgdm = Config {
+        momentum: 0.9,
+        ..Config::new(Rule::Sgd)
+    };
     let runs: Vec<(&str, Config, Dtypes)> = vec![
         ("sgd", Config::new(Rule::Sgd), f32s),
-        ("sgdm", Config::new(Rule::Sgdm), f32s),
+        ("sgdm", sgdm, f32s),
         ("adam", Config::new(Rule::Adam), f32s),
         ("adamw", Config::new(Rule::AdamW), f32s),
         ("adamw (Trust)", trust(Config::new(Rule::AdamW)), f32s),

@@ -16,6 +16,13 @@
 
 #define HA_FN __host__ __device__ static inline
 
+// The metadata shared with Rust (rule ids and their slot counts, flag bits HA_NESTEROV ...
+// HA_SWITCH_*, HA_CHUNK, the kernel lists) is defined once, in src/kernels.rs, which hands it to
+// NVRTC and g++; a build of one file alone reads the generated copy.
+#ifndef HA_METADATA
+#include "homeadam_defs.h"
+#endif
+
 typedef unsigned int ha_u32;
 typedef unsigned long long ha_u64;
 typedef unsigned short ha_u16;
@@ -24,23 +31,13 @@ typedef unsigned short ha_u16;
 struct ha_f16 { ha_u16 bits; };
 struct ha_bf16 { ha_u16 bits; };
 
-// The core's StepScalars (repr(C), same field order).
+// The core's StepScalars (repr(C), same field order): a step has one per parameter group.
 struct HaScalars {
     float lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, decay, bc2,
         sqrt_bc2, lr_over_bc1, tau, momentum, one_minus_dampening, inv_grad_scale, kappa,
         lr2_over_bc1, rect_lr, swats_step, swats_lr;
     ha_u32 first_step, mi_phase, rect_mode;
 };
-
-// Config flags that are not step scalars, and the HomeAdam switch in bits 8..9.
-#define HA_NESTEROV 1u
-#define HA_WEIGHT_DECOUPLE 2u
-#define HA_STOCHASTIC 4u
-#define HA_SWITCH_SHIFT 8
-#define HA_SWITCH_ELEMENT 0u
-#define HA_SWITCH_GLOBAL 1u
-#define HA_SWITCH_LAYER 2u
-#define HA_SWITCH_SRF 3u
 
 HA_FN ha_u32 ha_bits(float x) { union { float f; ha_u32 u; } c; c.f = x; return c.u; }
 HA_FN float ha_float(ha_u32 u) { union { float f; ha_u32 u; } c; c.u = u; return c.f; }
@@ -276,27 +273,16 @@ HA_FN HaElem ha_miadam(const HaScalars& s, float p, float g, float* st) {
     return ha_elem(p - s.lr_over_bc1 * (m / denom));
 }
 
-// ---- the rule table: one id per element function --------------------------------------------
+// ---- the rule table: one id (HA_RULE_*) per element function --------------------------------
 
-#define HA_RULE_SGD 0
-#define HA_RULE_SGDM 1
-#define HA_RULE_ADAM 2
-#define HA_RULE_ADAMW 3
-#define HA_RULE_HOME 4
-#define HA_RULE_ADABELIEF 5
-#define HA_RULE_ADABELIEF_AMSGRAD 6
-#define HA_RULE_SWATS_ADAM 7
-#define HA_RULE_SWATS_SGD 8
-#define HA_RULE_MIADAM 9
-
-// Dispatches on a compile-time rule id; `branch` only matters for HA_RULE_HOME.
+// Dispatches on a compile-time rule id; `branch` only matters for HA_RULE_HOMEADAM.
 template <int RULE> HA_FN HaElem ha_element(const HaScalars& s, ha_u32 flags, int branch, float p, float g, float* st) {
     switch (RULE) {
     case HA_RULE_SGD: return ha_sgd<false>(s, flags, p, g, st);
     case HA_RULE_SGDM: return ha_sgd<true>(s, flags, p, g, st);
     case HA_RULE_ADAM: return ha_adam<false>(s, p, g, st);
     case HA_RULE_ADAMW: return ha_adam<true>(s, p, g, st);
-    case HA_RULE_HOME: return ha_home(s, branch, p, g, st);
+    case HA_RULE_HOMEADAM: return ha_home(s, branch, p, g, st);
     case HA_RULE_ADABELIEF: return ha_adabelief<false>(s, flags, p, g, st);
     case HA_RULE_ADABELIEF_AMSGRAD: return ha_adabelief<true>(s, flags, p, g, st);
     case HA_RULE_SWATS_ADAM: return ha_swats_adam(s, flags, p, g, st);
@@ -305,13 +291,12 @@ template <int RULE> HA_FN HaElem ha_element(const HaScalars& s, ha_u32 flags, in
     }
 }
 
-// State slots of each rule and the slot of v (−1: none), as the core's Kernel::SLOTS / RHO_SLOT.
-template <int RULE> struct HaRule {
-    static const int SLOTS = RULE == HA_RULE_SGD ? 0
-        : RULE == HA_RULE_SGDM ? 1
-        : (RULE == HA_RULE_ADABELIEF_AMSGRAD || RULE >= HA_RULE_SWATS_ADAM) ? 3 : 2;
-    static const int RHO_SLOT = (RULE == HA_RULE_ADAM || RULE == HA_RULE_ADAMW || RULE == HA_RULE_HOME
-        || RULE == HA_RULE_SWATS_ADAM || RULE == HA_RULE_MIADAM) ? 1 : -1;
-};
+// State slots of each rule id and the slot of v (−1: none): the core's Config::state_slots and
+// Config::rho_slot, through kernels.rs.
+template <int RULE> struct HaRule;
+#define HA_RULE_TRAITS(name, id, slots, rho_slot) \
+    template <> struct HaRule<id> { static const int SLOTS = slots; static const int RHO_SLOT = rho_slot; };
+HA_RULE_KERNELS(HA_RULE_TRAITS)
+#undef HA_RULE_TRAITS
 
 #endif

@@ -1,22 +1,18 @@
-// instantiations.cu: every kernel of homeadam.cu, named {rule}_{p}_{g}_{s} (the runtime
-// instantiates only the kernels a model needs; the compile check builds all of them).
+// instantiations.cu: every kernel of homeadam.cuh (kernels::all_kernel_names), for the compile
+// check: the update kernels {rule}_{p}_{g}_{s}, ha_check_{g}, ha_home_pre_{g}_{s} and ha_reset.
+// The rules and storage types are the lists of kernels.rs (HA_RULE_KERNELS, HA_STORAGE_P/G/S:
+// X(C type, name, context...)); each level passes its choices on to the next as context.
+#include "homeadam.cuh"
 
-HA_UPDATE_ALL(sgd, HA_RULE_SGD)
-HA_UPDATE_ALL(sgdm, HA_RULE_SGDM)
-HA_UPDATE_ALL(adam, HA_RULE_ADAM)
-HA_UPDATE_ALL(adamw, HA_RULE_ADAMW)
-HA_UPDATE_ALL(homeadam, HA_RULE_HOME)
-HA_UPDATE_ALL(adabelief, HA_RULE_ADABELIEF)
-HA_UPDATE_ALL(adabelief_amsgrad, HA_RULE_ADABELIEF_AMSGRAD)
-HA_UPDATE_ALL(swats_adam, HA_RULE_SWATS_ADAM)
-HA_UPDATE_ALL(swats_sgd, HA_RULE_SWATS_SGD)
-HA_UPDATE_ALL(miadam, HA_RULE_MIADAM)
+#define HA_UPDATE_RULE(name, id, slots, rho_slot) HA_STORAGE_P(HA_UPDATE_P, name, id)
+#define HA_UPDATE_P(P, p, name, id) HA_STORAGE_G(HA_UPDATE_G, P, p, name, id)
+#define HA_UPDATE_G(G, g, P, p, name, id) HA_STORAGE_S(HA_UPDATE_S, G, g, P, p, name, id)
+#define HA_UPDATE_S(S, s, G, g, P, p, name, id) HA_UPDATE(name, id, P, G, S, p, g, s)
+HA_RULE_KERNELS(HA_UPDATE_RULE)
 
-HA_CHECK(float, f32)
-HA_CHECK(ha_f16, f16)
-HA_CHECK(ha_bf16, bf16)
+#define HA_CHECK_G(G, g, unused) HA_CHECK(G, g)
+HA_STORAGE_G(HA_CHECK_G, )
 
-#define HA_PRE_S(G, g) HA_PRE(G, float, g, f32) HA_PRE(G, ha_f16, g, f16) HA_PRE(G, ha_bf16, g, bf16)
-HA_PRE_S(float, f32)
-HA_PRE_S(ha_f16, f16)
-HA_PRE_S(ha_bf16, bf16)
+#define HA_PRE_G(G, g, unused) HA_STORAGE_S(HA_PRE_S, G, g)
+#define HA_PRE_S(S, s, G, g) HA_PRE(G, S, g, s)
+HA_STORAGE_G(HA_PRE_G, )

@@ -1,7 +1,7 @@
-//! The device-side structs of `kernels/homeadam.cu`, mirrored in Rust (`repr(C)`).
+//! The device-side structs of `kernels/homeadam.cuh`, mirrored in Rust (`repr(C)`).
 
 use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
-use homeadam_core::StepScalars;
+use homeadam_core::backend::StepScalars;
 
 /// `HaTensor`: one entry of the tensor table.
 #[repr(C)]
@@ -17,11 +17,12 @@ pub(crate) struct HaTensor {
     pub vmin_post: u32,
     /// Elements that took the home branch.
     pub home: u32,
-    /// The tensor's index (stochastic rounding key).
-    pub index: u32,
+    /// The index of the tensor's parameter group in the step's scalars.
+    pub group: u32,
 }
 
-/// `HaBlock`: one chunk of `kernels::CHUNK` elements of one tensor.
+/// `HaBlock`: one chunk of `kernels::CHUNK` elements of one tensor (whose index in the table
+/// keys its stochastic rounding).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct HaBlock {
@@ -40,19 +41,20 @@ pub(crate) struct HaStatus {
     pub home: u64,
 }
 
-/// `HaScalars`: the core's [`StepScalars`], passed by value (same `repr(C)` layout).
+/// `HaScalars`: the core's [`StepScalars`] (same `repr(C)` layout), one per parameter group.
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct HaScalars(pub StepScalars);
 
 // SAFETY: plain `repr(C)` data of integers and floats, valid for any bit pattern, with the
-// layout of the C structs of homeadam.cu (checked by the size tests below).
+// layout of the C structs of homeadam.cuh (checked by the size tests below).
 unsafe impl DeviceRepr for HaTensor {}
 unsafe impl ValidAsZeroBits for HaTensor {}
 unsafe impl DeviceRepr for HaBlock {}
 unsafe impl DeviceRepr for HaStatus {}
 unsafe impl ValidAsZeroBits for HaStatus {}
 unsafe impl DeviceRepr for HaScalars {}
+unsafe impl ValidAsZeroBits for HaScalars {}
 
 /// The block table of `numels`: one entry per chunk of `chunk` elements, tensors in order.
 pub(crate) fn block_table(numels: &[usize], chunk: usize) -> Vec<HaBlock> {

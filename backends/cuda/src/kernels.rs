@@ -1,42 +1,50 @@
-//! The CUDA C sources, their names and their compilation by NVRTC.
+//! The CUDA C sources, the metadata they share with Rust, and the kernels' names.
 //!
-//! `kernels/homeadam_math.h` holds the per-element math (also compiled by g++ for the parity
-//! test); `kernels/homeadam.cu` the multi-tensor kernels. NVRTC compiles them with
-//! `--fmad=false --prec-div=true --prec-sqrt=true --ftz=false` (DESIGN §4): every `f32`
-//! operation is the IEEE one the core performs, in the same order.
+//! # Sources
+//!
+//! - `kernels/homeadam_math.h`: the per-element math of every rule (also compiled by g++ for
+//!   the parity test).
+//! - `kernels/homeadam.cuh`: the multi-tensor kernel templates and the `HA_UPDATE` / `HA_CHECK`
+//!   / `HA_PRE` macros that instantiate them as `extern "C"` kernels.
+//! - `kernels/instantiations.cu`: every kernel ([`all_kernel_names`]), for the compile check.
+//!   At run time a model compiles only its own kernels ([`model_source`]).
+//!
+//! [`crate::nvrtc`] compiles them with `--fmad=false --prec-div=true --prec-sqrt=true
+//! --ftz=false` (DESIGN §4): every `f32` operation is the IEEE one the core performs, in the
+//! same order.
+//!
+//! # One source for the metadata
+//!
+//! The rule ids (`HA_RULE_*`), the flag bits (`HA_*`, [`flags`]), [`CHUNK`] (`HA_CHUNK`), each
+//! update kernel's state slots and ρ slot (from the core's [`Config::state_slots`] and
+//! [`Config::rho_slot`]) and the kernel lists (`HA_RULE_KERNELS`, `HA_STORAGE_P/G/S`, from which
+//! the C sources build every kernel name) are defined here only, as [`defines`]. The C files
+//! define none of them: `homeadam_math.h` includes `homeadam_defs.h` unless `HA_METADATA` is
+//! already defined, and each consumer gets the values from Rust:
+//!
+//! - NVRTC: `homeadam_defs.h` is [`defs_header`], handed over in memory with the other two
+//!   headers (NVRTC reads no file, so a build always has the values of this build);
+//! - g++ (the parity test): one `-D` flag per entry of [`defines`];
+//! - an editor or `nvcc` compiling `instantiations.cu` alone: the generated copy
+//!   `kernels/homeadam_defs.h`, which a unit test keeps equal to [`defs_header`].
 
-use std::collections::HashMap;
-use std::ffi::{c_char, CStr, CString};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-
-use cudarc::nvrtc::{result, sys};
+use homeadam_core::backend::mix64;
 use homeadam_core::{Config, Dtype, Rule, Switch};
 
-/// The element math header.
+/// The element math header, `homeadam_math.h`.
 pub const MATH_HEADER: &str = include_str!("../kernels/homeadam_math.h");
-/// The multi-tensor kernel templates (the header is prepended by [`source`]).
-pub const KERNELS: &str = include_str!("../kernels/homeadam.cu");
-/// Every `extern "C"` instantiation of [`KERNELS`].
+/// The multi-tensor kernel templates, `homeadam.cuh`.
+pub const KERNELS: &str = include_str!("../kernels/homeadam.cuh");
+/// The translation unit of every kernel, `instantiations.cu`.
 pub const INSTANTIATIONS: &str = include_str!("../kernels/instantiations.cu");
 /// The architectures the compile check builds SASS for: Xavier, Orin, Ada, Hopper.
 pub const ARCHS: [&str; 4] = ["sm_72", "sm_87", "sm_89", "sm_90"];
-/// Every update kernel's rule part, in `{rule}_{p}_{g}_{s}`.
-pub const RULE_KERNELS: [&str; 10] = [
-    "sgd",
-    "sgdm",
-    "adam",
-    "adamw",
-    "homeadam",
-    "adabelief",
-    "adabelief_amsgrad",
-    "swats_adam",
-    "swats_sgd",
-    "miadam",
-];
 /// The storage types of the instantiations.
 pub const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
+/// Elements per block-table entry (`HA_CHUNK`).
+pub const CHUNK: usize = 16384;
 
-/// Flag bits of the update kernels (`HA_*` in homeadam_math.h).
+/// Flag bits of the update kernels (`HA_*` in the C sources).
 pub mod flags {
     /// Nesterov momentum (SGD, SWATS).
     pub const NESTEROV: u32 = 1;
@@ -46,6 +54,8 @@ pub mod flags {
     pub const STOCHASTIC: u32 = 4;
     /// The HomeAdam switch (one of the `SWITCH_*` values) is `flags >> SWITCH_SHIFT & 3`.
     pub const SWITCH_SHIFT: u32 = 8;
+    /// One decision per element.
+    pub const SWITCH_ELEMENT: u32 = 0;
     /// One decision for the model, on the first pass's min v̂.
     pub const SWITCH_GLOBAL: u32 = 1;
     /// One decision per tensor.
@@ -54,29 +64,146 @@ pub mod flags {
     pub const SWITCH_SRF: u32 = 3;
 }
 
-/// Elements per block-table entry (`HA_CHUNK`).
-pub const CHUNK: usize = 16384;
-
-/// The full NVRTC source: the header, the kernels, every instantiation.
-pub fn source() -> String {
-    format!("{MATH_HEADER}\n{KERNELS}\n{INSTANTIATIONS}")
+/// An update kernel: one element function of `homeadam_math.h`, instantiated as
+/// `{name}_{p}_{g}_{s}` for every storage type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateKernel {
+    /// SGD without momentum.
+    Sgd,
+    /// SGD with momentum μ > 0.
+    Sgdm,
+    /// Adam (coupled L2).
+    Adam,
+    /// AdamW.
+    AdamW,
+    /// HomeAdam(W) and Adam(W)-srf (the switch is a flag).
+    HomeAdam,
+    /// AdaBelief.
+    AdaBelief,
+    /// AdaBelief with AMSGrad.
+    AdaBeliefAmsgrad,
+    /// SWATS in its Adam phase.
+    SwatsAdam,
+    /// SWATS in its SGD phase.
+    SwatsSgd,
+    /// MIAdam.
+    MiAdam,
 }
 
-/// The source of one model's kernels: `ha_reset`, `ha_check_{g}`, `ha_home_pre_{g}_{s}` and
-/// the update kernel `{rule}_{p}_{g}_{s}` (a fraction of [`source`]'s compile time).
-pub fn model_source(rule: &str, p: Dtype, g: Dtype, s: Dtype) -> String {
-    let id = format!(
-        "HA_RULE_{}",
-        if rule == "homeadam" { "HOME" } else { rule }.to_uppercase()
-    );
-    let (pn, gn, sn) = (p.name(), g.name(), s.name());
-    let (pt, gt, st) = (c_type(p), c_type(g), c_type(s));
-    format!(
-        "{MATH_HEADER}\n{KERNELS}\nHA_UPDATE({rule}, {id}, {pt}, {gt}, {st}, {pn}, {gn}, {sn})\n\
-         HA_CHECK({gt}, {gn})\nHA_PRE({gt}, {st}, {gn}, {sn})\n"
-    )
+impl UpdateKernel {
+    /// Every update kernel; the position is the rule id `HA_RULE_{NAME}`.
+    pub const ALL: [UpdateKernel; 10] = [
+        UpdateKernel::Sgd,
+        UpdateKernel::Sgdm,
+        UpdateKernel::Adam,
+        UpdateKernel::AdamW,
+        UpdateKernel::HomeAdam,
+        UpdateKernel::AdaBelief,
+        UpdateKernel::AdaBeliefAmsgrad,
+        UpdateKernel::SwatsAdam,
+        UpdateKernel::SwatsSgd,
+        UpdateKernel::MiAdam,
+    ];
+
+    /// The rule part of the kernel names, e.g. `homeadam`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            UpdateKernel::Sgd => "sgd",
+            UpdateKernel::Sgdm => "sgdm",
+            UpdateKernel::Adam => "adam",
+            UpdateKernel::AdamW => "adamw",
+            UpdateKernel::HomeAdam => "homeadam",
+            UpdateKernel::AdaBelief => "adabelief",
+            UpdateKernel::AdaBeliefAmsgrad => "adabelief_amsgrad",
+            UpdateKernel::SwatsAdam => "swats_adam",
+            UpdateKernel::SwatsSgd => "swats_sgd",
+            UpdateKernel::MiAdam => "miadam",
+        }
+    }
+
+    /// The rule id, `HA_RULE_{NAME}` in the C sources.
+    pub const fn id(self) -> u32 {
+        self as u32
+    }
+
+    /// The name of the id's macro, e.g. `HA_RULE_HOMEADAM`.
+    pub fn id_macro(self) -> String {
+        format!("HA_RULE_{}", self.name().to_uppercase())
+    }
+
+    /// A configuration this kernel steps: its slot counts are the core's.
+    const fn config(self) -> Config {
+        match self {
+            UpdateKernel::Sgd => Config::new(Rule::Sgd),
+            UpdateKernel::Sgdm => Config {
+                momentum: 0.9,
+                ..Config::new(Rule::Sgd)
+            },
+            UpdateKernel::Adam => Config::new(Rule::Adam),
+            UpdateKernel::AdamW => Config::new(Rule::AdamW),
+            UpdateKernel::HomeAdam => Config::new(Rule::HomeAdamW(Switch::Global)),
+            UpdateKernel::AdaBelief => Config::new(Rule::AdaBelief),
+            UpdateKernel::AdaBeliefAmsgrad => Config {
+                amsgrad: true,
+                ..Config::new(Rule::AdaBelief)
+            },
+            UpdateKernel::SwatsAdam | UpdateKernel::SwatsSgd => Config::new(Rule::Swats),
+            UpdateKernel::MiAdam => Config::new(Rule::MiAdam),
+        }
+    }
+
+    /// State slots per element ([`Config::state_slots`]).
+    pub const fn state_slots(self) -> usize {
+        self.config().state_slots()
+    }
+
+    /// The slot whose minimum is reported as ρ ([`Config::rho_slot`]); SWATS reports it in its
+    /// adaptive phase only.
+    pub const fn rho_slot(self) -> Option<usize> {
+        match self {
+            UpdateKernel::SwatsSgd => None,
+            k => k.config().rho_slot(),
+        }
+    }
 }
 
+/// The update kernel and its flag bits for `config` (SWATS in its SGD phase when
+/// `swats_sgd`). Stochastic rounding is added by the caller.
+pub fn rule_kernel(config: &Config, swats_sgd: bool) -> (UpdateKernel, u32) {
+    let mut f = 0;
+    if config.nesterov {
+        f |= flags::NESTEROV;
+    }
+    if config.weight_decouple {
+        f |= flags::WEIGHT_DECOUPLE;
+    }
+    let home = |switch: u32| (UpdateKernel::HomeAdam, f | (switch << flags::SWITCH_SHIFT));
+    match config.rule {
+        Rule::Sgd if config.momentum == 0.0 => (UpdateKernel::Sgd, f),
+        Rule::Sgd => (UpdateKernel::Sgdm, f),
+        Rule::Adam => (UpdateKernel::Adam, f),
+        Rule::AdamW => (UpdateKernel::AdamW, f),
+        Rule::AdamSrf | Rule::AdamWSrf => home(flags::SWITCH_SRF),
+        Rule::HomeAdam(s) | Rule::HomeAdamW(s) => home(match s {
+            Switch::Global => flags::SWITCH_GLOBAL,
+            Switch::Layer => flags::SWITCH_LAYER,
+            Switch::Element => flags::SWITCH_ELEMENT,
+        }),
+        Rule::AdaBelief if config.amsgrad => (UpdateKernel::AdaBeliefAmsgrad, f),
+        Rule::AdaBelief => (UpdateKernel::AdaBelief, f),
+        Rule::Swats if swats_sgd => (UpdateKernel::SwatsSgd, f),
+        Rule::Swats => (UpdateKernel::SwatsAdam, f),
+        Rule::MiAdam => (UpdateKernel::MiAdam, f),
+    }
+}
+
+/// The stochastic-rounding base of step `t`, mix64(mix64(seed) ^ t): the kernels key tensor k
+/// with mix64(base ^ k), the core's `tensor_key(seed, t, k)`.
+pub fn sr_base(seed: u64, t: u64) -> u64 {
+    mix64(mix64(seed) ^ t)
+}
+
+/// The C type of a storage type in the sources.
 fn c_type(d: Dtype) -> &'static str {
     match d {
         Dtype::F32 => "float",
@@ -85,12 +212,92 @@ fn c_type(d: Dtype) -> &'static str {
     }
 }
 
-/// `{rule}_{p}_{g}_{s}`, e.g. `homeadam_bf16_bf16_f32`.
-pub fn kernel_name(rule: &str, p: Dtype, g: Dtype, s: Dtype) -> String {
-    format!("{rule}_{}_{}_{}", p.name(), g.name(), s.name())
+/// The metadata the C sources use, as `(macro, replacement)` pairs (a function-like macro's
+/// parameters are part of its name). See the module documentation.
+pub fn defines() -> Vec<(String, String)> {
+    let mut d: Vec<(String, String)> = vec![
+        ("HA_METADATA".into(), "1".into()),
+        ("HA_CHUNK".into(), CHUNK.to_string()),
+    ];
+    for (name, bits) in [
+        ("NESTEROV", flags::NESTEROV),
+        ("WEIGHT_DECOUPLE", flags::WEIGHT_DECOUPLE),
+        ("STOCHASTIC", flags::STOCHASTIC),
+        ("SWITCH_ELEMENT", flags::SWITCH_ELEMENT),
+        ("SWITCH_GLOBAL", flags::SWITCH_GLOBAL),
+        ("SWITCH_LAYER", flags::SWITCH_LAYER),
+        ("SWITCH_SRF", flags::SWITCH_SRF),
+    ] {
+        d.push((format!("HA_{name}"), format!("{bits}u")));
+    }
+    d.push(("HA_SWITCH_SHIFT".into(), flags::SWITCH_SHIFT.to_string()));
+    for k in UpdateKernel::ALL {
+        d.push((k.id_macro(), k.id().to_string()));
+    }
+    let max_slots = UpdateKernel::ALL.map(UpdateKernel::state_slots).into_iter().max();
+    d.push(("HA_MAX_SLOTS".into(), max_slots.unwrap_or(0).to_string()));
+    // X(name, id, state slots, ρ slot or −1) for every update kernel.
+    let rules: Vec<String> = UpdateKernel::ALL
+        .iter()
+        .map(|k| {
+            let rho = k.rho_slot().map_or(-1, |s| s as i64);
+            format!("X({}, {}, {}, {rho})", k.name(), k.id_macro(), k.state_slots())
+        })
+        .collect();
+    d.push(("HA_RULE_KERNELS(X)".into(), rules.join(" ")));
+    // X(C type, name, context...) for every storage type; one list per nesting level, as a
+    // macro is not expanded again inside its own expansion.
+    let types: Vec<String> = DTYPES
+        .iter()
+        .map(|&t| format!("X({}, {}, __VA_ARGS__)", c_type(t), t.name()))
+        .collect();
+    for level in ["P", "G", "S"] {
+        d.push((format!("HA_STORAGE_{level}(X, ...)"), types.join(" ")));
+    }
+    d
 }
 
-/// Every `extern "C"` kernel of [`source`].
+/// `homeadam_defs.h`: [`defines`] as a header.
+pub fn defs_header() -> String {
+    let mut h = String::from(
+        "// homeadam_defs.h: generated from homeadam-cuda's src/kernels.rs (`kernels::defs_header`),\n\
+         // the one source of these values; do not edit. Builds through Rust (NVRTC, the g++ parity\n\
+         // test) get them from kernels.rs itself; this copy serves a build of one file alone.\n",
+    );
+    for (name, value) in defines() {
+        h.push_str(&format!("#define {name} {value}\n"));
+    }
+    h
+}
+
+/// The headers the sources include, as `(name, text)`: what NVRTC is handed.
+pub fn headers() -> [(&'static str, String); 3] {
+    [
+        ("homeadam_defs.h", defs_header()),
+        ("homeadam_math.h", MATH_HEADER.to_string()),
+        ("homeadam.cuh", KERNELS.to_string()),
+    ]
+}
+
+/// The source of one model's kernels: `ha_reset`, `ha_check_{g}`, `ha_home_pre_{g}_{s}` and
+/// the update kernel `{rule}_{p}_{g}_{s}` (a fraction of [`INSTANTIATIONS`]' compile time).
+pub fn model_source(kernel: UpdateKernel, p: Dtype, g: Dtype, s: Dtype) -> String {
+    let (pn, gn, sn) = (p.name(), g.name(), s.name());
+    let (pt, gt, st) = (c_type(p), c_type(g), c_type(s));
+    format!(
+        "#include \"homeadam.cuh\"\nHA_UPDATE({}, {}, {pt}, {gt}, {st}, {pn}, {gn}, {sn})\n\
+         HA_CHECK({gt}, {gn})\nHA_PRE({gt}, {st}, {gn}, {sn})\n",
+        kernel.name(),
+        kernel.id_macro()
+    )
+}
+
+/// `{rule}_{p}_{g}_{s}`, e.g. `homeadam_bf16_bf16_f32`.
+pub fn kernel_name(kernel: UpdateKernel, p: Dtype, g: Dtype, s: Dtype) -> String {
+    format!("{}_{}_{}_{}", kernel.name(), p.name(), g.name(), s.name())
+}
+
+/// Every `extern "C"` kernel of [`INSTANTIATIONS`].
 pub fn all_kernel_names() -> Vec<String> {
     let mut names = vec!["ha_reset".to_string()];
     for g in DTYPES {
@@ -99,11 +306,11 @@ pub fn all_kernel_names() -> Vec<String> {
             names.push(format!("ha_home_pre_{}_{}", g.name(), s.name()));
         }
     }
-    for rule in RULE_KERNELS {
+    for kernel in UpdateKernel::ALL {
         for p in DTYPES {
             for g in DTYPES {
                 for s in DTYPES {
-                    names.push(kernel_name(rule, p, g, s));
+                    names.push(kernel_name(kernel, p, g, s));
                 }
             }
         }
@@ -111,180 +318,62 @@ pub fn all_kernel_names() -> Vec<String> {
     names
 }
 
-/// The update kernel's rule part and flag bits for `config` (SWATS in its SGD phase when
-/// `swats_sgd`). Stochastic rounding is added by the caller.
-pub fn rule_kernel(config: &Config, swats_sgd: bool) -> (&'static str, u32) {
-    let mut f = 0;
-    if config.nesterov {
-        f |= flags::NESTEROV;
+#[cfg(test)]
+mod tests {
+    use homeadam_core::backend::tensor_key;
+    use homeadam_core::ALL_RULES;
+
+    use super::*;
+
+    #[test]
+    fn the_committed_defs_header_is_generated_from_this_file() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/homeadam_defs.h");
+        let generated = defs_header();
+        if std::env::var_os("HOMEADAM_BLESS").is_some() {
+            std::fs::write(path, &generated).expect("write kernels/homeadam_defs.h");
+        }
+        assert!(
+            include_str!("../kernels/homeadam_defs.h") == generated,
+            "kernels/homeadam_defs.h is out of date: regenerate it with \
+             `HOMEADAM_BLESS=1 cargo test -p homeadam-cuda --lib committed_defs_header`"
+        );
     }
-    if config.weight_decouple {
-        f |= flags::WEIGHT_DECOUPLE;
+
+    #[test]
+    fn ids_are_positions_and_names_are_unique() {
+        for (i, k) in UpdateKernel::ALL.iter().enumerate() {
+            assert_eq!(k.id() as usize, i);
+            assert_eq!(
+                UpdateKernel::ALL.iter().filter(|o| o.name() == k.name()).count(),
+                1
+            );
+        }
+        assert_eq!(all_kernel_names().len(), 1 + 3 + 9 + 10 * 27);
     }
-    let switch = |s: u32| f | (s << flags::SWITCH_SHIFT);
-    match config.rule {
-        Rule::Sgd if config.momentum == 0.0 => ("sgd", f),
-        Rule::Sgd | Rule::Sgdm => ("sgdm", f),
-        Rule::Adam => ("adam", f),
-        Rule::AdamW => ("adamw", f),
-        Rule::AdamSrf | Rule::AdamWSrf => ("homeadam", switch(flags::SWITCH_SRF)),
-        Rule::HomeAdam(s) | Rule::HomeAdamW(s) => (
-            "homeadam",
-            switch(match s {
-                Switch::Global => flags::SWITCH_GLOBAL,
-                Switch::Layer => flags::SWITCH_LAYER,
-                Switch::Element => 0,
-            }),
-        ),
-        Rule::AdaBelief if config.amsgrad => ("adabelief_amsgrad", f),
-        Rule::AdaBelief => ("adabelief", f),
-        Rule::Swats if swats_sgd => ("swats_sgd", f),
-        Rule::Swats => ("swats_adam", f),
-        Rule::MiAdam => ("miadam", f),
-    }
-}
 
-/// NVRTC's options for `arch` (`sm_XX` gives SASS, `compute_XX` PTX only).
-pub fn options(arch: &str, ptxas_verbose: bool) -> Vec<String> {
-    let mut o = vec![
-        format!("--gpu-architecture={arch}"),
-        "--fmad=false".into(),
-        "--prec-div=true".into(),
-        "--prec-sqrt=true".into(),
-        "--ftz=false".into(),
-        "--std=c++14".into(),
-    ];
-    if ptxas_verbose {
-        o.push("--ptxas-options=-v".into());
-    }
-    o
-}
-
-/// What NVRTC produced.
-pub struct Compiled {
-    /// The PTX text.
-    pub ptx: Vec<u8>,
-    /// The SASS image (empty for a `compute_XX` target).
-    pub cubin: Vec<u8>,
-    /// NVRTC's log (ptxas' `-v` lines included).
-    pub log: String,
-}
-
-/// An NVRTC failure with its log.
-#[derive(Debug)]
-pub struct CompileError(pub String);
-
-impl std::fmt::Display for CompileError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "NVRTC: {}", self.0)
-    }
-}
-
-impl std::error::Error for CompileError {}
-
-/// Compiles `source` (see [`source`], [`model_source`]) for `arch`. Needs libnvrtc (found on
-/// the loader path).
-pub fn compile(source: &str, arch: &str, ptxas_verbose: bool) -> Result<Compiled, CompileError> {
-    let src = CString::new(source).map_err(|e| CompileError(e.to_string()))?;
-    let name = CString::new("homeadam.cu").map_err(|e| CompileError(e.to_string()))?;
-    let prog = result::create_program(&src, Some(&name)).map_err(|e| CompileError(format!("{e:?}")))?;
-    let out = (|| {
-        let opts = options(arch, ptxas_verbose);
-        // SAFETY: `prog` is a live program; the options are C strings.
-        let compiled = unsafe { result::compile_program(prog, &opts) };
-        // SAFETY: as above; the log is NUL-terminated.
-        let log = unsafe { result::get_program_log(prog) }.map_err(|e| CompileError(format!("{e:?}")))?;
-        // SAFETY: `log` holds a NUL-terminated string.
-        let log = unsafe { CStr::from_ptr(log.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
-        compiled.map_err(|e| CompileError(format!("{e:?}\n{log}")))?;
-        // SAFETY: the program compiled.
-        let ptx = unsafe { result::get_ptx(prog) }.map_err(|e| CompileError(format!("{e:?}")))?;
-        let ptx = ptx.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
-        let cubin = if arch.starts_with("sm_") {
-            cubin(prog)?
-        } else {
-            Vec::new()
-        };
-        Ok(Compiled { ptx, cubin, log })
-    })();
-    // SAFETY: `prog` is not used after this.
-    unsafe { result::destroy_program(prog) }.map_err(|e| CompileError(format!("{e:?}")))?;
-    out
-}
-
-/// The SASS image of `source` for `arch`, compiled once per process: optimizers of the same
-/// rule and storage types (a test suite, a run with several models) share one NVRTC compile.
-pub fn cubin_cached(source: &str, arch: &str) -> Result<Arc<Vec<u8>>, CompileError> {
-    type Cache = Mutex<HashMap<(String, String), Arc<Vec<u8>>>>;
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    let cache = CACHE.get_or_init(Cache::default);
-    let key = (source.to_string(), arch.to_string());
-    if let Some(hit) = cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
-        return Ok(hit.clone());
-    }
-    let cubin = Arc::new(compile(source, arch, false)?.cubin);
-    cache
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(key, cubin.clone());
-    Ok(cubin)
-}
-
-fn cubin(prog: sys::nvrtcProgram) -> Result<Vec<u8>, CompileError> {
-    let mut size = 0usize;
-    // SAFETY: `prog` compiled for a real architecture; `size` is a valid out pointer.
-    unsafe { sys::nvrtcGetCUBINSize(prog, &mut size) }
-        .result()
-        .map_err(|e| CompileError(format!("{e:?}")))?;
-    let mut image = vec![0u8; size];
-    // SAFETY: `image` holds `size` bytes.
-    unsafe { sys::nvrtcGetCUBIN(prog, image.as_mut_ptr() as *mut c_char) }
-        .result()
-        .map_err(|e| CompileError(format!("{e:?}")))?;
-    Ok(image)
-}
-
-/// Resources of one kernel, from ptxas' `-v` lines.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelResources {
-    /// The kernel's name.
-    pub name: String,
-    /// Registers per thread.
-    pub registers: u32,
-    /// Spill stores + spill loads, bytes.
-    pub spill_bytes: u32,
-}
-
-/// Parses ptxas' `-v` log: `Compiling entry function 'X'`, then `N bytes spill stores, M bytes
-/// spill loads` and `Used R registers`.
-pub fn parse_ptxas_log(log: &str) -> Vec<KernelResources> {
-    let mut out: Vec<KernelResources> = Vec::new();
-    for line in log.lines() {
-        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
-            let name = rest.split('\'').next().unwrap_or_default().to_string();
-            out.push(KernelResources {
-                name,
-                registers: 0,
-                spill_bytes: 0,
-            });
-        } else if let Some(k) = out.last_mut() {
-            let words: Vec<&str> = line.split([' ', ',']).filter(|w| !w.is_empty()).collect();
-            for (i, w) in words.iter().enumerate() {
-                let number = || i.checked_sub(1).and_then(|j| words[j].parse::<u32>().ok());
-                match *w {
-                    "registers" => k.registers = number().unwrap_or(k.registers),
-                    "spill" => {
-                        k.spill_bytes += i
-                            .checked_sub(2)
-                            .and_then(|j| words[j].parse::<u32>().ok())
-                            .unwrap_or(0)
-                    }
-                    _ => {}
+    #[test]
+    fn each_config_gets_a_kernel_with_its_slots() {
+        let mut configs: Vec<Config> = ALL_RULES.iter().map(|&r| Config::new(r)).collect();
+        configs.extend(Config::named("sgdm"));
+        configs.push(Config {
+            amsgrad: true,
+            ..Config::new(Rule::AdaBelief)
+        });
+        for c in configs {
+            for swats_sgd in [false, true] {
+                let (kernel, _) = rule_kernel(&c, swats_sgd && c.rule == Rule::Swats);
+                assert_eq!(kernel.state_slots(), c.state_slots(), "{}", c.name());
+                if kernel != UpdateKernel::SwatsSgd {
+                    assert_eq!(kernel.rho_slot(), c.rho_slot(), "{}", c.name());
                 }
             }
         }
     }
-    out
+
+    #[test]
+    fn sr_base_keys_tensors_as_the_core() {
+        for (seed, t, k) in [(0, 1, 0), (7, 3, 2), (u64::MAX, 1 << 40, 99)] {
+            assert_eq!(mix64(sr_base(seed, t) ^ k), tensor_key(seed, t, k));
+        }
+    }
 }

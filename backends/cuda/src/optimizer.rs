@@ -3,32 +3,35 @@
 //! A step is at most four launches on one stream, whatever the number of tensors:
 //! `ha_reset`; `ha_home_pre_{g}_{s}` (global / per-layer HomeAdam: min v_t and the
 //! non-finite flag) or `ha_check_{g}` (the non-finite flag, under `FiniteCheck::SkipStep`);
-//! the update `{rule}_{p}_{g}_{s}`, which does nothing when the flag is set. The only host
-//! round trip is one 24-byte status read at the end of the step: the core's step counter t
-//! does not advance on a skipped step, so the host must know before computing the next step's
-//! scalars.
+//! the update `{rule}_{p}_{g}_{s}`, which does nothing when the flag is set, each tensor with the
+//! scalars of its parameter group. The host work is the core's: [`Optimizer::begin`] gives t and
+//! the scalars of each group, [`homeadam_core::Step::finish_external`] counts the step from the
+//! device's 24-byte status, read back at the end (the step's only sync: t does not advance on a
+//! skipped step, so the next step's scalars depend on it).
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use homeadam_core::rounding::{mix64, tensor_key};
+use homeadam_core::backend::{Outcome, StepScalars};
 use homeadam_core::{
-    bf16, f16, ByteSink, CheckpointError, Config, Dtype, FiniteCheck, Optimizer, Rounding, Rule, StepReport,
-    StepScalars, Storage, Switch, TensorAux, TensorState,
+    Config, Dtype, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Switch, TensorAux,
 };
 
 use crate::device::{block_table, HaBlock, HaScalars, HaStatus, HaTensor};
-use crate::kernels::{self, flags, CompileError};
+use crate::kernels::{self, flags};
+use crate::nvrtc;
+use crate::Error;
+
+mod checkpoint;
 
 /// Threads per block of every kernel.
 const THREADS: u32 = 256;
 
 /// One tensor of the model on the device: raw device pointers (e.g. from cudarc's
-/// `DevicePtr::device_ptr` or candle's `CudaStorage`) and its element count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `DevicePtr::device_ptr` or candle's `CudaStorage`), its element count and its parameter
+/// group.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct DeviceTensor {
     /// θ: `numel` elements of the parameter type.
     pub param: u64,
@@ -39,49 +42,25 @@ pub struct DeviceTensor {
     pub state: u64,
     /// Number of parameters.
     pub numel: usize,
+    /// The tensor's parameter group, as [`homeadam_core::Tensor::group`].
+    pub group: Group,
 }
 
-/// What can go wrong.
-#[derive(Debug)]
-pub enum Error {
-    /// The core refused (config, gradient scale, f16 second moment, checkpoint).
-    Core(homeadam_core::Error),
-    /// A CUDA driver call failed.
-    Driver(DriverError),
-    /// NVRTC failed.
-    Compile(CompileError),
-    /// Not supported on this backend yet.
-    Unsupported(&'static str),
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Core(e) => write!(f, "{e}"),
-            Error::Driver(e) => write!(f, "CUDA driver: {e:?}"),
-            Error::Compile(e) => write!(f, "{e}"),
-            Error::Unsupported(what) => write!(f, "not supported on CUDA: {what}"),
+impl DeviceTensor {
+    /// A tensor of the default group.
+    pub fn new(param: u64, grad: u64, state: u64, numel: usize) -> Self {
+        DeviceTensor {
+            param,
+            grad,
+            state,
+            numel,
+            group: Group::DEFAULT,
         }
     }
-}
 
-impl std::error::Error for Error {}
-
-impl From<homeadam_core::Error> for Error {
-    fn from(e: homeadam_core::Error) -> Self {
-        Error::Core(e)
-    }
-}
-
-impl From<DriverError> for Error {
-    fn from(e: DriverError) -> Self {
-        Error::Driver(e)
-    }
-}
-
-impl From<CompileError> for Error {
-    fn from(e: CompileError) -> Self {
-        Error::Compile(e)
+    /// The same tensor in `group`.
+    pub fn in_group(self, group: Group) -> Self {
+        DeviceTensor { group, ..self }
     }
 }
 
@@ -96,33 +75,63 @@ pub struct Dtypes {
     pub state: Dtype,
 }
 
-/// The optimizer of one model on one CUDA stream.
-///
-/// The model-wide state (t, the SWATS phase) is a core [`Optimizer`], advanced once per
-/// applied step, so step scalars, checkpoints and validation are the core's own.
-pub struct CudaOptimizer {
-    core: Optimizer,
-    dtypes: Dtypes,
+/// The pass before the update, if any.
+enum FirstPass {
+    /// `ha_check_{g}(tensors, blocks, 1 / grad_scale, status)`.
+    Check(CudaFunction),
+    /// `ha_home_pre_{g}_{s}(tensors, blocks, scalars, status)`.
+    Home(CudaFunction),
+}
+
+/// One model's kernels and device buffers.
+struct Device {
     stream: Arc<CudaStream>,
     reset: CudaFunction,
-    first_pass: Option<CudaFunction>,
+    first_pass: Option<FirstPass>,
     update: CudaFunction,
     update_flags: u32,
-    has_rho: bool,
-    tensors: Vec<DeviceTensor>,
     table: CudaSlice<HaTensor>,
     blocks: CudaSlice<HaBlock>,
+    /// The step's scalars of each parameter group, indexed by `HaTensor::group`.
+    groups: CudaSlice<HaScalars>,
     status: CudaSlice<HaStatus>,
 }
 
-/// Advances the core's step counter as an applied step over no tensors does (t + 1) and
-/// checks `grad_scale` and the state type as the core does.
-fn advance(core: &mut Optimizer, state: Dtype, grad_scale: f64) -> Result<StepReport, homeadam_core::Error> {
-    match state {
-        Dtype::F32 => core.step::<f32, f32, f32>(&mut [], grad_scale),
-        Dtype::F16 => core.step::<f32, f32, f16>(&mut [], grad_scale),
-        Dtype::BF16 => core.step::<f32, f32, bf16>(&mut [], grad_scale),
+/// The optimizer of one model on one CUDA stream.
+///
+/// The model-wide state (t) is a core [`Optimizer`], so step scalars, validation and
+/// checkpoints are the core's own.
+pub struct CudaOptimizer {
+    core: Optimizer,
+    dtypes: Dtypes,
+    tensors: Vec<DeviceTensor>,
+    /// The distinct parameter groups, in order of first appearance.
+    groups: Vec<Group>,
+    has_rho: bool,
+    device: Device,
+}
+
+/// The distinct groups of `tensors` and each tensor's index among them, refused as the core
+/// refuses a step over these tensors.
+fn group_table(config: &Config, tensors: &[DeviceTensor]) -> Result<(Vec<Group>, Vec<u32>), Error> {
+    let mut groups: Vec<Group> = Vec::new();
+    let mut index = Vec::with_capacity(tensors.len());
+    for (tensor, t) in tensors.iter().enumerate() {
+        let i = match groups.iter().position(|&g| g == t.group) {
+            Some(i) => i,
+            None => {
+                let value = t.group.lr_scale;
+                if !(value.is_finite() && value >= 0.0) {
+                    return Err(homeadam_core::Error::InvalidLrScale { tensor, value }.into());
+                }
+                config.for_group(t.group).validate()?;
+                groups.push(t.group);
+                groups.len() - 1
+            }
+        };
+        index.push(i as u32);
     }
+    Ok((groups, index))
 }
 
 impl CudaOptimizer {
@@ -145,26 +154,26 @@ impl CudaOptimizer {
             ));
         }
         let core = Optimizer::new(config)?;
-        // The core's own checks of the state type (f16 second moments), on a copy.
-        advance(&mut core.clone(), dtypes.state, 1.0)?;
+        config.check_state_dtype(dtypes.state)?;
+        let (groups, group_index) = group_table(&config, tensors)?;
         let ctx: &Arc<CudaContext> = stream.context();
         let (major, minor) = ctx.compute_capability()?;
-        let (rule, update_flags) = kernels::rule_kernel(&config, false);
-        let source = kernels::model_source(rule, dtypes.param, dtypes.grad, dtypes.state);
-        let cubin = kernels::cubin_cached(&source, &format!("sm_{major}{minor}"))?;
+        let (kernel, update_flags) = kernels::rule_kernel(&config, false);
+        let source = kernels::model_source(kernel, dtypes.param, dtypes.grad, dtypes.state);
+        let cubin = nvrtc::cubin_cached(&source, &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(Ptx::from_binary(cubin.to_vec()))?;
         let (g, s) = (dtypes.grad.name(), dtypes.state.name());
         let first_pass = match config.rule.switch() {
-            Some(Switch::Global | Switch::Layer) => {
-                Some(module.load_function(&format!("ha_home_pre_{g}_{s}"))?)
-            }
+            Some(Switch::Global | Switch::Layer) => Some(FirstPass::Home(
+                module.load_function(&format!("ha_home_pre_{g}_{s}"))?,
+            )),
             _ if config.finite_check == FiniteCheck::SkipStep => {
-                Some(module.load_function(&format!("ha_check_{g}"))?)
+                Some(FirstPass::Check(module.load_function(&format!("ha_check_{g}"))?))
             }
             _ => None,
         };
         let update = module.load_function(&kernels::kernel_name(
-            rule,
+            kernel,
             dtypes.param,
             dtypes.grad,
             dtypes.state,
@@ -176,33 +185,35 @@ impl CudaOptimizer {
         };
         let table: Vec<HaTensor> = tensors
             .iter()
-            .enumerate()
-            .map(|(i, t)| HaTensor {
+            .zip(group_index)
+            .map(|(t, group)| HaTensor {
                 param: t.param,
                 grad: t.grad,
                 state: t.state,
                 numel: t.numel as u64,
-                index: i as u32,
+                group,
                 ..HaTensor::default()
             })
             .collect();
         let numels: Vec<usize> = tensors.iter().map(|t| t.numel).collect();
-        let blocks = block_table(&numels, kernels::CHUNK);
-        let has_rho =
-            matches!(rule, "adam" | "adamw" | "homeadam" | "swats_adam" | "miadam") && !tensors.is_empty();
-        Ok(CudaOptimizer {
+        let device = Device {
             reset: module.load_function("ha_reset")?,
             first_pass,
             update,
             update_flags: update_flags | stochastic,
-            has_rho,
-            tensors: tensors.to_vec(),
             table: stream.clone_htod(&table)?,
-            blocks: stream.clone_htod(&blocks)?,
+            blocks: stream.clone_htod(&block_table(&numels, kernels::CHUNK))?,
+            groups: stream.alloc_zeros::<HaScalars>(groups.len().max(1))?,
             status: stream.alloc_zeros::<HaStatus>(1)?,
+            stream,
+        };
+        Ok(CudaOptimizer {
+            has_rho: config.rho_slot().is_some() && !tensors.is_empty(),
             core,
             dtypes,
-            stream,
+            tensors: tensors.to_vec(),
+            groups,
+            device,
         })
     }
 
@@ -223,7 +234,7 @@ impl CudaOptimizer {
 
     /// The stream every launch goes to.
     pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+        &self.device.stream
     }
 
     /// Changes η (for schedules), as [`Optimizer::set_lr`].
@@ -232,87 +243,34 @@ impl CudaOptimizer {
     }
 
     /// One step over every tensor: θ, state updated in place on the device, exactly as
-    /// [`Optimizer::step_reference`] on the same values. Gradients are multiplied by
+    /// [`Optimizer::step`] on the same values and groups. Gradients are multiplied by
     /// `1 / grad_scale`; one non-finite unscaled gradient skips the whole step.
     pub fn step(&mut self, grad_scale: f64) -> Result<StepReport, Error> {
-        let t = self.core.step_count() + 1;
         let config = *self.core.config();
-        if !(grad_scale.is_finite() && grad_scale > 0.0) {
-            return Err(homeadam_core::Error::InvalidGradScale(grad_scale).into());
+        let step = self.core.begin(grad_scale)?;
+        let mut scalars = Vec::with_capacity(self.groups.len());
+        for &group in &self.groups {
+            // As the core's step: η may have changed since `new` (set_lr).
+            config.for_group(group).validate()?;
+            scalars.push(HaScalars(step.group_scalars(group)));
         }
-        let scalars = HaScalars(StepScalars::new(&config, t, grad_scale, None));
-        let status = self.launch(&scalars, t)?;
-        if status.nonfinite != 0 {
-            // As the core's report of a skipped step: t is the step that was not taken.
-            return Ok(StepReport {
-                step: t,
-                skipped: true,
-                rho: None,
-                home_elements: 0,
-                nonfinite_applied: false,
-                swats_switched: false,
-            });
-        }
-        let mut report = advance(&mut self.core, self.dtypes.state, grad_scale)?;
-        report.rho = self
-            .has_rho
-            .then(|| f32::from_bits(status.vmin_post) / scalars.0.bc2);
-        report.home_elements = status.home;
-        report.nonfinite_applied = status.nonfinite_applied != 0;
-        Ok(report)
-    }
-
-    /// Queues the passes of step `t` and reads the status back (the step's only sync).
-    fn launch(&mut self, scalars: &HaScalars, t: u64) -> Result<HaStatus, Error> {
-        let config = self.core.config();
-        let count = self.tensors.len() as u32;
-        let blocks = self.blocks.len() as u32;
-        let grid = |n: u32| LaunchConfig {
-            grid_dim: (n, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let inv = scalars.0.inv_grad_scale;
-        let sr_base = mix64(mix64(config.seed) ^ t);
-        debug_assert_eq!(mix64(sr_base ^ 3), tensor_key(config.seed, t, 3));
-        let mut b = self.stream.launch_builder(&self.reset);
-        b.arg(&mut self.table).arg(&count).arg(&mut self.status);
-        // SAFETY: ha_reset(HaTensor*, u32, HaStatus*) with `count` table entries.
-        unsafe { b.launch(grid(count.div_ceil(THREADS).max(1))) }?;
-        if blocks > 0 {
-            if let Some(pass) = &self.first_pass {
-                let mut b = self.stream.launch_builder(pass);
-                b.arg(&mut self.table).arg(&self.blocks);
-                if config.rule.switch().is_some() {
-                    b.arg(scalars);
-                } else {
-                    b.arg(&inv);
-                }
-                b.arg(&mut self.status);
-                // SAFETY: the signatures of ha_home_pre / ha_check; the table's pointers are
-                // valid (the contract of `new`).
-                unsafe { b.launch(grid(blocks)) }?;
-            }
-            let mut b = self.stream.launch_builder(&self.update);
-            b.arg(&mut self.table)
-                .arg(&self.blocks)
-                .arg(scalars)
-                .arg(&self.update_flags)
-                .arg(&sr_base)
-                .arg(&mut self.status);
-            // SAFETY: the update kernels' signature; pointers valid by the contract of `new`.
-            unsafe { b.launch(grid(blocks)) }?;
-        }
-        let status = self.stream.clone_dtoh(&self.status)?;
-        self.stream.synchronize()?;
-        Ok(status[0])
+        let status = self
+            .device
+            .launch(&config, &HaScalars(*step.scalars()), &scalars, step.t())?;
+        Ok(step.finish_external(Outcome {
+            skipped: status.nonfinite != 0,
+            v_min: self.has_rho.then(|| f32::from_bits(status.vmin_post)),
+            home_elements: status.home,
+            nonfinite_applied: status.nonfinite_applied != 0,
+        })?)
     }
 
     /// Per-tensor telemetry of the last step (ρ = min v̂ of the tensor, home elements): one
     /// copy of the tensor table.
     pub fn tensor_telemetry(&self) -> Result<Vec<TensorAux>, Error> {
-        let table = self.stream.clone_dtoh(&self.table)?;
-        self.stream.synchronize()?;
+        let stream = &self.device.stream;
+        let table = stream.clone_dtoh(&self.device.table)?;
+        stream.synchronize()?;
         let bc2 = StepScalars::new(self.core.config(), self.core.step_count().max(1), 1.0, None).bc2;
         Ok(table
             .iter()
@@ -327,111 +285,64 @@ impl CudaOptimizer {
             })
             .collect())
     }
+}
 
-    /// The optimizer state in the core's checkpoint format ([`Optimizer::save_state`]),
-    /// copied from the device.
-    pub fn save_state(&self) -> Result<Vec<u8>, Error> {
-        match self.dtypes.state {
-            Dtype::F32 => self.save_typed::<f32>(),
-            Dtype::F16 => self.save_typed::<f16>(),
-            Dtype::BF16 => self.save_typed::<bf16>(),
-        }
-    }
-
-    fn save_typed<S: Storage>(&self) -> Result<Vec<u8>, Error> {
-        let mut host = self.state_to_host::<S>()?;
-        let mut aux = vec![TensorAux::default(); host.len()];
-        let views = state_views(&mut host, &mut aux, &self.tensors);
-        self.save_state_with(&views)
-    }
-
-    /// Saves state the caller reads itself (e.g. mapped host memory on Jetson), after the
-    /// stream has finished.
-    pub fn save_state_with<S: Storage>(&self, tensors: &[TensorState<'_, S>]) -> Result<Vec<u8>, Error> {
-        self.stream.synchronize()?;
-        let mut sink = VecSink(Vec::new());
-        self.core.save_state(tensors, &mut sink)?;
-        Ok(sink.0)
-    }
-
-    /// Loads state saved by [`CudaOptimizer::save_state`] (or any backend's
-    /// [`Optimizer::save_state`]) into the device state. Nothing changes on error.
-    pub fn load_state(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        match self.dtypes.state {
-            Dtype::F32 => self.load_typed::<f32>(bytes),
-            Dtype::F16 => self.load_typed::<f16>(bytes),
-            Dtype::BF16 => self.load_typed::<bf16>(bytes),
-        }
-    }
-
-    fn load_typed<S: Storage>(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let slots = self.core.config().state_slots();
-        let mut host: Vec<Vec<S>> = self
-            .tensors
-            .iter()
-            .map(|t| vec![S::default(); slots * t.numel])
-            .collect();
-        let mut aux = vec![TensorAux::default(); host.len()];
-        let mut views = state_views(&mut host, &mut aux, &self.tensors);
-        let mut core = self.core.clone();
-        core.load_state(bytes, &mut views)?;
-        for (t, state) in self.tensors.iter().zip(&host) {
-            // SAFETY: `t.state` holds `slots · numel` elements of S (the contract of `new`).
-            unsafe { cudarc::driver::result::memcpy_htod_sync(t.state, state) }?;
-        }
-        self.core = core;
-        Ok(())
-    }
-
-    /// Loads state into memory the caller writes itself (e.g. mapped host memory on Jetson),
-    /// after the stream has finished; the step counter is restored from `bytes`.
-    pub fn load_state_with<S: Storage>(
+impl Device {
+    /// Queues the passes of step `t` (`step` the step's scalars, `groups` each group's) and
+    /// reads the status back.
+    fn launch(
         &mut self,
-        bytes: &[u8],
-        tensors: &mut [TensorState<'_, S>],
-    ) -> Result<(), Error> {
+        config: &Config,
+        step: &HaScalars,
+        groups: &[HaScalars],
+        t: u64,
+    ) -> Result<HaStatus, Error> {
+        let count = self.table.len() as u32;
+        let blocks = self.blocks.len() as u32;
+        let grid = |n: u32| LaunchConfig {
+            grid_dim: (n, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.reset);
+        b.arg(&mut self.table).arg(&count).arg(&mut self.status);
+        // SAFETY: ha_reset(HaTensor*, u32, HaStatus*) with `count` table entries.
+        unsafe { b.launch(grid(count.div_ceil(THREADS).max(1))) }?;
+        if blocks > 0 {
+            // Pageable memory: the copy is staged before this returns.
+            self.stream.memcpy_htod(groups, &mut self.groups)?;
+            let inv = step.0.inv_grad_scale;
+            let pass = match &self.first_pass {
+                Some(FirstPass::Check(f)) => Some((f, None)),
+                Some(FirstPass::Home(f)) => Some((f, Some(step))),
+                None => None,
+            };
+            if let Some((f, scalars)) = pass {
+                let mut b = self.stream.launch_builder(f);
+                b.arg(&mut self.table).arg(&self.blocks);
+                match scalars {
+                    Some(s) => b.arg(s),
+                    None => b.arg(&inv),
+                };
+                b.arg(&mut self.status);
+                // SAFETY: the signatures of ha_check / ha_home_pre; the table's pointers are
+                // valid (the contract of `CudaOptimizer::new`).
+                unsafe { b.launch(grid(blocks)) }?;
+            }
+            let sr_base = kernels::sr_base(config.seed, t);
+            let mut b = self.stream.launch_builder(&self.update);
+            b.arg(&mut self.table)
+                .arg(&self.blocks)
+                .arg(&self.groups)
+                .arg(&self.update_flags)
+                .arg(&sr_base)
+                .arg(&mut self.status);
+            // SAFETY: the update kernels' signature; `groups` holds an entry for every
+            // `HaTensor::group`; pointers valid by the contract of `CudaOptimizer::new`.
+            unsafe { b.launch(grid(blocks)) }?;
+        }
+        let status = self.stream.clone_dtoh(&self.status)?;
         self.stream.synchronize()?;
-        Ok(self.core.load_state(bytes, tensors)?)
+        Ok(status[0])
     }
-
-    fn state_to_host<S: Storage>(&self) -> Result<Vec<Vec<S>>, Error> {
-        self.stream.synchronize()?;
-        let slots = self.core.config().state_slots();
-        self.tensors
-            .iter()
-            .map(|t| {
-                let mut host = vec![S::default(); slots * t.numel];
-                // SAFETY: `t.state` holds `slots · numel` elements of S (the contract of `new`).
-                unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, t.state) }?;
-                Ok(host)
-            })
-            .collect()
-    }
-}
-
-/// A growable [`ByteSink`].
-struct VecSink(Vec<u8>);
-
-impl ByteSink for VecSink {
-    fn write(&mut self, bytes: &[u8]) -> Result<(), CheckpointError> {
-        self.0.extend_from_slice(bytes);
-        Ok(())
-    }
-}
-
-/// The core's checkpoint views over host copies of the device state.
-fn state_views<'a, S>(
-    host: &'a mut [Vec<S>],
-    aux: &'a mut [TensorAux],
-    tensors: &[DeviceTensor],
-) -> Vec<TensorState<'a, S>> {
-    host.iter_mut()
-        .zip(aux.iter_mut())
-        .zip(tensors)
-        .map(|((state, aux), t)| TensorState {
-            numel: t.numel,
-            state,
-            aux,
-        })
-        .collect()
 }

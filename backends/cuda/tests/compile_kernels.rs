@@ -3,7 +3,8 @@
 //! (`cargo xtask test` installs NVRTC 12.9 from PyPI and sets `HOMEADAM_NVRTC_LIB` and
 //! `LD_LIBRARY_PATH`). Skipped, with a message, when `HOMEADAM_NVRTC_LIB` is not set.
 
-use homeadam_cuda::kernels::{self, ARCHS};
+use homeadam_cuda::kernels::{self, UpdateKernel, ARCHS};
+use homeadam_cuda::nvrtc;
 
 #[test]
 fn every_kernel_compiles_for_every_arch_without_spills() {
@@ -17,14 +18,14 @@ fn every_kernel_compiles_for_every_arch_without_spills() {
         "HOMEADAM_NVRTC_LIB={dir} but libnvrtc cannot be loaded: is LD_LIBRARY_PATH set to it?"
     );
     let names = kernels::all_kernel_names();
-    let source = kernels::source();
+    let source = kernels::INSTANTIATIONS;
     println!("{} kernels per architecture", names.len());
     // One NVRTC program per architecture, compiled on its own thread; a compile for `sm_XX`
     // yields both the PTX and the SASS.
     let reports: Vec<String> = std::thread::scope(|scope| {
         let jobs: Vec<_> = ARCHS
             .iter()
-            .map(|&arch| scope.spawn(|| check_arch(&source, arch, &names)))
+            .map(|&arch| scope.spawn(|| check_arch(source, arch, &names)))
             .collect();
         jobs.into_iter()
             .map(|j| j.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
@@ -35,13 +36,18 @@ fn every_kernel_compiles_for_every_arch_without_spills() {
     }
 }
 
-/// Compiles `source` for `arch`, checks every kernel is there without spills, and returns the
-/// register report.
+/// Compiles `source` for `arch`, checks every kernel is there (and no other) without spills,
+/// and returns the register report.
 fn check_arch(source: &str, arch: &str, names: &[String]) -> String {
-    let out = kernels::compile(source, arch, true).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let out = nvrtc::compile(source, arch, true).unwrap_or_else(|e| panic!("{arch}: {e}"));
     assert!(out.cubin.starts_with(b"\x7fELF"), "{arch}: no cubin");
     let ptx_text = String::from_utf8_lossy(&out.ptx);
-    let resources = kernels::parse_ptxas_log(&out.log);
+    assert_eq!(
+        ptx_text.matches(".entry ").count(),
+        names.len(),
+        "{arch}: the PTX's kernels are not kernels::all_kernel_names()"
+    );
+    let resources = nvrtc::parse_ptxas_log(&out.log);
     for name in names {
         assert!(
             ptx_text.contains(&format!(".entry {name}(")),
@@ -64,7 +70,8 @@ fn check_arch(source: &str, arch: &str, names: &[String]) -> String {
         out.cubin.len() / 1024,
         out.ptx.len() / 1024
     );
-    for rule in kernels::RULE_KERNELS {
+    for kernel in UpdateKernel::ALL {
+        let rule = kernel.name();
         let of_rule: Vec<u32> = resources
             .iter()
             .filter(|r| {
@@ -90,16 +97,16 @@ fn the_runtime_source_of_one_model_compiles() {
         return;
     }
     use homeadam_core::Dtype::{BF16, F16, F32};
-    for (rule, p, g, s) in [
-        ("homeadam", BF16, BF16, F32),
-        ("adamw", F16, F32, BF16),
-        ("sgd", F32, F32, F32),
+    for (kernel, p, g, s) in [
+        (UpdateKernel::HomeAdam, BF16, BF16, F32),
+        (UpdateKernel::AdamW, F16, F32, BF16),
+        (UpdateKernel::Sgd, F32, F32, F32),
     ] {
-        let source = kernels::model_source(rule, p, g, s);
-        let out = kernels::compile(&source, "sm_87", false).unwrap_or_else(|e| panic!("{rule}: {e}"));
+        let source = kernels::model_source(kernel, p, g, s);
+        let out = nvrtc::compile(&source, "sm_87", false).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
         let ptx = String::from_utf8_lossy(&out.ptx);
         for name in [
-            kernels::kernel_name(rule, p, g, s),
+            kernels::kernel_name(kernel, p, g, s),
             "ha_reset".into(),
             format!("ha_check_{}", g.name()),
             format!("ha_home_pre_{}_{}", g.name(), s.name()),

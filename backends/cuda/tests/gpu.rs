@@ -1,23 +1,22 @@
 //! On a GPU: every golden case of `tests/golden/cases/` (3 tensors, 100 gradient rows) and
-//! larger random multi-tensor models, stepped by [`CudaOptimizer`] and by the core's
-//! `Optimizer::step_reference`, compared bit for bit after every step (NaN payloads aside),
-//! with the same reports; checkpoints round-trip through the core's byte format. Skipped with a
-//! message when no CUDA driver is present; the golden cases are parsed and replayed on the core
-//! either way.
+//! larger random multi-tensor models in several parameter groups (η scaled or not, λ or none),
+//! stepped by [`CudaOptimizer`] and by the core's `Optimizer::step_reference`, compared bit for
+//! bit after every step (NaN payloads aside), with the same reports and per-tensor telemetry;
+//! checkpoints round-trip through the core's byte format. Skipped with a message when no CUDA
+//! driver is present; the golden cases are parsed and replayed on the core either way.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
-use homeadam_core::rounding::mix64;
+use homeadam_core::backend::mix64;
 use homeadam_core::{
-    bf16, f16, Config, Dtype, FiniteCheck, Optimizer, Rounding, Rule, StepReport, Storage, Switch, Tensor,
-    TensorAux,
+    bf16, f16, Config, Dtype, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Storage, Switch,
+    Tensor, TensorAux, TensorState, TensorStateMut,
 };
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes};
-use serde_json::Value;
 
-/// A model: per tensor θ0 and the gradient rows, plus config and storage types.
+/// A model: per tensor θ0, the gradient rows and the parameter group, plus config and storage
+/// types.
 struct Case {
     name: String,
     config: Config,
@@ -25,120 +24,67 @@ struct Case {
     grad_scale: f64,
     params: Vec<Vec<f32>>,
     grads: Vec<Vec<Vec<f32>>>,
+    groups: Vec<Group>,
 }
 
-fn read_safetensors(path: &Path) -> Vec<(String, Vec<usize>, Vec<f32>)> {
-    let bytes = std::fs::read(path).expect("safetensors file");
-    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
-    let header: Value = serde_json::from_slice(&bytes[8..8 + n]).expect("header");
-    let data = &bytes[8 + n..];
-    let mut out: Vec<(String, Vec<usize>, Vec<f32>)> = header
-        .as_object()
-        .expect("object")
-        .iter()
-        .filter(|(k, _)| *k != "__metadata__")
-        .map(|(k, v)| {
-            assert_eq!(v["dtype"], "F32");
-            let shape = v["shape"]
-                .as_array()
-                .expect("shape")
-                .iter()
-                .map(|d| d.as_u64().expect("dim") as usize)
-                .collect();
-            let (a, b) = (
-                v["data_offsets"][0].as_u64().expect("offset") as usize,
-                v["data_offsets"][1].as_u64().expect("offset") as usize,
-            );
-            let values = data[a..b]
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect();
-            (k.clone(), shape, values)
-        })
-        .collect();
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
-}
-
-fn golden_case(dir: &Path) -> Case {
-    let json: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("config.json")).expect("config")).expect("json");
-    let rule = Rule::from_name(json["rule"].as_str().expect("rule")).expect("known rule");
-    let mut c = Config::new(rule);
-    let f = |k: &str, d: f64| json.get(k).and_then(Value::as_f64).unwrap_or(d);
-    let b = |k: &str, d: bool| json.get(k).and_then(Value::as_bool).unwrap_or(d);
-    c.lr = f("lr", c.lr);
-    if let Some(betas) = json.get("betas") {
-        c.beta1 = betas[0].as_f64().expect("beta1");
-        c.beta2 = betas[1].as_f64().expect("beta2");
-    }
-    c.eps = f("eps", c.eps);
-    c.weight_decay = f("weight_decay", c.weight_decay);
-    c.tau = f("tau", c.tau);
-    c.momentum = f("momentum", c.momentum);
-    c.dampening = f("dampening", c.dampening);
-    c.kappa = f("kappa", c.kappa);
-    c.switch_step = json
-        .get("switch_step")
-        .and_then(Value::as_u64)
-        .unwrap_or(c.switch_step);
-    c.seed = json.get("seed").and_then(Value::as_u64).unwrap_or(c.seed);
-    c.nesterov = b("nesterov", c.nesterov);
-    c.weight_decouple = b("weight_decouple", c.weight_decouple);
-    c.fixed_decay = b("fixed_decay", c.fixed_decay);
-    c.rectify = b("rectify", c.rectify);
-    c.amsgrad = b("amsgrad", c.amsgrad);
-    c.allow_f16_state = b("allow_f16_state", c.allow_f16_state);
-    if json.get("rounding").and_then(Value::as_str) == Some("stochastic") {
-        c.rounding = Rounding::Stochastic;
-    }
-    let dtype =
-        |k: &str| Dtype::from_name(json.get(k).and_then(Value::as_str).unwrap_or("f32")).expect("dtype");
-    let tensors = read_safetensors(&dir.join("input.safetensors"));
-    let names: Vec<&str> = ["layer0.weight", "layer0.bias", "layer1.weight"].into();
-    let find = |k: String| tensors.iter().find(|t| t.0 == k).unwrap_or_else(|| panic!("{k}"));
-    Case {
-        name: dir.file_name().expect("name").to_string_lossy().into_owned(),
-        config: c,
-        dtypes: Dtypes {
-            param: dtype("param_dtype"),
-            grad: dtype("grad_dtype"),
-            state: dtype("state_dtype"),
-        },
-        grad_scale: f("grad_scale", 1.0),
-        params: names
-            .iter()
-            .map(|n| find(format!("param.{n}")).2.clone())
-            .collect(),
-        grads: names
-            .iter()
-            .map(|n| {
-                let (_, shape, values) = find(format!("grad.{n}"));
-                values.chunks(shape[1]).map(<[f32]>::to_vec).collect()
-            })
-            .collect(),
-    }
-}
-
+/// The golden cases through the one loader every backend shares (`homeadam-tests`).
 fn golden_cases() -> Vec<Case> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/cases");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+    homeadam_tests::all_cases()
         .expect("golden cases")
-        .map(|e| e.expect("entry").path())
-        .collect();
-    dirs.sort();
-    dirs.iter().map(|d| golden_case(d)).collect()
+        .into_iter()
+        .map(|case| {
+            let c = &case.config;
+            let tensors = &case.input.tensors;
+            Case {
+                name: case.name.clone(),
+                config: c.optimizer,
+                dtypes: Dtypes {
+                    param: c.param_dtype,
+                    grad: c.grad_dtype,
+                    state: c.state_dtype,
+                },
+                grad_scale: c.grad_scale,
+                params: tensors.iter().map(|t| t.param.clone()).collect(),
+                grads: tensors
+                    .iter()
+                    .map(|t| {
+                        t.grads
+                            .chunks(t.param.len().max(1))
+                            .map(<[f32]>::to_vec)
+                            .collect()
+                    })
+                    .collect(),
+                groups: vec![Group::DEFAULT; tensors.len()],
+            }
+        })
+        .collect()
 }
 
-/// A random model: sizes around and across the kernels' chunk, an empty tensor, a non-finite
-/// gradient in one row of four.
+/// A random model: sizes around and across the kernels' chunk (16-byte accesses where a size is
+/// a multiple of 4), an empty tensor, four parameter groups (the default one and a scaled one
+/// each shared by two tensors apart in the table), a non-finite gradient in one row of four.
 fn random_case(config: Config, dtypes: Dtypes, seed: u64) -> Case {
     let mut s = seed;
     let mut next = move || {
         s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
         mix64(s)
     };
-    let sizes = [1usize, 0, 16385, 70_000, 255];
+    let sizes = [1usize, 0, 16385, 70_000, 255, 4096];
+    let scaled = Group {
+        lr_scale: 0.5,
+        decay: true,
+    };
+    let groups = vec![
+        Group::DEFAULT,
+        Group::NO_DECAY,
+        scaled,
+        Group {
+            lr_scale: 2.0,
+            decay: false,
+        },
+        Group::DEFAULT,
+        scaled,
+    ];
     let value = |r: u64| {
         (((r >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0) as f32
             * [1e-3f32, 1.0, 1e-20, 100.0][(r % 4) as usize]
@@ -168,7 +114,7 @@ fn random_case(config: Config, dtypes: Dtypes, seed: u64) -> Case {
         })
         .collect();
     Case {
-        name: format!("random {} {:?}", config.rule.name(), dtypes),
+        name: format!("random {} {:?}", config.name(), dtypes),
         config: Config {
             allow_f16_state: true,
             ..config
@@ -177,6 +123,7 @@ fn random_case(config: Config, dtypes: Dtypes, seed: u64) -> Case {
         grad_scale: 1024.0,
         params,
         grads,
+        groups,
     }
 }
 
@@ -243,11 +190,14 @@ fn run<P: Storage, G: Storage, S: Storage>(case: &Case, stream: &Arc<CudaStream>
     let d_states: Vec<CudaSlice<u8>> = states.iter().map(|s| up(bytes(s))).collect();
     let ptr = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
     let tensors: Vec<DeviceTensor> = (0..params.len())
-        .map(|k| DeviceTensor {
-            param: ptr(&d_params[k]),
-            grad: ptr(&d_grads[k]),
-            state: ptr(&d_states[k]),
-            numel: params[k].len(),
+        .map(|k| {
+            DeviceTensor::new(
+                ptr(&d_params[k]),
+                ptr(&d_grads[k]),
+                ptr(&d_states[k]),
+                params[k].len(),
+            )
+            .in_group(case.groups[k])
         })
         .collect();
     // SAFETY: the buffers live until the end of this function and have the stated sizes.
@@ -267,7 +217,8 @@ fn run<P: Storage, G: Storage, S: Storage>(case: &Case, stream: &Arc<CudaStream>
                 .iter_mut()
                 .zip(&grads)
                 .zip(states.iter_mut().zip(auxes.iter_mut()))
-                .map(|((p, g), (s, a))| Tensor::new(p, g, s, a))
+                .zip(&case.groups)
+                .map(|(((p, g), (s, a)), &group)| Tensor::new(p, g, s, a).in_group(group))
                 .collect();
             core.step_reference(&mut model, case.grad_scale)
                 .expect("core step")
@@ -278,6 +229,15 @@ fn run<P: Storage, G: Storage, S: Storage>(case: &Case, stream: &Arc<CudaStream>
             "{} row {r}: core {expected:?} cuda {got:?}",
             case.name
         );
+        let telemetry = cuda.tensor_telemetry().expect("telemetry");
+        for (k, (core_aux, cuda_aux)) in auxes.iter().zip(&telemetry).enumerate() {
+            let rho = |a: &TensorAux| a.rho.to_bits();
+            assert!(
+                rho(core_aux) == rho(cuda_aux) && core_aux.home_elements == cuda_aux.home_elements,
+                "{} row {r} tensor {k}: core {core_aux:?} cuda {cuda_aux:?}",
+                case.name
+            );
+        }
         for k in 0..params.len() {
             let p = stream.clone_dtoh(&d_params[k]).expect("download");
             let s = stream.clone_dtoh(&d_states[k]).expect("download");
@@ -303,22 +263,31 @@ fn run<P: Storage, G: Storage, S: Storage>(case: &Case, stream: &Arc<CudaStream>
                 case.name
             );
             let (before, before_aux) = (states.clone(), auxes.clone());
-            let mut views: Vec<homeadam_core::TensorState<'_, S>> = states
-                .iter_mut()
-                .zip(auxes.iter_mut())
+            let views: Vec<TensorState<'_, S>> = states
+                .iter()
+                .zip(&auxes)
                 .zip(&params)
-                .map(|((s, a), p)| homeadam_core::TensorState {
+                .map(|((state, aux), p)| TensorState {
                     numel: p.len(),
-                    state: s,
-                    aux: a,
+                    state,
+                    aux,
                 })
                 .collect();
             let mut buf = vec![0u8; core.state_bytes(params.iter().map(Vec::len), S::DTYPE)];
             let mut sink = homeadam_core::SliceSink::new(&mut buf);
             core.save_state(&views, &mut sink).expect("core save");
+            let mut views: Vec<TensorStateMut<'_, S>> = states
+                .iter_mut()
+                .zip(auxes.iter_mut())
+                .zip(&params)
+                .map(|((state, aux), p)| TensorStateMut {
+                    numel: p.len(),
+                    state,
+                    aux,
+                })
+                .collect();
             core.load_state(&saved, &mut views)
                 .expect("the device's checkpoint loads in the core");
-            drop(views);
             if buf != saved {
                 // Only NaN payloads may differ (GPUs canonicalize NaN): the device's bytes,
                 // loaded by the core, must give the core's values, NaN for NaN.
@@ -404,20 +373,35 @@ fn golden_cases_on_the_gpu_match_the_core_bit_for_bit() {
 #[test]
 fn random_models_on_the_gpu_match_the_core_bit_for_bit() {
     let Some(stream) = gpu() else { return };
-    let rules = [
-        Rule::Sgd,
-        Rule::Sgdm,
-        Rule::Adam,
-        Rule::AdamW,
-        Rule::AdamWSrf,
-        Rule::HomeAdamW(Switch::Global),
-        Rule::HomeAdamW(Switch::Layer),
-        Rule::HomeAdamW(Switch::Element),
-        Rule::AdaBelief,
-        Rule::MiAdam,
+    // λ on every rule that takes it, so that the groups without decay differ.
+    let decayed = |rule| Config {
+        weight_decay: 0.01,
+        ..Config::new(rule)
+    };
+    let home = |switch| Config {
+        tau: 1e-9,
+        ..Config::new(Rule::HomeAdamW(switch))
+    };
+    let bases = [
+        decayed(Rule::Sgd),
+        Config {
+            momentum: 0.9,
+            ..decayed(Rule::Sgd)
+        },
+        decayed(Rule::Adam),
+        Config::new(Rule::AdamW),
+        Config::new(Rule::AdamWSrf),
+        home(Switch::Global),
+        home(Switch::Layer),
+        home(Switch::Element),
+        decayed(Rule::AdaBelief),
+        Config {
+            switch_step: 2,
+            ..decayed(Rule::MiAdam)
+        },
     ];
     let mut elements = 0;
-    for (i, rule) in rules.into_iter().enumerate() {
+    for (i, base) in bases.into_iter().enumerate() {
         for (j, (param, grad, state)) in [
             (Dtype::F32, Dtype::F32, Dtype::F32),
             (Dtype::BF16, Dtype::BF16, Dtype::F32),
@@ -433,9 +417,7 @@ fn random_models_on_the_gpu_match_the_core_bit_for_bit() {
                         rounding,
                         finite_check,
                         seed: 11,
-                        tau: 1e-9,
-                        switch_step: 2,
-                        ..Config::new(rule)
+                        ..base
                     };
                     let case = random_case(config, Dtypes { param, grad, state }, (i * 4 + j) as u64);
                     elements += dispatch(&case, &stream);

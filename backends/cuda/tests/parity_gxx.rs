@@ -1,18 +1,20 @@
-//! The element math of `kernels/homeadam_math.h`, compiled by g++ (`-ffp-contract=off`), against
-//! the core's `Optimizer::step_reference`, bit for bit: every rule and variant × every
-//! param/grad/state storage type × both roundings, 8 steps of random tensors (denormal, huge,
-//! NaN and ±∞ values included), plus every storage conversion. Needs g++ only (no GPU);
-//! skipped with a message when g++ is missing.
+//! The element math of `kernels/homeadam_math.h`, compiled by g++ (`-ffp-contract=off`, the
+//! metadata of `kernels.rs` as `-D` flags), against the core's `Optimizer::step_reference`, bit
+//! for bit: every rule and variant × every param/grad/state storage type × both roundings, 8
+//! steps of a model of four tensors in four parameter groups (η scaled or not, λ or none) with
+//! random values (denormal, huge, NaN and ±∞ included), plus every storage conversion. Needs g++
+//! only (no GPU); skipped with a message when g++ is missing.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use homeadam_core::rounding::{mix64, tensor_key};
+use homeadam_core::backend::{mix64, StepScalars};
 use homeadam_core::{
-    bf16, f16, Config, Dtype, FiniteCheck, Optimizer, Rounding, Rule, StepScalars, Storage, Tensor, TensorAux,
+    bf16, f16, Config, Dtype, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Storage, Tensor,
+    TensorAux,
 };
-use homeadam_cuda::kernels::{self, flags, RULE_KERNELS};
+use homeadam_cuda::kernels::{self, flags, UpdateKernel};
 
 struct Rng(u64);
 
@@ -53,6 +55,8 @@ impl Rng {
 fn harness(test: &str) -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let out = std::env::temp_dir().join(format!("homeadam_gxx_{test}_{}", std::process::id()));
+    // The metadata comes from kernels.rs, not from the generated homeadam_defs.h.
+    let defines = kernels::defines().into_iter().map(|(k, v)| format!("-D{k}={v}"));
     let status = Command::new("g++")
         .args([
             "-O2",
@@ -62,8 +66,9 @@ fn harness(test: &str) -> Option<PathBuf> {
             "-Werror",
             "-ffp-contract=off",
             "-fno-fast-math",
-            "-I",
         ])
+        .args(defines)
+        .arg("-I")
         .arg(dir.join("kernels"))
         .arg(dir.join("tests/gxx/harness.cpp"))
         .arg("-o")
@@ -136,28 +141,31 @@ fn configs() -> Vec<Config> {
     let mut out = Vec::new();
     for rule in homeadam_core::ALL_RULES {
         let mut c = Config::new(rule);
-        c.beta2 = 0.9; // AdaBelief's rectification turns on at t = 8
-        c.tau = 1e-6;
-        c.kappa = 0.9;
-        c.switch_step = 3;
+        if rule != Rule::Sgd {
+            c.beta2 = 0.9; // AdaBelief's rectification turns on at t = 8
+        }
+        if rule.switch().is_some() {
+            c.tau = 1e-6;
+        }
+        if rule == Rule::MiAdam {
+            (c.kappa, c.switch_step) = (0.9, 3);
+        }
         match rule {
             Rule::Sgd => {
+                let sgdm = Config { momentum: 0.9, ..c };
                 out.push(Config {
                     weight_decay: 0.01,
                     ..c
                 });
                 out.push(Config {
-                    momentum: 0.9,
                     dampening: 0.1,
-                    ..c
+                    ..sgdm
                 });
-            }
-            Rule::Sgdm => {
-                out.push(c);
+                out.push(sgdm);
                 out.push(Config {
                     nesterov: true,
                     weight_decay: 0.01,
-                    ..c
+                    ..sgdm
                 });
             }
             Rule::Adam | Rule::MiAdam => {
@@ -226,6 +234,27 @@ fn configs() -> Vec<Config> {
     all
 }
 
+/// The model of every case: each tensor's size and parameter group, the groups being the
+/// distinct ones in order (the harness's group indices).
+fn model(n: usize) -> (Vec<(usize, usize)>, Vec<Group>) {
+    let groups = vec![
+        Group::DEFAULT,
+        Group::NO_DECAY,
+        Group {
+            lr_scale: 0.25,
+            decay: true,
+        },
+        Group {
+            lr_scale: 3.0,
+            decay: false,
+        },
+    ];
+    (vec![(n / 2, 0), (3, 1), (n / 4, 2), (n / 4 + 1, 3)], groups)
+}
+
+/// The tensor that carries the non-finite gradient of a bad step.
+const BAD_TENSOR: usize = 2;
+
 #[derive(Default)]
 struct Counts {
     elements: u64,
@@ -235,114 +264,175 @@ struct Counts {
     home: u64,
 }
 
+/// The core's side of one step.
+struct Expected<P, S> {
+    what: String,
+    report: StepReport,
+    bc2: f32,
+    params: Vec<Vec<P>>,
+    states: Vec<Vec<S>>,
+    auxes: Vec<TensorAux>,
+}
+
+fn scalar_bytes(s: &StepScalars) -> &[u8] {
+    // SAFETY: StepScalars is repr(C) of f32 and u32 fields, no padding.
+    unsafe {
+        std::slice::from_raw_parts(
+            s as *const StepScalars as *const u8,
+            std::mem::size_of::<StepScalars>(),
+        )
+    }
+}
+
 fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64, counts: &mut Counts) {
     let mut rng = Rng(0x5eed ^ (code(P::DTYPE) * 9 + code(G::DTYPE) * 3 + code(S::DTYPE)) as u64);
+    let (layout, groups) = model(n);
     let mut input = Vec::new();
     let mut expected = Vec::new();
     for config in configs() {
         let slots = config.state_slots();
         let mut opt = Optimizer::new(config).expect("valid config");
-        let mut param: Vec<P> = (0..n).map(|_| P::from_f32(rng.finite())).collect();
-        let mut state: Vec<S> = (0..slots * n)
-            .map(|i| {
-                let x = rng.finite();
-                // Second moments are never negative.
-                S::from_f32(if i >= n && config.is_second_moment_slot(i / n) {
-                    x.abs()
-                } else {
-                    x
-                })
+        let mut params: Vec<Vec<P>> = layout
+            .iter()
+            .map(|&(len, _)| (0..len).map(|_| P::from_f32(rng.finite())).collect())
+            .collect();
+        let mut states: Vec<Vec<S>> = layout
+            .iter()
+            .map(|&(len, _)| {
+                (0..slots * len)
+                    .map(|i| {
+                        let x = rng.finite();
+                        // Second moments are never negative.
+                        S::from_f32(if config.is_second_moment_slot(i / len) {
+                            x.abs()
+                        } else {
+                            x
+                        })
+                    })
+                    .collect()
             })
             .collect();
+        let mut auxes = vec![TensorAux::default(); layout.len()];
         for _ in 0..steps {
-            let t = opt.step_count() + 1;
             let grad_scale = [1.0, 65536.0, 0.5, 3.0][rng.below(4) as usize];
             // One step in three carries a non-finite gradient.
             let bad = rng.below(3) == 0;
-            let grad: Vec<G> = (0..n)
-                .map(|i| {
-                    let x = if bad && i == n / 2 {
-                        f32::INFINITY
-                    } else {
-                        rng.value()
-                    };
-                    let x = if !bad && !x.is_finite() { 1.0 } else { x };
-                    G::from_f32(x)
+            let grads: Vec<Vec<G>> = layout
+                .iter()
+                .enumerate()
+                .map(|(k, &(len, _))| {
+                    (0..len)
+                        .map(|i| {
+                            let x = if bad && k == BAD_TENSOR && i == len / 2 {
+                                f32::INFINITY
+                            } else {
+                                rng.value()
+                            };
+                            G::from_f32(if !bad && !x.is_finite() { 1.0 } else { x })
+                        })
+                        .collect()
                 })
                 .collect();
-            let scalars = StepScalars::new(&config, t, grad_scale, opt.swats_sgd_lr());
-            let (rule, mut f) = kernels::rule_kernel(&config, opt.swats_sgd_lr().is_some());
-            counts.swats_sgd_steps += (rule == "swats_sgd") as u64;
+            // The scalars a backend gets from the core: a step begun and dropped is not counted.
+            let (t, pre, scalars) = {
+                let step = opt.begin(grad_scale).expect("grad scale");
+                let scalars: Vec<StepScalars> = groups.iter().map(|&g| step.group_scalars(g)).collect();
+                (step.t(), *step.scalars(), scalars)
+            };
+            let (kernel, mut f) = kernels::rule_kernel(&config, opt.swats_sgd_lr().is_some());
+            counts.swats_sgd_steps += (kernel == UpdateKernel::SwatsSgd) as u64;
             if config.rounding == Rounding::Stochastic {
                 f |= flags::STOCHASTIC;
             }
-            let id = RULE_KERNELS.iter().position(|&r| r == rule).expect("rule") as u32;
-            input.extend_from_slice(&0u32.to_le_bytes());
             let check = (config.finite_check == FiniteCheck::SkipStep) as u32;
-            for h in [id, code(P::DTYPE), code(G::DTYPE), code(S::DTYPE), f, check] {
+            input.extend_from_slice(&0u32.to_le_bytes());
+            for h in [
+                kernel.id(),
+                code(P::DTYPE),
+                code(G::DTYPE),
+                code(S::DTYPE),
+                f,
+                check,
+            ] {
                 input.extend_from_slice(&h.to_le_bytes());
             }
-            input.extend_from_slice(&tensor_key(config.seed, t, 0).to_le_bytes());
-            input.extend_from_slice(&(n as u64).to_le_bytes());
-            // SAFETY: StepScalars is repr(C) of f32 and u32 fields, no padding.
-            let raw = unsafe {
-                std::slice::from_raw_parts(
-                    &scalars as *const StepScalars as *const u8,
-                    std::mem::size_of::<StepScalars>(),
-                )
-            };
-            input.extend_from_slice(raw);
-            put(&mut input, &param);
-            put(&mut input, &grad);
-            put(&mut input, &state);
-            let mut aux = TensorAux::default();
+            input.extend_from_slice(&kernels::sr_base(config.seed, t).to_le_bytes());
+            input.extend_from_slice(&(groups.len() as u32).to_le_bytes());
+            input.extend_from_slice(scalar_bytes(&pre));
+            for s in &scalars {
+                input.extend_from_slice(scalar_bytes(s));
+            }
+            input.extend_from_slice(&(layout.len() as u32).to_le_bytes());
+            for (k, &(len, group)) in layout.iter().enumerate() {
+                input.extend_from_slice(&(group as u32).to_le_bytes());
+                input.extend_from_slice(&(len as u64).to_le_bytes());
+                put(&mut input, &params[k]);
+                put(&mut input, &grads[k]);
+                put(&mut input, &states[k]);
+            }
             let report = {
-                let mut model = [Tensor::new(&mut param, &grad, &mut state, &mut aux)];
+                let mut model: Vec<Tensor<'_, P, G, S>> = params
+                    .iter_mut()
+                    .zip(&grads)
+                    .zip(states.iter_mut().zip(auxes.iter_mut()))
+                    .zip(&layout)
+                    .map(|(((p, g), (s, a)), &(_, group))| Tensor::new(p, g, s, a).in_group(groups[group]))
+                    .collect();
                 opt.step_reference(&mut model, grad_scale).expect("step")
             };
             counts.steps += 1;
             counts.skipped += report.skipped as u64;
             counts.home += report.home_elements;
-            counts.elements += if report.skipped { 0 } else { n as u64 };
-            expected.push((config, t, report, scalars.bc2, param.clone(), state.clone()));
+            if !report.skipped {
+                counts.elements += layout.iter().map(|&(len, _)| len as u64).sum::<u64>();
+            }
+            expected.push(Expected {
+                what: format!(
+                    "{} {}/{}/{} {config:?} t={t}",
+                    config.name(),
+                    P::DTYPE.name(),
+                    G::DTYPE.name(),
+                    S::DTYPE.name()
+                ),
+                report,
+                bc2: pre.bc2,
+                params: params.clone(),
+                states: states.clone(),
+                auxes: auxes.clone(),
+            });
         }
     }
     let out = run_harness(exe, &input);
     let mut r = Reader(&out);
-    for (config, t, report, bc2, param, state) in expected {
-        let what = format!(
-            "{} {}/{}/{} {:?} t={t}",
-            config.rule.name(),
-            P::DTYPE.name(),
-            G::DTYPE.name(),
-            S::DTYPE.name(),
-            config
-        );
+    let rho_bits = |vmin: u32, bc2: f32| (f32::from_bits(vmin) / bc2).to_bits();
+    for e in expected {
+        let what = &e.what;
         let (skipped, vmin, home) = (r.u32(), r.u32(), r.u32());
-        assert_eq!(skipped != 0, report.skipped, "{what}: skipped");
-        assert_eq!(home as u64, report.home_elements, "{what}: home elements");
-        if !report.skipped {
-            let rho = report.rho.map(f32::to_bits);
-            let ours = (f32::from_bits(vmin) / bc2).to_bits();
-            if let Some(rho) = rho {
-                assert_eq!(rho, ours, "{what}: rho");
+        assert_eq!(skipped != 0, e.report.skipped, "{what}: skipped");
+        assert_eq!(home as u64, e.report.home_elements, "{what}: home elements");
+        if let Some(rho) = e.report.rho {
+            assert_eq!(rho.to_bits(), rho_bits(vmin, e.bc2), "{what}: rho");
+        }
+        for (k, aux) in e.auxes.iter().enumerate() {
+            let (vmin, home) = (r.u32(), r.u32());
+            assert_eq!(aux.rho.to_bits(), rho_bits(vmin, e.bc2), "{what}: tensor {k} rho");
+            assert_eq!(aux.home_elements, home, "{what}: tensor {k} home elements");
+            for (i, p) in e.params[k].iter().enumerate() {
+                let b = r.bits(P::DTYPE.size());
+                assert!(
+                    same(*p, b),
+                    "{what}: tensor {k} param[{i}] core {:#x} header {b:#x}",
+                    p.to_bits32()
+                );
             }
-        }
-        for (i, p) in param.iter().enumerate() {
-            let b = r.bits(P::DTYPE.size());
-            assert!(
-                same(*p, b),
-                "{what}: param[{i}] core {:#x} header {b:#x}",
-                p.to_bits32()
-            );
-        }
-        for (i, s) in state.iter().enumerate() {
-            let b = r.bits(S::DTYPE.size());
-            assert!(
-                same(*s, b),
-                "{what}: state[{i}] core {:#x} header {b:#x}",
-                s.to_bits32()
-            );
+            for (i, s) in e.states[k].iter().enumerate() {
+                let b = r.bits(S::DTYPE.size());
+                assert!(
+                    same(*s, b),
+                    "{what}: tensor {k} state[{i}] core {:#x} header {b:#x}",
+                    s.to_bits32()
+                );
+            }
         }
     }
     assert!(r.0.is_empty(), "harness wrote more than expected");

@@ -52,15 +52,30 @@ impl MappedBuffer {
         false
     }
 
-    /// The first `len` elements as `S`, for the CPU. The GPU must not be writing them (sync
-    /// its stream first).
-    pub fn as_mut_slice<S: Storage>(&mut self, len: usize) -> &mut [S] {
-        assert!(
-            len * std::mem::size_of::<S>() <= self.bytes,
-            "mapped buffer too small"
-        );
-        // SAFETY: page-aligned, in bounds, zero-initialised, and any bit pattern is a valid S.
-        unsafe { std::slice::from_raw_parts_mut(self.host as *mut S, len) }
+    /// The buffer's whole elements as `S`, for the CPU to read.
+    ///
+    /// # Safety
+    ///
+    /// No device work may write these bytes (through [`MappedBuffer::device_ptr`]) while the
+    /// slice lives: every such launch or copy has completed (e.g. its stream was synchronized)
+    /// and none is queued until the slice is dropped.
+    pub unsafe fn as_slice<S: Storage>(&self) -> &[S] {
+        // SAFETY: page-aligned, in bounds, initialised (zeroed at allocation), any bit pattern
+        // is a valid S; the device does not write meanwhile (the caller's contract).
+        unsafe { std::slice::from_raw_parts(self.host as *const S, self.bytes / std::mem::size_of::<S>()) }
+    }
+
+    /// The buffer's whole elements as `S`, for the CPU to read and write.
+    ///
+    /// # Safety
+    ///
+    /// No device work may read or write these bytes (through [`MappedBuffer::device_ptr`])
+    /// while the slice lives: every such launch or copy has completed (e.g. its stream was
+    /// synchronized) and none is queued until the slice is dropped.
+    pub unsafe fn as_mut_slice<S: Storage>(&mut self) -> &mut [S] {
+        // SAFETY: as `as_slice`, and `&mut self` makes the CPU's access exclusive; the device
+        // does not touch the bytes meanwhile (the caller's contract).
+        unsafe { std::slice::from_raw_parts_mut(self.host as *mut S, self.bytes / std::mem::size_of::<S>()) }
     }
 }
 

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use homeadam_core::{bf16, f16, Config, Dtype, StepReport, Storage, TensorAux, TensorState};
+use homeadam_core::{
+    bf16, f16, Config, Dtype, Group, StepReport, Storage, TensorAux, TensorState, TensorStateMut,
+};
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes, Error};
 
 use crate::mapped::MappedBuffer;
@@ -27,8 +29,9 @@ pub fn preferred_dtypes(compute_capability: (i32, i32)) -> Dtypes {
     }
 }
 
-/// One tensor: θ and g on the device (or mapped); the state is allocated by the optimizer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One tensor: θ and g on the device (or mapped), its parameter group; the state is allocated
+/// by the optimizer.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct JetsonTensor {
     /// θ: `numel` elements of the parameter type.
     pub param: u64,
@@ -36,6 +39,25 @@ pub struct JetsonTensor {
     pub grad: u64,
     /// Number of parameters.
     pub numel: usize,
+    /// The tensor's parameter group, as [`homeadam_core::Tensor::group`].
+    pub group: Group,
+}
+
+impl JetsonTensor {
+    /// A tensor of the default group.
+    pub fn new(param: u64, grad: u64, numel: usize) -> Self {
+        JetsonTensor {
+            param,
+            grad,
+            numel,
+            group: Group::DEFAULT,
+        }
+    }
+
+    /// The same tensor in `group`.
+    pub fn in_group(self, group: Group) -> Self {
+        JetsonTensor { group, ..self }
+    }
 }
 
 /// The optimizer of one model, its state in page-locked mapped memory.
@@ -65,12 +87,7 @@ impl JetsonOptimizer {
         let device: Vec<DeviceTensor> = tensors
             .iter()
             .zip(&states)
-            .map(|(t, s)| DeviceTensor {
-                param: t.param,
-                grad: t.grad,
-                state: s.device_ptr(),
-                numel: t.numel,
-            })
+            .map(|(t, s)| DeviceTensor::new(t.param, t.grad, s.device_ptr(), t.numel).in_group(t.group))
             .collect();
         // SAFETY: the caller's contract for θ and g; the state buffers live as long as `self`.
         let cuda = unsafe { CudaOptimizer::new(config, dtypes, &device, stream) }?;
@@ -89,44 +106,59 @@ impl JetsonOptimizer {
 
     /// The state in the core's checkpoint format, read by the CPU straight from the mapped
     /// memory (no device copy).
-    pub fn save_state(&mut self) -> Result<Vec<u8>, Error> {
+    pub fn save_state(&self) -> Result<Vec<u8>, Error> {
         match self.cuda.dtypes().state {
-            Dtype::F32 => self.with_views::<f32, _>(|cuda, views| cuda.save_state_with(views)),
-            Dtype::F16 => self.with_views::<f16, _>(|cuda, views| cuda.save_state_with(views)),
-            Dtype::BF16 => self.with_views::<bf16, _>(|cuda, views| cuda.save_state_with(views)),
+            Dtype::F32 => self.save_typed::<f32>(),
+            Dtype::F16 => self.save_typed::<f16>(),
+            Dtype::BF16 => self.save_typed::<bf16>(),
         }
+    }
+
+    fn save_typed<S: Storage>(&self) -> Result<Vec<u8>, Error> {
+        self.cuda.stream().synchronize()?;
+        let aux = TensorAux::default();
+        let views: Vec<TensorState<'_, S>> = self
+            .states
+            .iter()
+            .zip(self.cuda.tensors())
+            .map(|(buf, t)| TensorState {
+                numel: t.numel,
+                // SAFETY: only this optimizer's kernels touch the state, from `step` (`&mut
+                // self`), and the stream has finished them.
+                state: unsafe { buf.as_slice::<S>() },
+                aux: &aux,
+            })
+            .collect();
+        self.cuda.save_state_with(&views)
     }
 
     /// Loads a checkpoint, written by the CPU straight into the mapped memory. Nothing changes
-    /// on error.
+    /// on a refused checkpoint.
     pub fn load_state(&mut self, bytes: &[u8]) -> Result<(), Error> {
         match self.cuda.dtypes().state {
-            Dtype::F32 => self.with_views::<f32, _>(|cuda, views| cuda.load_state_with(bytes, views)),
-            Dtype::F16 => self.with_views::<f16, _>(|cuda, views| cuda.load_state_with(bytes, views)),
-            Dtype::BF16 => self.with_views::<bf16, _>(|cuda, views| cuda.load_state_with(bytes, views)),
+            Dtype::F32 => self.load_typed::<f32>(bytes),
+            Dtype::F16 => self.load_typed::<f16>(bytes),
+            Dtype::BF16 => self.load_typed::<bf16>(bytes),
         }
     }
 
-    fn with_views<S: Storage, R>(
-        &mut self,
-        f: impl FnOnce(&mut CudaOptimizer, &mut [TensorState<'_, S>]) -> Result<R, Error>,
-    ) -> Result<R, Error> {
+    fn load_typed<S: Storage>(&mut self, bytes: &[u8]) -> Result<(), Error> {
         self.cuda.stream().synchronize()?;
-        let slots = self.cuda.core().config().state_slots();
-        let numels: Vec<usize> = self.cuda.tensors().iter().map(|t| t.numel).collect();
-        let mut aux = vec![TensorAux::default(); numels.len()];
-        let mut views: Vec<TensorState<'_, S>> = self
+        let mut aux = vec![TensorAux::default(); self.states.len()];
+        let mut views: Vec<TensorStateMut<'_, S>> = self
             .states
             .iter_mut()
             .zip(aux.iter_mut())
-            .zip(&numels)
-            .map(|((buf, aux), &numel)| TensorState {
-                numel,
-                state: buf.as_mut_slice::<S>(slots * numel),
+            .zip(self.cuda.tensors())
+            .map(|((buf, aux), t)| TensorStateMut {
+                numel: t.numel,
+                // SAFETY: only this optimizer's kernels touch the state, from `step`, and the
+                // stream has finished them.
+                state: unsafe { buf.as_mut_slice::<S>() },
                 aux,
             })
             .collect();
-        f(&mut self.cuda, &mut views)
+        self.cuda.load_state_with(bytes, &mut views)
     }
 }
 

@@ -28,11 +28,7 @@ fn mapped_state_matches_the_core_and_checkpoints_without_copies() {
     let bits = |x: &[f16]| x.iter().map(|v| v.to_bits()).collect::<Vec<u16>>();
     let d_param = stream.clone_htod(&bits(&param)).expect("upload");
     let d_grad = stream.clone_htod(&bits(&grad)).expect("upload");
-    let tensor = JetsonTensor {
-        param: d_param.device_ptr(&stream).0,
-        grad: d_grad.device_ptr(&stream).0,
-        numel: n,
-    };
+    let tensor = JetsonTensor::new(d_param.device_ptr(&stream).0, d_grad.device_ptr(&stream).0, n);
     // SAFETY: the buffers outlive the optimizer and have n elements.
     let mut jetson =
         unsafe { JetsonOptimizer::new(config, dtypes, &[tensor], stream.clone()) }.expect("optimizer");
@@ -54,8 +50,8 @@ fn mapped_state_matches_the_core_and_checkpoints_without_copies() {
     let mut sink = SliceSink::new(&mut buf);
     let views = [TensorState {
         numel: n,
-        state: &mut state,
-        aux: &mut aux,
+        state: &state,
+        aux: &aux,
     }];
     core.save_state(&views, &mut sink).expect("core save");
     assert_eq!(saved, buf);

@@ -15,7 +15,8 @@
 //! or the old one untouched, and a torn header or payload fails its magic, length or CRC.
 
 use embedded_storage::nor_flash::{NorFlash, NorFlashError, NorFlashErrorKind};
-use homeadam_core::{ByteSink, CheckpointError, Crc32, Storage};
+use homeadam_core::backend::Crc32;
+use homeadam_core::{ByteSink, CheckpointError, Storage};
 
 use crate::trainer::{Trainer, TrainerError};
 
@@ -136,7 +137,7 @@ impl<F: NorFlash> FlashStore<F> {
     /// Saves `trainer` to the inactive slot and commits it; returns its sequence number.
     pub fn save<S: Storage, const N: usize, const CAP: usize>(
         &mut self,
-        trainer: &mut Trainer<S, N, CAP>,
+        trainer: &Trainer<S, N, CAP>,
     ) -> Result<u32, FlashError> {
         let len = trainer.saved_len() as u32;
         if len > self.slot_size - SLOT_HEADER {

@@ -1,7 +1,7 @@
 //! Golden vectors: the host core's scalar reference ([`Optimizer::step_reference`]) writes the
 //! expected bits, the device's fast path must reproduce them exactly.
 //!
-//! Inputs are not stored: both sides derive them from [`homeadam_core::rounding::mix64`] with
+//! Inputs are not stored: both sides derive them from [`homeadam_core::backend::mix64`] with
 //! exact integer-to-float conversions. The file is
 //!
 //! ```text
@@ -11,7 +11,7 @@
 //!
 //! [`Optimizer::step_reference`]: homeadam_core::Optimizer::step_reference
 
-use homeadam_core::rounding::mix64;
+use homeadam_core::backend::mix64;
 use homeadam_core::{bf16, ByteSink, CheckpointError, Config, Rule, Storage, Switch};
 
 use crate::trainer::{Trainer, TrainerError};
@@ -25,8 +25,8 @@ const MAGIC: &[u8; 4] = b"HAG1";
 /// One golden case.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Case {
-    /// The rule (default hyper-parameters but η = 1e-2, and SGDM's μ = 0.9).
-    pub rule: Rule,
+    /// The rule's defaults but η = 1e-2 (and SGD's μ = 0.9: the config `sgdm`).
+    pub config: Config,
     /// State stored as bf16 (else f32).
     pub bf16_state: bool,
     /// A step whose gradient holds a NaN (the core skips it).
@@ -34,11 +34,19 @@ pub struct Case {
 }
 
 const fn case(rule: Rule, bf16_state: bool, nan_step: Option<u64>) -> Case {
+    let mut config = Config::new(rule);
+    config.lr = 1e-2;
     Case {
-        rule,
+        config,
         bf16_state,
         nan_step,
     }
+}
+
+const fn sgdm(bf16_state: bool) -> Case {
+    let mut sgdm = case(Rule::Sgd, bf16_state, None);
+    sgdm.config.momentum = 0.9;
+    sgdm
 }
 
 /// The cases, in file order.
@@ -49,25 +57,15 @@ pub const CASES: [Case; 9] = [
     case(Rule::HomeAdamW(Switch::Global), true, Some(3)),
     case(Rule::AdamW, false, None),
     case(Rule::AdamW, true, Some(4)),
-    case(Rule::Sgdm, false, None),
-    case(Rule::Sgdm, true, None),
+    sgdm(false),
+    sgdm(true),
     case(Rule::AdamWSrf, false, None),
 ];
 
 impl Case {
-    /// The case's config.
-    pub fn config(&self) -> Config {
-        let mut c = Config::new(self.rule);
-        c.lr = 1e-2;
-        if self.rule == Rule::Sgdm {
-            c.momentum = 0.9;
-        }
-        c
-    }
-
     /// u32 words of its expected output.
     pub fn words(&self) -> usize {
-        N * (1 + self.config().state_slots())
+        N * (1 + self.config.state_slots())
     }
 }
 
@@ -109,7 +107,7 @@ fn run_with<S: Storage>(
     reference: bool,
     emit: &mut impl FnMut(u32),
 ) -> Result<(), TrainerError> {
-    let mut trainer = Trainer::<S, N, { 2 * N }>::new(case.config(), initial_params())?;
+    let mut trainer = Trainer::<S, N, { 2 * N }>::new(case.config, initial_params())?;
     for t in 1..=STEPS {
         let g = grad(t, case.nan_step == Some(t));
         if reference {

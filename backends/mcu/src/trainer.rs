@@ -1,15 +1,10 @@
 //! A single-tensor model with its optimizer state in fixed-capacity arrays.
 
 use homeadam_core::{
-    ByteSink, Config, Error, Optimizer, StepReport, Storage, Tensor, TensorAux, TensorState,
+    ByteSink, CheckpointError, Config, Error, Optimizer, StepReport, Storage, Tensor, TensorAux, TensorState,
+    TensorStateMut,
 };
 
-/// [`Optimizer::step`] or [`Optimizer::step_reference`] on an `f32` model with state `S`.
-type StepFn<S> = for<'a, 'b> fn(
-    &'a mut Optimizer,
-    &'a mut [Tensor<'b, f32, f32, S>],
-    f64,
-) -> Result<StepReport, homeadam_core::Error>;
 /// Why a [`Trainer`] was refused.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum TrainerError {
@@ -86,29 +81,26 @@ impl<S: Storage, const N: usize, const CAP: usize> Trainer<S, N, CAP> {
     /// One optimizer step with gradients `grad` (multiplied by `grad_scale`), through the
     /// core's fast path.
     pub fn step(&mut self, grad: &[f32; N], grad_scale: f64) -> Result<StepReport, TrainerError> {
-        self.step_with(grad, grad_scale, Optimizer::step)
+        let (opt, params, state, aux) = self.parts();
+        Ok(opt.step(&mut [Tensor::new(params, grad, state, aux)], grad_scale)?)
     }
 
     /// The same step through the core's scalar reference (slow; for checks such as
     /// [`crate::golden`]).
     pub fn step_reference(&mut self, grad: &[f32; N], grad_scale: f64) -> Result<StepReport, TrainerError> {
-        self.step_with(grad, grad_scale, Optimizer::step_reference)
+        let (opt, params, state, aux) = self.parts();
+        Ok(opt.step_reference(&mut [Tensor::new(params, grad, state, aux)], grad_scale)?)
     }
 
-    fn step_with(
-        &mut self,
-        grad: &[f32; N],
-        grad_scale: f64,
-        step: StepFn<S>,
-    ) -> Result<StepReport, TrainerError> {
+    /// The optimizer and the parts of the tensor it steps or loads: θ, the state in use, aux.
+    fn parts(&mut self) -> (&mut Optimizer, &mut [f32; N], &mut [S], &mut TensorAux) {
         let len = self.opt.state_len(N);
-        let mut model = [Tensor::new(
+        (
+            &mut self.opt,
             &mut self.params,
-            grad,
             &mut self.state[..len],
             &mut self.aux,
-        )];
-        Ok(step(&mut self.opt, &mut model, grad_scale)?)
+        )
     }
 
     /// Bytes [`Trainer::save`] writes: the weights, then the core's state format.
@@ -117,32 +109,26 @@ impl<S: Storage, const N: usize, const CAP: usize> Trainer<S, N, CAP> {
     }
 
     /// Writes the weights (f32 little-endian) then the core's [`Optimizer::save_state`] bytes.
-    pub fn save<W: ByteSink>(&mut self, sink: &mut W) -> Result<(), TrainerError> {
+    pub fn save<W: ByteSink>(&self, sink: &mut W) -> Result<(), TrainerError> {
         for p in &self.params {
             sink.write(&p.to_le_bytes()).map_err(Error::from)?;
         }
-        let len = self.opt.state_len(N);
         let view = [TensorState {
             numel: N,
-            state: &mut self.state[..len],
-            aux: &mut self.aux,
+            state: self.state(),
+            aux: &self.aux,
         }];
         Ok(self.opt.save_state(&view, sink)?)
     }
 
     /// Reads bytes written by [`Trainer::save`]; on any error nothing changes.
     pub fn load(&mut self, bytes: &[u8]) -> Result<(), TrainerError> {
-        let (weights, state) = bytes
+        let (weights, saved) = bytes
             .split_at_checked(4 * N)
-            .ok_or(Error::Checkpoint(homeadam_core::CheckpointError::Truncated))?;
-        let len = self.opt.state_len(N);
-        let mut view = [TensorState {
-            numel: N,
-            state: &mut self.state[..len],
-            aux: &mut self.aux,
-        }];
-        self.opt.load_state(state, &mut view)?;
-        for (p, b) in self.params.iter_mut().zip(weights.chunks_exact(4)) {
+            .ok_or(Error::Checkpoint(CheckpointError::Truncated))?;
+        let (opt, params, state, aux) = self.parts();
+        opt.load_state(saved, &mut [TensorStateMut { numel: N, state, aux }])?;
+        for (p, b) in params.iter_mut().zip(weights.chunks_exact(4)) {
             *p = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         }
         Ok(())

@@ -50,7 +50,7 @@ fn saves_alternate_slots_and_the_newest_wins() {
     let mut store = FlashStore::new(RamFlash::new(&mut mem), 0, 2048).unwrap();
     for seq in 1..=3 {
         train(&mut m, 2);
-        assert_eq!(store.save(&mut m), Ok(seq));
+        assert_eq!(store.save(&m), Ok(seq));
     }
     let mut loaded = model();
     assert_eq!(store.load(&mut loaded, &mut [0; 1024]), Ok(Some(3)));
@@ -71,10 +71,10 @@ fn a_power_cut_at_any_point_of_a_save_keeps_the_last_good_state() {
     for cut in (0..=total).step_by(7) {
         let mut mem = [0xFF; FLASH];
         let mut store = FlashStore::new(RamFlash::new(&mut mem), 0, 2048).unwrap();
-        assert_eq!(store.save(&mut good.clone()), Ok(1));
+        assert_eq!(store.save(&good), Ok(1));
         let mut flash = store.release();
         flash.cut_after(cut);
-        let result = FlashStore::new(flash, 0, 2048).unwrap().save(&mut newer);
+        let result = FlashStore::new(flash, 0, 2048).unwrap().save(&newer);
         // Reset: a fresh trainer and a fresh store over the same memory.
         let mut store = FlashStore::new(RamFlash::new(&mut mem), 0, 2048).unwrap();
         let mut resumed = model();
@@ -100,7 +100,7 @@ fn resumed_training_equals_uninterrupted_training() {
     train(&mut first, 4);
     let mut mem = [0xFF; FLASH];
     let mut store = FlashStore::new(RamFlash::new(&mut mem), 0, 2048).unwrap();
-    store.save(&mut first).unwrap();
+    store.save(&first).unwrap();
     let mut resumed = model();
     store.load(&mut resumed, &mut [0; 1024]).unwrap();
     train(&mut resumed, 6);
@@ -113,7 +113,7 @@ fn a_state_of_another_rule_is_refused_untouched() {
     let mut store = FlashStore::new(RamFlash::new(&mut mem), 0, 2048).unwrap();
     let mut m = model();
     train(&mut m, 2);
-    store.save(&mut m).unwrap();
+    store.save(&m).unwrap();
     let mut other = Model::new(Config::new(Rule::AdamW), [0.0; N]).unwrap();
     assert!(matches!(
         store.load(&mut other, &mut [0; 1024]),

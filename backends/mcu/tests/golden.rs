@@ -1,7 +1,7 @@
 //! The committed golden file is what the host core's reference gives today, and the fast path
 //! reproduces it on the host too (the firmware checks it on the device).
 
-use homeadam_core::SliceSink;
+use homeadam_core::{Config, SliceSink};
 use homeadam_mcu::golden::{self, check, CASES};
 
 const FILE: &[u8] = include_bytes!("../../../firmware/generated/golden.bin");
@@ -22,4 +22,13 @@ fn fast_path_matches_on_the_host() {
         assert_eq!(check(FILE, k), Ok(Some(0)), "case {k}");
     }
     assert_eq!(check(&FILE[..20], 0), Ok(None));
+}
+
+#[test]
+fn cases_are_named_configs_with_a_larger_step() {
+    for case in &CASES {
+        let mut named = Config::named(case.config.name()).unwrap();
+        named.lr = 1e-2;
+        assert_eq!(named, case.config);
+    }
 }

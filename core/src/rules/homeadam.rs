@@ -11,26 +11,9 @@
 //! the global and per-layer first pass folds min v and divides once.
 //! State: `m`, `v`.
 
-use crate::kernel::{self, Elem, Kernel};
+use crate::backend::goes_home;
+use crate::kernel::{Elem, Kernel};
 use crate::scalars::StepScalars;
-use crate::storage::Storage;
-
-/// The home (SGDM) branch is taken unless v̂ ≥ τ; a NaN v̂ (a non-finite gradient applied under
-/// `FiniteCheck::Trust`) goes home rather than dividing by it.
-#[inline(always)]
-pub fn goes_home(v_hat: f32, tau: f32) -> bool {
-    v_hat < tau || v_hat.is_nan()
-}
-
-/// The global and per-layer rules' first pass over one tensor, exactly as the step computes it:
-/// min_j v_t,j with v_t,j = β2 v_{t−1},j + (1 − β2) g_j² (g unscaled by `s.inv_grad_scale`), and
-/// whether every unscaled g is finite. ρ_t is that min / bc2 ([`goes_home`] decides on it);
-/// callers that split one model across several optimizers (parameter groups with different
-/// weight decay) fold the tensors' mins themselves to keep one model-wide decision.
-pub fn home_first_pass<G: Storage, S: Storage>(grad: &[G], v: &[S], s: &StepScalars) -> (f32, bool) {
-    let home = Home::<{ branch::PER_ELEMENT }>::new(s);
-    kernel::min_new_second_moment(grad, v, s.inv_grad_scale, |v, g| home.second_moment(v, g))
-}
 
 /// Which branch an element takes: a const parameter of the kernel, so that the element loop has
 /// no branch on it and vectorizes.

@@ -11,6 +11,8 @@
 //! SGD phase:
 //!   b ← β1 b + g  (b starts at 0),   u = (1 − β1) b  (+ β1 b with Nesterov),   θ_t = θ − η' u
 //! ```
+//! With parameter groups ([`crate::Group`]) the model still switches once: η' is Λ/bc2 of the
+//! asking tensor divided by its `lr_scale`, and each tensor's SGD phase steps at η'·lr_scale.
 //! The dot products are summed in `f64` in index order; γ, Λ and the test are `f64`, Λ is
 //! stored as `f32`. State: `m`, `v`, `b`, and Λ per tensor in [`crate::TensorAux`].
 

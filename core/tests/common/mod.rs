@@ -1,7 +1,9 @@
 //! Helpers shared by the core's integration tests.
 #![allow(dead_code)]
 
-use homeadam_core::{Config, Optimizer, Rule, StepReport, Storage, Switch, Tensor, TensorAux, ALL_RULES};
+use homeadam_core::{
+    Config, Group, Optimizer, Rule, StepReport, Storage, Switch, Tensor, TensorAux, ALL_RULES,
+};
 
 /// One model's tensors, owned.
 #[derive(Clone, Debug)]
@@ -10,6 +12,8 @@ pub struct Model<P, G, S> {
     pub grads: Vec<Vec<G>>,
     pub states: Vec<Vec<S>>,
     pub aux: Vec<TensorAux>,
+    /// Each tensor's parameter group (all [`Group::DEFAULT`] from `new`).
+    pub groups: Vec<Group>,
 }
 
 impl<P: Storage, G: Storage, S: Storage> Model<P, G, S> {
@@ -25,6 +29,7 @@ impl<P: Storage, G: Storage, S: Storage> Model<P, G, S> {
                 .map(|t| vec![S::default(); opt.state_len(t.len())])
                 .collect(),
             aux: vec![TensorAux::default(); params.len()],
+            groups: vec![Group::DEFAULT; params.len()],
         }
     }
 
@@ -48,7 +53,8 @@ impl<P: Storage, G: Storage, S: Storage> Model<P, G, S> {
             .zip(&self.grads)
             .zip(self.states.iter_mut())
             .zip(self.aux.iter_mut())
-            .map(|(((p, g), s), a)| Tensor::new(p, g, s, a))
+            .zip(&self.groups)
+            .map(|((((p, g), s), a), &group)| Tensor::new(p, g, s, a).in_group(group))
             .collect();
         if reference {
             opt.step_reference(&mut tensors, grad_scale)
@@ -107,7 +113,8 @@ pub fn configs() -> Vec<Config> {
     c.momentum = 0.9;
     c.dampening = 0.1;
     out.push(c);
-    let mut c = base(Rule::Sgdm);
+    let mut c = base(Rule::Sgd);
+    c.momentum = 0.9;
     c.nesterov = true;
     out.push(c);
     let mut c = base(Rule::Adam);
@@ -140,4 +147,40 @@ pub fn configs() -> Vec<Config> {
     c.weight_decay = 1e-3;
     out.push(c);
     out
+}
+
+/// Calls `$m! { name: P, G, S; … }` with every parameter × gradient × state storage
+/// combination (27), so that each test file makes one test per combination.
+macro_rules! every_storage {
+    ($m:ident) => {
+        $m! {
+            p32_g32_s32: f32, f32, f32;
+            p32_g32_s16: f32, f32, f16;
+            p32_g32_sb16: f32, f32, bf16;
+            p32_g16_s32: f32, f16, f32;
+            p32_g16_s16: f32, f16, f16;
+            p32_g16_sb16: f32, f16, bf16;
+            p32_gb16_s32: f32, bf16, f32;
+            p32_gb16_s16: f32, bf16, f16;
+            p32_gb16_sb16: f32, bf16, bf16;
+            p16_g32_s32: f16, f32, f32;
+            p16_g32_s16: f16, f32, f16;
+            p16_g32_sb16: f16, f32, bf16;
+            p16_g16_s32: f16, f16, f32;
+            p16_g16_s16: f16, f16, f16;
+            p16_g16_sb16: f16, f16, bf16;
+            p16_gb16_s32: f16, bf16, f32;
+            p16_gb16_s16: f16, bf16, f16;
+            p16_gb16_sb16: f16, bf16, bf16;
+            pb16_g32_s32: bf16, f32, f32;
+            pb16_g32_s16: bf16, f32, f16;
+            pb16_g32_sb16: bf16, f32, bf16;
+            pb16_g16_s32: bf16, f16, f32;
+            pb16_g16_s16: bf16, f16, f16;
+            pb16_g16_sb16: bf16, f16, bf16;
+            pb16_gb16_s32: bf16, bf16, f32;
+            pb16_gb16_s16: bf16, bf16, f16;
+            pb16_gb16_sb16: bf16, bf16, bf16;
+        }
+    };
 }

@@ -6,7 +6,7 @@
 
 use cortex_m::peripheral::{syst::SystClkSource, SYST};
 use cortex_m_rt::entry;
-use homeadam_core::{bf16, Config, FiniteCheck, Rule, Storage, Switch};
+use homeadam_core::{bf16, Config, FiniteCheck, Storage};
 use homeadam_firmware::exit;
 use homeadam_mcu::Trainer;
 
@@ -31,12 +31,12 @@ fn ticks_per_instruction() -> f32 {
     since(start) as f32 / 2e6
 }
 
-fn measure<S: Storage>(rule: Rule, finite_check: FiniteCheck, scale: f32) {
-    let mut config = Config::new(rule);
+/// Measures the config named `name` (its defaults) with state `S`.
+fn measure<S: Storage>(name: &str, finite_check: FiniteCheck, scale: f32) {
+    let Some(mut config) = Config::named(name) else {
+        exit(false)
+    };
     config.finite_check = finite_check;
-    if rule == Rule::Sgdm {
-        config.momentum = 0.9;
-    }
     let mut trainer = Trainer::<S, N, { 2 * N }>::new(config, [0.5; N]).unwrap_or_else(|_| exit(false));
     let grad: [f32; N] = core::array::from_fn(|j| (j % 17) as f32 * 1e-3 - 8e-3);
     let start = SYST::get_current();
@@ -46,7 +46,7 @@ fn measure<S: Storage>(rule: Rule, finite_check: FiniteCheck, scale: f32) {
     let per = since(start) as f32 / scale / (STEPS as f32 * N as f32);
     defmt::println!(
         "{} state {} ({}): {} instructions per parameter per step",
-        rule.name(),
+        name,
         S::DTYPE.name(),
         finite_check,
         per
@@ -62,14 +62,13 @@ fn main() -> ! {
     core.SYST.enable_counter();
     let scale = ticks_per_instruction();
     defmt::println!("calibration: {} SysTick ticks per instruction", scale);
-    let ew = Rule::HomeAdamW(Switch::Element);
-    measure::<f32>(ew, FiniteCheck::SkipStep, scale);
-    measure::<f32>(ew, FiniteCheck::Trust, scale);
-    measure::<bf16>(ew, FiniteCheck::SkipStep, scale);
-    measure::<f32>(Rule::HomeAdamW(Switch::Global), FiniteCheck::SkipStep, scale);
-    measure::<f32>(Rule::AdamW, FiniteCheck::SkipStep, scale);
-    measure::<f32>(Rule::AdamW, FiniteCheck::Trust, scale);
-    measure::<bf16>(Rule::AdamW, FiniteCheck::SkipStep, scale);
-    measure::<f32>(Rule::Sgdm, FiniteCheck::SkipStep, scale);
+    measure::<f32>("homeadamw-ew", FiniteCheck::SkipStep, scale);
+    measure::<f32>("homeadamw-ew", FiniteCheck::Trust, scale);
+    measure::<bf16>("homeadamw-ew", FiniteCheck::SkipStep, scale);
+    measure::<f32>("homeadamw", FiniteCheck::SkipStep, scale);
+    measure::<f32>("adamw", FiniteCheck::SkipStep, scale);
+    measure::<f32>("adamw", FiniteCheck::Trust, scale);
+    measure::<bf16>("adamw", FiniteCheck::SkipStep, scale);
+    measure::<f32>("sgdm", FiniteCheck::SkipStep, scale);
     exit(true)
 }

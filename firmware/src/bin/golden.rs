@@ -5,7 +5,7 @@
 #![no_main]
 
 use cortex_m_rt::entry;
-use homeadam_core::{math, rounding::mix64};
+use homeadam_core::backend::{mix64, sqrt};
 use homeadam_firmware::{data::GOLDEN, exit};
 use homeadam_mcu::golden::{check, CASES};
 
@@ -13,7 +13,7 @@ use homeadam_mcu::golden::{check, CASES};
 /// included) plus the edge cases.
 const SQRT_INPUTS: u32 = 200_000;
 
-/// Inputs where `math::sqrt` and `libm::sqrtf` differ (NaN matches NaN).
+/// Inputs where the core's `sqrt` and `libm::sqrtf` differ (NaN matches NaN).
 fn sqrt_mismatches() -> u32 {
     let edges = [
         0.0f32,
@@ -30,7 +30,7 @@ fn sqrt_mismatches() -> u32 {
         .into_iter()
         .chain(random)
         .filter(|&x| {
-            let (a, b) = (math::sqrt(x), libm::sqrtf(x));
+            let (a, b) = (sqrt(x), libm::sqrtf(x));
             a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan())
         })
         .count() as u32
@@ -40,7 +40,7 @@ fn sqrt_mismatches() -> u32 {
 fn main() -> ! {
     let (mut passed, mut failed) = (0u32, 0u32);
     for (k, case) in CASES.iter().enumerate() {
-        let name = case.rule.name();
+        let name = case.config.name();
         let state = if case.bf16_state { "bf16" } else { "f32" };
         match check(GOLDEN, k) {
             Ok(Some(0)) => {

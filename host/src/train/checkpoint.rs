@@ -18,7 +18,7 @@
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
-use homeadam_core::Crc32;
+use homeadam_core::backend::Crc32;
 use serde::{Deserialize, Serialize};
 
 use crate::models::SavedVar;

@@ -21,7 +21,7 @@ use crate::data::{cifar10, digits, tiny_imagenet, Normalize, Split};
 use crate::models::{
     Mlp, MlpConfig, Model, ResNet, ResNetConfig, TransformerConfig, TransformerLm, Vgg, VggConfig,
 };
-use crate::optim::Preset;
+use crate::preset::Preset;
 
 /// Tokens per window of the language models (pytorch/examples' default; the paper gives none).
 pub const BPTT: usize = 35;

@@ -16,10 +16,10 @@ use homeadam_core::StepReport;
 use super::checkpoint::{EpochProgress, RunCheckpoint, RunMeta};
 use super::data::{Minibatch, TrainData};
 use crate::models::Model;
-use crate::optim::VarOptimizer;
 use crate::progress::bar;
 use crate::report::{EpochRecord, IterationRecord, IterationWriter, MetricsWriter, Task};
 use crate::rng::Rng;
+use homeadam_candle::VarOptimizer;
 
 /// How a run goes and where it writes; the same for every optimizer of an experiment.
 #[derive(Clone, Debug)]

@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 
 use super::experiments::{BuildOptions, Experiment, Setup};
 use super::run::{train, RunOptions, RunSettings};
-use crate::optim::{OptimConfig, VarOptimizer};
 use crate::report::{draw_figures, load_run, SummaryTable};
+use homeadam_candle::{OptimConfig, VarOptimizer};
 
 /// One experiment, several optimizers.
 #[derive(Clone, Debug)]

@@ -28,9 +28,10 @@ use crate::data::batches::{Examples, Images};
 use crate::data::digits::{self, FeatureSet};
 use crate::data::{cifar10, ImageSet, Split};
 use crate::models::{Mlp, MlpConfig, Model, Vgg, VggConfig};
-use crate::optim::{OptimConfig, Preset, VarOptimizer};
+use crate::preset::Preset;
 use crate::progress::bar;
 use crate::report::{draw_figures, StabilityRecord, StabilityWriter};
+use homeadam_candle::{OptimConfig, VarOptimizer};
 
 /// What to measure.
 #[derive(Clone, Debug)]

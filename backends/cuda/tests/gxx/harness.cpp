@@ -1,110 +1,139 @@
-// Host driver of homeadam_math.h for the g++ parity test (tests/parity_gxx.rs).
+// Host driver of homeadam_math.h for the g++ parity test (tests/parity_gxx.rs). The metadata
+// (HA_RULE_*, HA_* flags, HA_RULE_KERNELS, ...) comes from kernels.rs as -D flags.
 //
 // Reads cases from stdin and writes results to stdout, all little-endian:
-//   case:   u32 kind; kind 0 = one single-tensor step, 1 = conversions
-//   step:   u32 rule, p, g, s (0 f32, 1 f16, 2 bf16), flags, check; u64 key, n; HaScalars;
-//           param (n·w_p bytes), grad (n·w_g), state (slots·n·w_s)
-//        -> u32 skipped, vmin bits, home; param, state
+//   case:   u32 kind; kind 0 = one step of a model, 1 = conversions
+//   step:   u32 rule, p, g, s (0 f32, 1 f16, 2 bf16), flags, check; u64 sr_base;
+//           u32 groups; HaScalars of the step (first pass); HaScalars × groups;
+//           u32 tensors; per tensor: u32 group, u64 n, param (n·w_p bytes), grad (n·w_g),
+//           state (slots·n·w_s)
+//        -> u32 skipped, model vmin bits, home; per tensor: u32 vmin bits, home; param, state
 //   conv:   u64 n; n × (u32 f32 bits, u32 r24)
 //        -> n × (u16 f16 RNE, u16 bf16 RNE, u16 f16 stochastic, u16 bf16 stochastic,
 //                u32 f32 of (low 16 bits as f16), u32 f32 of (low 16 bits as bf16))
-// The step mirrors ha_check / ha_home_pre / ha_update of homeadam.cu on one tensor.
+// The step mirrors ha_check / ha_home_pre / ha_update of homeadam.cuh over the model's tensors.
 #include "homeadam_math.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
 
+static const ha_u32 INF_BITS = 0x7f800000u;
+
 static void get(void* dst, size_t bytes) {
     if (bytes && fread(dst, 1, bytes, stdin) != bytes) { fprintf(stderr, "harness: short read\n"); exit(2); }
 }
 static void put(const void* src, size_t bytes) { fwrite(src, 1, bytes, stdout); }
+static ha_u32 min_bits(ha_u32 acc, float v) { ha_u32 b = ha_bits(v); return b < acc ? b : acc; }
+
+template <typename P, typename G, typename S> struct Tensor {
+    ha_u32 group;
+    ha_u64 n;
+    std::vector<P> param;
+    std::vector<G> grad;
+    std::vector<S> state;
+    ha_u32 vmin_pre, vmin, home;
+};
 
 template <int RULE, typename P, typename G, typename S>
-static void step(const HaScalars& s, ha_u32 flags, ha_u32 check, ha_u64 key, ha_u64 n) {
-    std::vector<P> param(n);
-    std::vector<G> grad(n);
-    std::vector<S> state(HaRule<RULE>::SLOTS * n);
-    get(param.data(), n * sizeof(P));
-    get(grad.data(), n * sizeof(G));
-    get(state.data(), state.size() * sizeof(S));
-    ha_u32 bad = 0, vmin_pre = 0x7f800000u;
-    ha_u32 sw = (flags >> HA_SWITCH_SHIFT) & 3u;
-    bool pre = RULE == HA_RULE_HOME && (sw == HA_SWITCH_GLOBAL || sw == HA_SWITCH_LAYER);
-    if (pre || check) {
-        for (ha_u64 i = 0; i < n; i++) {
-            float g = ha_to_f32(grad[i]) * s.inv_grad_scale;
-            bad |= ha_nonfinite(g);
-            if (pre) {
-                ha_u32 b = ha_bits(ha_second_moment(s, ha_to_f32(state[n + i]), g));
-                vmin_pre = b < vmin_pre ? b : vmin_pre;
-            }
-        }
+static void step(ha_u32 flags, ha_u32 check, ha_u64 sr_base) {
+    ha_u32 group_count, count;
+    HaScalars pre;
+    get(&group_count, 4);
+    get(&pre, sizeof pre);
+    std::vector<HaScalars> groups(group_count);
+    get(groups.data(), group_count * sizeof(HaScalars));
+    get(&count, 4);
+    std::vector<Tensor<P, G, S>> model(count);
+    for (Tensor<P, G, S>& t : model) {
+        get(&t.group, 4);
+        get(&t.n, 8);
+        if (t.group >= group_count) { fprintf(stderr, "harness: bad group\n"); exit(2); }
+        t.param.resize(t.n);
+        t.grad.resize(t.n);
+        t.state.resize(HaRule<RULE>::SLOTS * t.n);
+        get(t.param.data(), t.n * sizeof(P));
+        get(t.grad.data(), t.n * sizeof(G));
+        get(t.state.data(), t.state.size() * sizeof(S));
     }
-    ha_u32 vmin = 0x7f800000u, home = 0;
-    if (!bad) {
-        int branch = ha_home_branch(flags, vmin_pre, vmin_pre, s);
-        for (ha_u64 i = 0; i < n; i++) {
-            float st[3] = {0.0f, 0.0f, 0.0f};
-            for (int k = 0; k < HaRule<RULE>::SLOTS; k++) st[k] = ha_to_f32(state[k * n + i]);
-            float g = ha_to_f32(grad[i]) * s.inv_grad_scale;
-            HaElem e = ha_element<RULE>(s, flags, branch, ha_to_f32(param[i]), g, st);
-            param[i] = (flags & HA_STOCHASTIC) ? ha_from_f32_stochastic<P>(e.p, ha_stochastic_bits(key, i))
-                                               : HaStore<P>::from_f32(e.p);
-            for (int k = 0; k < HaRule<RULE>::SLOTS; k++) state[k * n + i] = HaStore<S>::from_f32(st[k]);
-            if (HaRule<RULE>::RHO_SLOT >= 0) {
-                ha_u32 b = ha_bits(st[HaRule<RULE>::RHO_SLOT]);
-                vmin = b < vmin ? b : vmin;
+    ha_u32 bad = 0, model_vmin_pre = INF_BITS, model_vmin = INF_BITS, model_home = 0;
+    ha_u32 sw = (flags >> HA_SWITCH_SHIFT) & 3u;
+    bool first_pass = RULE == HA_RULE_HOMEADAM && (sw == HA_SWITCH_GLOBAL || sw == HA_SWITCH_LAYER);
+    for (Tensor<P, G, S>& t : model) {
+        t.vmin_pre = t.vmin = INF_BITS;
+        t.home = 0;
+        if (!first_pass && !check) continue;
+        for (ha_u64 i = 0; i < t.n; i++) {
+            float g = ha_to_f32(t.grad[i]) * pre.inv_grad_scale;
+            bad |= ha_nonfinite(g);
+            if (first_pass) {
+                float v = ha_second_moment(pre, ha_to_f32(t.state[t.n + i]), g);
+                t.vmin_pre = min_bits(t.vmin_pre, v);
             }
-            home += e.home;
         }
+        model_vmin_pre = t.vmin_pre < model_vmin_pre ? t.vmin_pre : model_vmin_pre;
+    }
+    for (ha_u32 k = 0; k < count && !bad; k++) {
+        Tensor<P, G, S>& t = model[k];
+        const HaScalars& s = groups[t.group];
+        int branch = ha_home_branch(flags, model_vmin_pre, t.vmin_pre, s);
+        ha_u64 key = ha_tensor_key(sr_base, k);
+        for (ha_u64 i = 0; i < t.n; i++) {
+            float st[HA_MAX_SLOTS] = {};
+            for (int j = 0; j < HaRule<RULE>::SLOTS; j++) st[j] = ha_to_f32(t.state[j * t.n + i]);
+            float g = ha_to_f32(t.grad[i]) * s.inv_grad_scale;
+            HaElem e = ha_element<RULE>(s, flags, branch, ha_to_f32(t.param[i]), g, st);
+            t.param[i] = (flags & HA_STOCHASTIC) ? ha_from_f32_stochastic<P>(e.p, ha_stochastic_bits(key, i))
+                                                 : HaStore<P>::from_f32(e.p);
+            for (int j = 0; j < HaRule<RULE>::SLOTS; j++) t.state[j * t.n + i] = HaStore<S>::from_f32(st[j]);
+            if (HaRule<RULE>::RHO_SLOT >= 0) t.vmin = min_bits(t.vmin, st[HaRule<RULE>::RHO_SLOT]);
+            t.home += e.home;
+        }
+        model_vmin = t.vmin < model_vmin ? t.vmin : model_vmin;
+        model_home += t.home;
     }
     put(&bad, 4);
-    put(&vmin, 4);
-    put(&home, 4);
-    put(param.data(), n * sizeof(P));
-    put(state.data(), state.size() * sizeof(S));
+    put(&model_vmin, 4);
+    put(&model_home, 4);
+    for (const Tensor<P, G, S>& t : model) {
+        put(&t.vmin, 4);
+        put(&t.home, 4);
+        put(t.param.data(), t.n * sizeof(P));
+        put(t.state.data(), t.state.size() * sizeof(S));
+    }
 }
 
 template <int RULE, typename P, typename G>
-static void dispatch_s(ha_u32 s_type, const HaScalars& s, ha_u32 f, ha_u32 c, ha_u64 k, ha_u64 n) {
-    if (s_type == 0) step<RULE, P, G, float>(s, f, c, k, n);
-    else if (s_type == 1) step<RULE, P, G, ha_f16>(s, f, c, k, n);
-    else step<RULE, P, G, ha_bf16>(s, f, c, k, n);
+static void dispatch_s(ha_u32 s_type, ha_u32 f, ha_u32 c, ha_u64 b) {
+    if (s_type == 0) step<RULE, P, G, float>(f, c, b);
+    else if (s_type == 1) step<RULE, P, G, ha_f16>(f, c, b);
+    else step<RULE, P, G, ha_bf16>(f, c, b);
 }
 template <int RULE, typename P>
-static void dispatch_g(ha_u32 g, ha_u32 st, const HaScalars& s, ha_u32 f, ha_u32 c, ha_u64 k, ha_u64 n) {
-    if (g == 0) dispatch_s<RULE, P, float>(st, s, f, c, k, n);
-    else if (g == 1) dispatch_s<RULE, P, ha_f16>(st, s, f, c, k, n);
-    else dispatch_s<RULE, P, ha_bf16>(st, s, f, c, k, n);
+static void dispatch_g(ha_u32 g, ha_u32 st, ha_u32 f, ha_u32 c, ha_u64 b) {
+    if (g == 0) dispatch_s<RULE, P, float>(st, f, c, b);
+    else if (g == 1) dispatch_s<RULE, P, ha_f16>(st, f, c, b);
+    else dispatch_s<RULE, P, ha_bf16>(st, f, c, b);
 }
 template <int RULE>
-static void dispatch_p(ha_u32 p, ha_u32 g, ha_u32 st, const HaScalars& s, ha_u32 f, ha_u32 c, ha_u64 k, ha_u64 n) {
-    if (p == 0) dispatch_g<RULE, float>(g, st, s, f, c, k, n);
-    else if (p == 1) dispatch_g<RULE, ha_f16>(g, st, s, f, c, k, n);
-    else dispatch_g<RULE, ha_bf16>(g, st, s, f, c, k, n);
+static void dispatch_p(ha_u32 p, ha_u32 g, ha_u32 st, ha_u32 f, ha_u32 c, ha_u64 b) {
+    if (p == 0) dispatch_g<RULE, float>(g, st, f, c, b);
+    else if (p == 1) dispatch_g<RULE, ha_f16>(g, st, f, c, b);
+    else dispatch_g<RULE, ha_bf16>(g, st, f, c, b);
 }
 
 static void step_case() {
     ha_u32 h[6];
-    ha_u64 key, n;
-    HaScalars s;
+    ha_u64 sr_base;
     get(h, sizeof h);
-    get(&key, 8);
-    get(&n, 8);
-    get(&s, sizeof s);
+    get(&sr_base, 8);
     ha_u32 rule = h[0], p = h[1], g = h[2], st = h[3], f = h[4], c = h[5];
     switch (rule) {
-    case HA_RULE_SGD: dispatch_p<HA_RULE_SGD>(p, g, st, s, f, c, key, n); break;
-    case HA_RULE_SGDM: dispatch_p<HA_RULE_SGDM>(p, g, st, s, f, c, key, n); break;
-    case HA_RULE_ADAM: dispatch_p<HA_RULE_ADAM>(p, g, st, s, f, c, key, n); break;
-    case HA_RULE_ADAMW: dispatch_p<HA_RULE_ADAMW>(p, g, st, s, f, c, key, n); break;
-    case HA_RULE_HOME: dispatch_p<HA_RULE_HOME>(p, g, st, s, f, c, key, n); break;
-    case HA_RULE_ADABELIEF: dispatch_p<HA_RULE_ADABELIEF>(p, g, st, s, f, c, key, n); break;
-    case HA_RULE_ADABELIEF_AMSGRAD: dispatch_p<HA_RULE_ADABELIEF_AMSGRAD>(p, g, st, s, f, c, key, n); break;
-    case HA_RULE_SWATS_ADAM: dispatch_p<HA_RULE_SWATS_ADAM>(p, g, st, s, f, c, key, n); break;
-    case HA_RULE_SWATS_SGD: dispatch_p<HA_RULE_SWATS_SGD>(p, g, st, s, f, c, key, n); break;
-    default: dispatch_p<HA_RULE_MIADAM>(p, g, st, s, f, c, key, n); break;
+#define HA_CASE(name, id, slots, rho_slot) \
+    case id: dispatch_p<id>(p, g, st, f, c, sr_base); break;
+    HA_RULE_KERNELS(HA_CASE)
+#undef HA_CASE
+    default: fprintf(stderr, "harness: unknown rule id %u\n", rule); exit(2);
     }
 }
 

@@ -3,7 +3,7 @@
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::Optimizer as _;
-use homeadam_core::{bf16, Config, Rounding, Rule, Switch, TensorAux};
+use homeadam_core::{bf16, f16, Config, Group, Rounding, Rule, Storage, Switch, TensorAux};
 
 use super::*;
 
@@ -11,7 +11,7 @@ use super::*;
 fn values(seed: u64, n: usize) -> Vec<f32> {
     (0..n as u64)
         .map(|i| {
-            let z = homeadam_core::rounding::mix64(seed.wrapping_mul(0x9E37_79B9) ^ i);
+            let z = homeadam_core::backend::mix64(seed.wrapping_mul(0x9E37_79B9) ^ i);
             (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
         })
         .collect()
@@ -82,8 +82,15 @@ fn flat(var: &Var) -> Vec<f32> {
         .unwrap()
 }
 
-/// The same steps through one plain core call per step, over the variables with a gradient.
-fn core_run<P: homeadam_core::Storage>(config: Config, steps: u64, tiny: f32, dtype: DType) -> Vec<Vec<f32>> {
+/// The same steps through one plain core call per step, over the variables with a gradient,
+/// each in its group.
+fn core_run<P: Storage>(
+    config: Config,
+    groups: &[Group],
+    steps: u64,
+    tiny: f32,
+    dtype: DType,
+) -> Vec<Vec<f32>> {
     let vars = model(dtype);
     let mut params: Vec<Vec<P>> = vars
         .iter()
@@ -102,8 +109,9 @@ fn core_run<P: homeadam_core::Storage>(config: Config, steps: u64, tiny: f32, dt
             .iter_mut()
             .zip(&grads)
             .zip(states.iter_mut().zip(aux.iter_mut()))
-            .filter(|((_, g), _)| !g.is_empty())
-            .map(|((p, g), (s, a))| homeadam_core::Tensor::new(p, g, s, a))
+            .zip(groups)
+            .filter(|(((_, g), _), _)| !g.is_empty())
+            .map(|(((p, g), (s, a)), &group)| homeadam_core::Tensor::new(p, g, s, a).in_group(group))
             .collect();
         opt.step(&mut tensors, 1.0).unwrap();
     }
@@ -111,6 +119,10 @@ fn core_run<P: homeadam_core::Storage>(config: Config, steps: u64, tiny: f32, dt
         .iter()
         .map(|p| p.iter().map(|x| x.to_f32()).collect())
         .collect()
+}
+
+fn groups(opt: &VarOptimizer) -> Vec<Group> {
+    opt.params.iter().map(|p| p.group).collect()
 }
 
 fn adapter_run(config: OptimConfig, steps: u64, tiny: f32, dtype: DType) -> (Vec<Vec<f32>>, VarOptimizer) {
@@ -147,7 +159,7 @@ fn bit_identical_to_the_core_in_one_call() {
         Config::new(Rule::HomeAdamW(Switch::Global)),
         tau_mid,
         Config::new(Rule::HomeAdam(Switch::Element)),
-        Config::new(Rule::Sgdm),
+        Config::named("sgdm").unwrap(),
         swats,
         Config::new(Rule::MiAdam),
         Config::new(Rule::AdaBelief),
@@ -155,8 +167,8 @@ fn bit_identical_to_the_core_in_one_call() {
         let config = single_group(core);
         for tiny in [1.0, 1e-4] {
             let (got, opt) = adapter_run(config.clone(), 6, tiny, DType::F32);
-            let want = core_run::<f32>(*opt.groups[0].opt.config(), 6, tiny, DType::F32);
-            assert_eq!(bits(&got), bits(&want), "{} tiny {tiny}", core.rule.name());
+            let want = core_run::<f32>(*opt.opt.config(), &groups(&opt), 6, tiny, DType::F32);
+            assert_eq!(bits(&got), bits(&want), "{} tiny {tiny}", core.name());
             // The running mean has no gradient: untouched.
             assert_eq!(got[2], values(2, 4));
         }
@@ -170,7 +182,7 @@ fn bf16_parameters_with_stochastic_rounding() {
     core.seed = 42;
     let config = single_group(core);
     let (got, opt) = adapter_run(config, 5, 1.0, DType::BF16);
-    let want = core_run::<bf16>(*opt.groups[0].opt.config(), 5, 1.0, DType::BF16);
+    let want = core_run::<bf16>(*opt.opt.config(), &groups(&opt), 5, 1.0, DType::BF16);
     assert_eq!(bits(&got), bits(&want));
 }
 
@@ -185,63 +197,142 @@ fn bf16_state() {
     assert!(VarOptimizer::from_named(model(DType::F32), f16_config).is_err());
 }
 
-/// Groups: decayed weights and exempt biases under one model-wide HomeAdam decision.
+/// Groups: decayed weights, exempt biases and a learning-rate multiplier under one model-wide
+/// HomeAdam decision, as one core step with the same groups.
 #[test]
-fn groups_keep_one_global_decision() {
+fn groups_are_one_core_step_with_one_global_decision() {
     let mut core = Config::new(Rule::HomeAdamW(Switch::Global));
     core.lr = 1e-2;
     core.weight_decay = 0.1;
     core.tau = 1e-6;
-    let config = OptimConfig::new(core);
-    // tiny = 1e-4 puts ρ below τ in conv.weight only (v̂ ~ 1e-8): every group must go home.
+    let mut config = OptimConfig::new(core);
+    config.lr_multipliers = vec![("fc.".into(), 0.5)];
+    // tiny = 1e-4 puts ρ below τ in conv.weight only (v̂ ~ 1e-8): every tensor must go home.
     for (tiny, home) in [(1e-4f32, true), (1.0, false)] {
-        let (got, opt) = adapter_run(config.clone(), 1, tiny, DType::F32);
-        assert_eq!(opt.groups.len(), 2);
-        // Each group alone, its branch forced by τ: huge τ = home everywhere, tiny τ = srf.
-        let mut want = vec![Vec::new(); SHAPES.len()];
-        for g in &opt.groups {
-            let mut c = *g.opt.config();
-            c.tau = if home { 1e30 } else { 1e-30 };
-            let vars = model(DType::F32);
-            let (_, cs) = grads_for(&vars, 0, tiny);
-            let mut o = homeadam_core::Optimizer::new(c).unwrap();
-            let members: Vec<usize> = (0..SHAPES.len())
-                .filter(|&k| k != 2 && is_no_decay(SHAPES[k].0, SHAPES[k].1.len()) == (c.weight_decay == 0.0))
-                .collect();
-            for &k in &members {
-                let mut p = flat(&vars[k].1);
-                let mut s = vec![0.0f32; o.state_len(p.len())];
-                let mut a = TensorAux::default();
-                o.step(
-                    &mut [homeadam_core::Tensor::new(&mut p, &cs[k], &mut s, &mut a)],
-                    1.0,
-                )
-                .unwrap();
-                // One step of an element rule per tensor: the same as one call over the group.
-                want[k] = p;
-                o = homeadam_core::Optimizer::new(c).unwrap();
-            }
-        }
-        want[2] = values(2, 4);
+        let (got, opt) = adapter_run(config.clone(), 3, tiny, DType::F32);
+        let g = groups(&opt);
+        assert_eq!(
+            g.iter().map(|g| (g.lr_scale, g.decay)).collect::<Vec<_>>(),
+            [(1.0, true), (1.0, false), (1.0, false), (0.5, true), (0.5, false)]
+        );
+        let want = core_run::<f32>(*opt.opt.config(), &g, 3, tiny, DType::F32);
         assert_eq!(bits(&got), bits(&want), "tiny {tiny}");
+        let report = opt.last_report().unwrap().report;
+        let stepped = 12 + 4 + 10 + 2;
+        assert_eq!(
+            report.home_elements,
+            if home { stepped } else { 0 },
+            "tiny {tiny}"
+        );
+    }
+}
+
+/// Variables of f32, bf16 and f16 in one model: one core step over slices of three types.
+#[test]
+fn mixed_parameter_dtypes_share_one_step() {
+    let dtypes = [DType::F32, DType::F32, DType::F32, DType::BF16, DType::F16];
+    let mixed = || -> Vec<(String, Var)> {
+        model(DType::F32)
+            .into_iter()
+            .zip(dtypes)
+            .map(|((n, v), d)| (n, Var::from_tensor(&v.to_dtype(d).unwrap()).unwrap()))
+            .collect()
+    };
+    let mut core = Config::new(Rule::HomeAdamW(Switch::Global));
+    core.lr = 1e-2;
+    core.tau = 1e-6;
+    core.rounding = Rounding::Stochastic;
+    core.seed = 9;
+    let config = single_group(core);
+    for tiny in [1e-4, 1.0] {
+        let vars = mixed();
+        let mut opt = VarOptimizer::from_named(vars.clone(), config.clone()).unwrap();
+        for step in 0..4 {
+            opt.step(&grads_for(&vars, step, tiny).0).unwrap();
+        }
+        let got: Vec<Vec<f32>> = vars.iter().map(|(_, v)| flat(v)).collect();
+
+        let start = mixed();
+        let mut w: Vec<Vec<f32>> = start[..3].iter().map(|(_, v)| flat(v)).collect();
+        let mut b: Vec<bf16> = flat(&start[3].1).into_iter().map(bf16::from_f32).collect();
+        let mut h: Vec<f16> = flat(&start[4].1).into_iter().map(f16::from_f32).collect();
+        let mut core_opt = homeadam_core::Optimizer::new(*opt.opt.config()).unwrap();
+        let mut st: Vec<Vec<f32>> = [12, 4, 4, 10, 2].iter().map(|&n| vec![0.0; 2 * n]).collect();
+        let mut aux = [TensorAux::default(); 5];
+        for step in 0..4 {
+            let (_, cs) = grads_for(&start, step, tiny);
+            let gb: Vec<bf16> = cs[3].iter().map(|&x| bf16::from_f32(x)).collect();
+            let gh: Vec<f16> = cs[4].iter().map(|&x| f16::from_f32(x)).collect();
+            let (st_w, st_rest) = st.split_at_mut(3);
+            let (st_b, st_h) = st_rest.split_at_mut(1);
+            let (aux_w, aux_rest) = aux.split_at_mut(3);
+            let (aux_b, aux_h) = aux_rest.split_at_mut(1);
+            // The running mean (index 2) has no gradient: not part of the step.
+            let mut dense: Vec<_> = w
+                .iter_mut()
+                .zip(&cs)
+                .zip(st_w.iter_mut().zip(aux_w.iter_mut()))
+                .take(2)
+                .map(|((p, g), (s, a))| homeadam_core::Tensor::new(p, g, s, a))
+                .collect();
+            let mut bfs = [homeadam_core::Tensor::new(
+                &mut b,
+                &gb,
+                &mut st_b[0],
+                &mut aux_b[0],
+            )];
+            let mut hs = [homeadam_core::Tensor::new(
+                &mut h,
+                &gh,
+                &mut st_h[0],
+                &mut aux_h[0],
+            )];
+            let mut step = core_opt.begin(1.0).unwrap();
+            step.check(&mut dense).unwrap();
+            step.check(&mut bfs).unwrap();
+            step.check(&mut hs).unwrap();
+            step.update(&mut dense).unwrap();
+            step.update(&mut bfs).unwrap();
+            step.update(&mut hs).unwrap();
+            step.finish().unwrap();
+        }
+        let mut want = w;
+        want.push(b.iter().map(|x| x.to_f32()).collect());
+        want.push(h.iter().map(|x| x.to_f32()).collect());
+        assert_eq!(bits(&got), bits(&want), "tiny {tiny}");
+        assert_eq!(opt.step_count(), 4);
     }
 }
 
 #[test]
-fn grouped_report_counts_real_elements_only() {
+fn report_counts_every_element_and_backward_step_keeps_it() {
     let mut core = Config::new(Rule::HomeAdamW(Switch::Global));
     core.tau = 1e-6;
     let vars = model(DType::F32);
     let mut opt = VarOptimizer::from_named(vars.clone(), OptimConfig::new(core)).unwrap();
+    assert_eq!(opt.last_report(), None);
     let (grads, _) = grads_for(&vars, 0, 1e-4);
     let out = opt.step_with_report(&grads).unwrap();
     assert_eq!(out.report.home_elements, 12 + 4 + 10 + 2);
+    assert_eq!((out.elements, out.home_share()), (28, 1.0));
     assert!(out.report.rho.unwrap() < 1e-6);
     assert_eq!(opt.step_count(), 1);
+    assert_eq!(opt.last_report(), Some(out));
+
+    let loss = vars
+        .iter()
+        .map(|(_, v)| v.as_tensor().sum_all().unwrap())
+        .reduce(|a, b| (a + b).unwrap())
+        .unwrap();
+    opt.backward_step(&loss).unwrap();
+    let last = opt.last_report().unwrap();
+    // The running mean is in the loss here: it has a gradient and is stepped.
+    assert_eq!((last.report.step, last.elements), (2, 32));
+    assert!(!last.report.skipped);
 }
 
 #[test]
-fn nonfinite_gradient_skips_every_group() {
+fn nonfinite_gradient_skips_the_whole_step() {
     let core = Config::new(Rule::AdamW);
     let vars = model(DType::F32);
     let mut opt = VarOptimizer::from_named(vars.clone(), OptimConfig::new(core)).unwrap();
@@ -250,7 +341,7 @@ fn nonfinite_gradient_skips_every_group() {
     grads.insert(&vars[4].1, bad);
     let out = opt.step_with_report(&grads).unwrap();
     assert!(out.report.skipped);
-    assert_eq!(opt.step_count(), 0);
+    assert_eq!((out.report.step, opt.step_count()), (0, 0));
     for (k, (_, v)) in vars.iter().enumerate() {
         assert_eq!(flat(v), values(k as u64, v.elem_count()));
     }
@@ -275,7 +366,7 @@ fn clipping_equals_the_core_with_the_norm_as_gradient_scale() {
         out.grad_norm,
         Some(global_grad_norm(&opt_vars(&vars), &grads).unwrap())
     );
-    let mut core = homeadam_core::Optimizer::new(*opt.groups[0].opt.config()).unwrap();
+    let mut core = homeadam_core::Optimizer::new(*opt.opt.config()).unwrap();
     let mut params: Vec<Vec<f32>> = model(DType::F32).iter().map(|(_, v)| flat(v)).collect();
     let mut states: Vec<Vec<f32>> = params.iter().map(|p| vec![0.0; 2 * p.len()]).collect();
     let mut aux = [TensorAux::default(); 5];
@@ -296,6 +387,53 @@ fn opt_vars(vars: &[(String, Var)]) -> Vec<Var> {
     vars.iter().map(|(_, v)| v.clone()).collect()
 }
 
+/// Steps `steps` of `opt` on `vars`, advancing the schedule after each: ρ swings around τ, or
+/// with `constant` every step has the first step's gradient.
+fn train(vars: &[(String, Var)], opt: &mut VarOptimizer, steps: std::ops::Range<u64>, constant: bool) {
+    for step in steps {
+        let (grads, _) = match constant {
+            true => grads_for(vars, 0, 1.0),
+            false => grads_for(vars, step, if step % 3 == 0 { 1e-4 } else { 1.0 }),
+        };
+        opt.step(&grads).unwrap();
+        opt.advance_schedule().unwrap();
+    }
+}
+
+/// Trains 0..n straight and 0..k, save, load into a fresh optimizer over fresh variables,
+/// k..n; both must end with the same parameter and state bits. Returns the optimizer saved.
+fn assert_resumes(config: &OptimConfig, k: u64, n: u64, constant: bool, what: &str) -> VarOptimizer {
+    let straight = model(DType::F32);
+    let mut a = VarOptimizer::from_named(straight.clone(), config.clone()).unwrap();
+    train(&straight, &mut a, 0..n, constant);
+
+    let first = model(DType::F32);
+    let mut b = VarOptimizer::from_named(first.clone(), config.clone()).unwrap();
+    train(&first, &mut b, 0..k, constant);
+    let bytes = b.save_state().unwrap();
+    // A fresh process: new variables holding the saved values, a fresh optimizer.
+    let resumed: Vec<(String, Var)> = first
+        .iter()
+        .map(|(n, v)| (n.clone(), Var::from_tensor(v.as_tensor()).unwrap()))
+        .collect();
+    let mut c = VarOptimizer::from_named(resumed.clone(), config.clone()).unwrap();
+    c.load_state(&bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(
+        (c.schedule_position(), c.step_count()),
+        (k, b.step_count()),
+        "{what}"
+    );
+    train(&resumed, &mut c, k..n, constant);
+    let got: Vec<Vec<f32>> = resumed.iter().map(|(_, v)| flat(v)).collect();
+    let want: Vec<Vec<f32>> = straight.iter().map(|(_, v)| flat(v)).collect();
+    assert_eq!(bits(&got), bits(&want), "{what}");
+    assert!(
+        c.save_state().unwrap() == a.save_state().unwrap(),
+        "{what}: state differs"
+    );
+    b
+}
+
 #[test]
 fn save_load_continue_is_bit_identical() {
     let mut core = Config::new(Rule::HomeAdamW(Switch::Global));
@@ -307,34 +445,36 @@ fn save_load_continue_is_bit_identical() {
         min_lr: 1e-3,
     };
     config.lr_multipliers = vec![("fc.".into(), 0.5)];
-    let run = |vars: &[(String, Var)], opt: &mut VarOptimizer, steps: std::ops::Range<u64>| {
-        for step in steps {
-            let (grads, _) = grads_for(vars, step, if step % 2 == 0 { 1e-4 } else { 1.0 });
-            opt.step(&grads).unwrap();
-            opt.advance_schedule().unwrap();
-        }
-    };
-    let straight = model(DType::F32);
-    let mut a = VarOptimizer::from_named(straight.clone(), config.clone()).unwrap();
-    run(&straight, &mut a, 0..6);
+    assert_resumes(&config, 3, 6, false, "homeadamw, cosine");
+}
 
-    let first = model(DType::F32);
-    let mut b = VarOptimizer::from_named(first.clone(), config.clone()).unwrap();
-    run(&first, &mut b, 0..3);
-    let bytes = b.save_state().unwrap();
-    // A fresh process: new variables holding the saved values, a fresh optimizer.
-    let resumed: Vec<(String, Var)> = first
-        .iter()
-        .map(|(n, v)| (n.clone(), Var::from_tensor(v.as_tensor()).unwrap()))
-        .collect();
-    let mut c = VarOptimizer::from_named(resumed.clone(), config).unwrap();
-    c.load_state(&bytes).unwrap();
-    assert_eq!((c.schedule_position(), c.step_count()), (3, 3));
-    run(&resumed, &mut c, 3..6);
-    let got: Vec<Vec<f32>> = resumed.iter().map(|(_, v)| flat(v)).collect();
-    let want: Vec<Vec<f32>> = straight.iter().map(|(_, v)| flat(v)).collect();
-    assert_eq!(bits(&got), bits(&want));
-    assert_eq!(c.save_state().unwrap(), a.save_state().unwrap());
+/// Every config name, plain SGD (no state at all) included.
+#[test]
+fn every_optimizer_resumes_to_the_same_bits() {
+    for name in Config::NAMES {
+        let mut core = Config::named(name).unwrap();
+        core.lr = 1e-2;
+        if core.rule.switch().is_some() {
+            core.tau = 1e-6;
+        }
+        let mut config = OptimConfig::new(core);
+        config.lr_multipliers = vec![("fc.".into(), 0.5)];
+        config.schedule = Schedule::Step { every: 2, gamma: 0.5 };
+        assert_resumes(&config, 4, 8, false, name);
+        let mut bf16_state = config.clone();
+        bf16_state.state_dtype = homeadam_core::Dtype::BF16;
+        assert_resumes(&bf16_state, 3, 6, false, &format!("{name}, bf16 state"));
+    }
+}
+
+/// A constant gradient and ε = 0 make SWATS's step −η sign(g), so its projected rate γ is
+/// constant: it switches to SGD at t = 2, and the checkpoint carries the SGD phase and rate.
+#[test]
+fn swats_resumes_in_its_sgd_phase() {
+    let mut config = single_group(Config::new(Rule::Swats));
+    config.core.eps = 0.0;
+    let saved = assert_resumes(&config, 3, 6, true, "swats, constant gradient");
+    assert!(saved.opt.swats_sgd_lr().is_some());
 }
 
 #[test]
@@ -358,6 +498,13 @@ fn load_refuses_mismatches_and_changes_nothing() {
     assert!(err(&mut other, &bytes[..bytes.len() - 9]).contains("checksum"));
     assert!(err(&mut other, b"HACANDL").contains("magic"));
     assert!(err(&mut other, b"").contains("magic"));
+    let mut version_1 = bytes.clone();
+    version_1[8..10].copy_from_slice(&1u16.to_le_bytes());
+    let e = err(&mut other, &version_1);
+    assert!(
+        e.contains("format version 1") && e.contains("version 2 only"),
+        "{e}"
+    );
     assert_eq!(other.save_state().unwrap(), before);
 
     let mut shapes = model(DType::F32);
@@ -373,23 +520,40 @@ fn load_refuses_mismatches_and_changes_nothing() {
     bf16_state.state_dtype = homeadam_core::Dtype::BF16;
     let mut other_dtype = VarOptimizer::from_named(model(DType::F32), bf16_state).unwrap();
     assert!(err(&mut other_dtype, &bytes).contains("storage type"));
+
+    let mut multiplied = OptimConfig::new(core);
+    multiplied.lr_multipliers = vec![("conv.".into(), 2.0)];
+    let mut regrouped = VarOptimizer::from_named(model(DType::F32), multiplied).unwrap();
+    let e = err(&mut regrouped, &bytes);
+    assert!(
+        e.contains("conv.weight was in group (lr × 1, decayed), here (lr × 2, decayed)"),
+        "{e}"
+    );
+    assert_eq!(regrouped.step_count(), 0);
 }
 
 #[test]
 fn bad_inputs_are_errors() {
     let vars = model(DType::F32);
     let core = Config::new(Rule::Adam);
-    let mut mixed = vars.clone();
-    mixed[0].1 = Var::zeros(3, DType::BF16, &Device::Cpu).unwrap();
-    assert!(VarOptimizer::from_named(mixed, OptimConfig::new(core)).is_err());
+    let mut ints = vars.clone();
+    ints[0].1 = Var::zeros(3, DType::U32, &Device::Cpu).unwrap();
+    let e = VarOptimizer::from_named(ints, OptimConfig::new(core))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("conv.weight has dtype U32"), "{e}");
     let mut twice = vars.clone();
     twice.push(("again".into(), vars[0].1.clone()));
     assert!(VarOptimizer::from_named(twice, OptimConfig::new(core)).is_err());
     let mut bad_clip = OptimConfig::new(core);
     bad_clip.max_grad_norm = Some(-1.0);
     assert!(VarOptimizer::from_named(vars.clone(), bad_clip).is_err());
+    let mut bad_multiplier = OptimConfig::new(core);
+    bad_multiplier.lr_multipliers = vec![("nothing.".into(), f64::INFINITY)];
+    assert!(VarOptimizer::from_named(vars.clone(), bad_multiplier).is_err());
 
-    // A gradient in another variable's storage would deadlock the nested locks: refused.
+    // A gradient in another variable's storage would be read after that variable's update.
     let mut opt = VarOptimizer::from_named(vars.clone(), OptimConfig::new(core)).unwrap();
     let (mut grads, _) = grads_for(&vars, 0, 1.0);
     let view = vars[3]
@@ -397,37 +561,46 @@ fn bad_inputs_are_errors() {
         .as_tensor()
         .flatten_all()
         .unwrap()
-        .narrow(0, 0, 4)
+        .narrow(0, 2, 4)
         .unwrap();
     grads.insert(&vars[1].1, view);
     let err = opt.step(&grads).unwrap_err().to_string();
-    assert!(err.contains("shares its storage"), "{err}");
-    // A wrong shape.
+    assert!(
+        err.contains("the gradient of conv.bias shares its storage"),
+        "{err}"
+    );
+    // A wrong shape, a wrong dtype.
     let (mut grads, _) = grads_for(&vars, 0, 1.0);
     grads.insert(&vars[1].1, Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap());
     assert!(opt.step(&grads).is_err());
-    assert_eq!(opt.step_count(), 0);
-
-    let mut opt = VarOptimizer::from_named(vars.clone(), OptimConfig::new(core)).unwrap();
-    opt.set_learning_rate(-1.0);
-    let (grads, _) = grads_for(&vars, 0, 1.0);
+    let (mut grads, _) = grads_for(&vars, 0, 1.0);
+    grads.insert(&vars[1].1, Tensor::zeros(4, DType::BF16, &Device::Cpu).unwrap());
     assert!(opt.step(&grads).is_err());
-    assert!(opt.try_set_learning_rate(f64::NAN).is_err());
-    assert!(opt.try_set_learning_rate(1e-3).is_ok());
-    assert!(opt.step(&grads).is_ok());
+    assert_eq!(opt.step_count(), 0);
 }
 
 #[test]
-fn a_thousand_variables_fit_the_test_threads_stack() {
-    let vars: Vec<(String, Var)> = (0..1000)
-        .map(|k| (format!("w{k}"), Var::new(&[[1.0f32, 2.0]], &Device::Cpu).unwrap()))
-        .collect();
-    let mut opt = VarOptimizer::from_named(vars.clone(), OptimConfig::new(Config::new(Rule::Sgd))).unwrap();
-    let loss = vars
-        .iter()
-        .map(|(_, v)| v.as_tensor().sum_all().unwrap())
-        .reduce(|a, b| (a + b).unwrap())
-        .unwrap();
-    opt.backward_step(&loss).unwrap();
-    assert_eq!(flat(&vars[999].1), [0.999, 1.999]);
+fn a_refused_learning_rate_is_named_by_the_next_step() {
+    let vars = model(DType::F32);
+    let mut opt = VarOptimizer::from_named(vars.clone(), OptimConfig::new(Config::new(Rule::AdamW))).unwrap();
+    let (grads, _) = grads_for(&vars, 0, 1.0);
+    for bad in [f64::NAN, -1.0, 1e3] {
+        assert!(opt.try_set_learning_rate(bad).is_err(), "{bad}");
+        assert_eq!(opt.learning_rate(), 1e-3);
+        opt.set_learning_rate(bad);
+        assert_eq!(opt.learning_rate(), 1e-3);
+        let e = opt.step(&grads).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("set_learning_rate({bad}) was refused")),
+            "{e}"
+        );
+    }
+    // ηλ = 1e3 · 1e-2 ≥ 1.
+    let e = opt.try_set_learning_rate(1e3).unwrap_err().to_string();
+    assert!(e.contains("lr * weight_decay"), "{e}");
+    assert_eq!(opt.step_count(), 0);
+    opt.set_learning_rate(2e-3);
+    assert_eq!(opt.learning_rate(), 2e-3);
+    opt.step(&grads).unwrap();
+    assert_eq!(opt.step_count(), 1);
 }

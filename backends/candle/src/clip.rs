@@ -3,7 +3,7 @@
 //!
 //! The sum is taken in `f64` over the values widened exactly to `f32`, variable by variable in
 //! the given order, each in element order: the same number whether it comes from
-//! [`global_grad_norm`] or from [`crate::optim::VarOptimizer`], which clips without writing
+//! [`global_grad_norm`] or from [`crate::VarOptimizer`], which clips without writing
 //! new gradient tensors (by stepping with the core's gradient scale ‖g‖₂ / c).
 
 use candle_core::backprop::GradStore;
@@ -49,8 +49,8 @@ pub fn global_grad_norm(vars: &[Var], grads: &GradStore) -> Result<f64> {
 }
 
 /// Scales the gradients of `vars` in `grads` by c / ‖g‖₂ when ‖g‖₂ > c = `max_norm`;
-/// returns ‖g‖₂ before clipping. For optimizers other than [`crate::optim::VarOptimizer`]
-/// (which clips by itself, see [`crate::optim::OptimConfig::max_grad_norm`]).
+/// returns ‖g‖₂ before clipping. For optimizers other than [`crate::VarOptimizer`]
+/// (which clips by itself, see [`crate::OptimConfig::max_grad_norm`]).
 pub fn clip_grad_norm(vars: &[Var], grads: &mut GradStore, max_norm: f64) -> Result<f64> {
     check_max_norm(max_norm)?;
     let norm = global_grad_norm(vars, grads)?;

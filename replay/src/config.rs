@@ -1,22 +1,17 @@
 //! The JSON config of `homeadam replay`: a rule name, hyper-parameters and storage types.
 
 use anyhow::{anyhow, bail, Context, Result};
-use homeadam_core::{Config, Dtype, Rounding, Rule};
+use homeadam_core::{Config, Dtype, Rounding};
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
-/// The config file as written; every key but `rule` is optional and unknown keys are refused.
+use crate::hyper::HyperParams;
+
+/// The config file as written: `rule`, the storage keys, and [`HyperParams`]'s keys in
+/// `hyper`; every key but `rule` is optional and unknown keys are refused.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawConfig {
     rule: String,
-    lr: Option<f64>,
-    betas: Option<[f64; 2]>,
-    eps: Option<f64>,
-    weight_decay: Option<f64>,
-    tau: Option<f64>,
-    momentum: Option<f64>,
-    dampening: Option<f64>,
-    nesterov: Option<bool>,
     param_dtype: Option<String>,
     grad_dtype: Option<String>,
     state_dtype: Option<String>,
@@ -24,12 +19,8 @@ struct RawConfig {
     seed: Option<u64>,
     grad_scale: Option<f64>,
     allow_f16_state: Option<bool>,
-    weight_decouple: Option<bool>,
-    fixed_decay: Option<bool>,
-    rectify: Option<bool>,
-    amsgrad: Option<bool>,
-    kappa: Option<f64>,
-    switch_step: Option<u64>,
+    #[serde(flatten)]
+    hyper: Map<String, Value>,
 }
 
 /// A parsed and validated replay config.
@@ -59,37 +50,9 @@ impl ReplayConfig {
     /// Parses a config from JSON text; every error names the offending key.
     pub fn parse(text: &str) -> Result<Self> {
         let raw: RawConfig = serde_json::from_str(text).context("config")?;
-        let rule = Rule::from_name(&raw.rule).ok_or_else(|| {
-            let names: Vec<_> = homeadam_core::ALL_RULES.iter().map(|r| r.name()).collect();
-            anyhow!(
-                "config: unknown rule {:?} (expected one of {})",
-                raw.rule,
-                names.join(", ")
-            )
-        })?;
-        let mut c = Config::new(rule);
-        let set = |dst: &mut f64, v: Option<f64>| {
-            if let Some(v) = v {
-                *dst = v;
-            }
-        };
-        set(&mut c.lr, raw.lr);
-        if let Some([b1, b2]) = raw.betas {
-            c.beta1 = b1;
-            c.beta2 = b2;
-        }
-        set(&mut c.eps, raw.eps);
-        set(&mut c.weight_decay, raw.weight_decay);
-        set(&mut c.tau, raw.tau);
-        set(&mut c.momentum, raw.momentum);
-        set(&mut c.dampening, raw.dampening);
-        set(&mut c.kappa, raw.kappa);
-        c.nesterov = raw.nesterov.unwrap_or(c.nesterov);
-        c.weight_decouple = raw.weight_decouple.unwrap_or(c.weight_decouple);
-        c.fixed_decay = raw.fixed_decay.unwrap_or(c.fixed_decay);
-        c.rectify = raw.rectify.unwrap_or(c.rectify);
-        c.amsgrad = raw.amsgrad.unwrap_or(c.amsgrad);
-        c.switch_step = raw.switch_step.unwrap_or(c.switch_step);
+        let mut c = HyperParams::from_keys(raw.hyper)
+            .and_then(|h| h.config(&raw.rule))
+            .context("config")?;
         c.seed = raw.seed.unwrap_or(0);
         c.allow_f16_state = raw.allow_f16_state.unwrap_or(false);
         c.rounding = match raw.rounding.as_deref() {
@@ -97,16 +60,15 @@ impl ReplayConfig {
             Some("stochastic") => Rounding::Stochastic,
             Some(other) => bail!("config: rounding = {other:?}: expected \"nearest\" or \"stochastic\""),
         };
-        c.validate().context("config")?;
         let grad_scale = raw.grad_scale.unwrap_or(1.0);
         if !(grad_scale.is_finite() && grad_scale > 0.0) {
             bail!("config: grad_scale = {grad_scale}: expected a finite value > 0");
         }
         let config = ReplayConfig {
             optimizer: c,
-            param_dtype: dtype(raw.param_dtype, "param_dtype")?,
-            grad_dtype: dtype(raw.grad_dtype, "grad_dtype")?,
-            state_dtype: dtype(raw.state_dtype, "state_dtype")?,
+            param_dtype: dtype(raw.param_dtype, "param_dtype").context("config")?,
+            grad_dtype: dtype(raw.grad_dtype, "grad_dtype").context("config")?,
+            state_dtype: dtype(raw.state_dtype, "state_dtype").context("config")?,
             grad_scale,
         };
         c.check_state_dtype(config.state_dtype).context("config")?;
@@ -133,9 +95,18 @@ mod tests {
     }
 
     #[test]
+    fn sgdm_is_sgd_with_momentum() {
+        let c = ReplayConfig::parse(r#"{"rule": "sgdm", "lr": 0.01}"#).unwrap();
+        assert_eq!((c.optimizer.name(), c.optimizer.momentum), ("sgdm", 0.9));
+        let c = ReplayConfig::parse(r#"{"rule": "sgd", "momentum": 0.5, "nesterov": true}"#).unwrap();
+        assert_eq!((c.optimizer.name(), c.optimizer.momentum), ("sgdm", 0.5));
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let cases = [
             (r#"{"rule": "adamw", "lr": -1}"#, "lr"),
+            (r#"{"rule": "adamw", "lr": "fast"}"#, "lr"),
             (r#"{"rule": "adamw", "learning_rate": 1}"#, "learning_rate"),
             (r#"{"rule": "adamax"}"#, "adamax"),
             (r#"{"rule": "adamw", "betas": [0.9, 1.0]}"#, "beta2"),
@@ -143,7 +114,10 @@ mod tests {
             (r#"{"rule": "adamw", "state_dtype": "f16"}"#, "f16"),
             (r#"{"rule": "adamw", "param_dtype": "f64"}"#, "param_dtype"),
             (r#"{"rule": "adamw", "grad_scale": 0}"#, "grad_scale"),
+            (r#"{"rule": "adamw", "rounding": "up"}"#, "rounding"),
             (r#"{"rule": "adam-srf", "weight_decay": 0.1}"#, "weight_decay"),
+            (r#"{"rule": "adamw", "amsgrad": true}"#, "amsgrad"),
+            (r#"{"lr": 0.1}"#, "rule"),
         ];
         for (text, key) in cases {
             let err = format!("{:#}", ReplayConfig::parse(text).unwrap_err());

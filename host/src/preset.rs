@@ -4,53 +4,62 @@
 use std::collections::BTreeMap;
 
 use anyhow::{anyhow, bail, Context, Result};
-use homeadam_core::{Config, Rule};
+use homeadam_core::Config;
+use homeadam_replay::HyperParams;
 use serde::Deserialize;
 
 /// The experiments with a preset, and their files.
 const FILES: [(&str, &str); 6] = [
-    (
-        "wikitext2_quick",
-        include_str!("../../presets/wikitext2_quick.json"),
-    ),
-    ("cifar10_vgg16", include_str!("../../presets/cifar10_vgg16.json")),
+    ("wikitext2_quick", include_str!("../presets/wikitext2_quick.json")),
+    ("cifar10_vgg16", include_str!("../presets/cifar10_vgg16.json")),
     (
         "tinyimagenet_resnet34",
-        include_str!("../../presets/tinyimagenet_resnet34.json"),
+        include_str!("../presets/tinyimagenet_resnet34.json"),
     ),
     (
         "wikitext2_transformer",
-        include_str!("../../presets/wikitext2_transformer.json"),
+        include_str!("../presets/wikitext2_transformer.json"),
     ),
     (
         "wikitext103_transformer",
-        include_str!("../../presets/wikitext103_transformer.json"),
+        include_str!("../presets/wikitext103_transformer.json"),
     ),
-    ("digits_quick", include_str!("../../presets/digits_quick.json")),
+    ("digits_quick", include_str!("../presets/digits_quick.json")),
 ];
 
-/// One optimizer's hyper-parameters; absent keys keep [`Config::new`]'s defaults.
+/// One optimizer's entry: the shared hyper-parameter keys ([`HyperParams`]; absent keys keep
+/// [`Config::named`]'s values, `lr` is required) and where the values come from.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RawOptimizerPreset")]
 pub struct OptimizerPreset {
-    /// η.
-    pub lr: f64,
-    /// (β1, β2).
-    pub betas: Option<[f64; 2]>,
-    /// ε.
-    pub eps: Option<f64>,
-    /// λ.
-    pub weight_decay: Option<f64>,
-    /// τ (HomeAdam rules).
-    pub tau: Option<f64>,
-    /// μ (SGD rules).
-    pub momentum: Option<f64>,
-    /// κ (MIAdam).
-    pub kappa: Option<f64>,
-    /// MIAdam's last integrated step.
-    pub switch_step: Option<u64>,
+    /// The hyper-parameters.
+    pub hyper: HyperParams,
     /// Where the values come from.
     pub source: String,
+}
+
+/// An entry as written: `source`, and every other key for [`HyperParams`], which refuses
+/// unknown ones (serde's `flatten` cannot do both).
+#[derive(Deserialize)]
+struct RawOptimizerPreset {
+    source: String,
+    #[serde(flatten)]
+    hyper: serde_json::Map<String, serde_json::Value>,
+}
+
+impl TryFrom<RawOptimizerPreset> for OptimizerPreset {
+    type Error = anyhow::Error;
+
+    fn try_from(raw: RawOptimizerPreset) -> Result<Self> {
+        let hyper = HyperParams::from_keys(raw.hyper)?;
+        if hyper.lr.is_none() {
+            bail!("missing field `lr` (every preset states its learning rate)");
+        }
+        Ok(OptimizerPreset {
+            hyper,
+            source: raw.source,
+        })
+    }
 }
 
 /// The presets of one experiment.
@@ -70,7 +79,7 @@ pub struct Preset {
     /// Remarks (why a preset is not the paper's).
     #[serde(default)]
     pub note: Option<String>,
-    /// Per optimizer, by the core's rule name.
+    /// Per optimizer, by the core's config name.
     pub optimizers: BTreeMap<String, OptimizerPreset>,
 }
 
@@ -97,7 +106,8 @@ impl Preset {
         Ok(preset)
     }
 
-    /// The validated core config of optimizer `name` (a core rule name, e.g. `"homeadamw-ew"`).
+    /// The validated core config of optimizer `name` (a core config name, e.g. `"homeadamw-ew"`
+    /// or `"sgdm"`): [`Config::named`] with the entry's keys overlaid.
     pub fn config(&self, name: &str) -> Result<Config> {
         let Some(p) = self.optimizers.get(name) else {
             let known: Vec<_> = self.optimizers.keys().map(String::as_str).collect();
@@ -107,28 +117,9 @@ impl Preset {
                 known.join(", ")
             );
         };
-        let rule = Rule::from_name(name)
-            .ok_or_else(|| anyhow!("preset {}: {name:?} is not a rule of the core", self.experiment))?;
-        let mut c = Config::new(rule);
-        c.lr = p.lr;
-        if let Some([b1, b2]) = p.betas {
-            c.beta1 = b1;
-            c.beta2 = b2;
-        }
-        let set = |dst: &mut f64, v: Option<f64>| {
-            if let Some(v) = v {
-                *dst = v;
-            }
-        };
-        set(&mut c.eps, p.eps);
-        set(&mut c.weight_decay, p.weight_decay);
-        set(&mut c.tau, p.tau);
-        set(&mut c.momentum, p.momentum);
-        set(&mut c.kappa, p.kappa);
-        c.switch_step = p.switch_step.unwrap_or(c.switch_step);
-        c.validate()
-            .map_err(|e| anyhow!("preset {}, optimizer {name}: {e}", self.experiment))?;
-        Ok(c)
+        p.hyper
+            .config(name)
+            .map_err(|e| anyhow!("preset {}, optimizer {name}: {e:#}", self.experiment))
     }
 }
 
@@ -161,7 +152,7 @@ mod tests {
             assert_eq!(preset.optimizers.len(), ALL_OPTIMIZERS.len(), "{experiment}");
             for name in ALL_OPTIMIZERS {
                 let c = preset.config(name).unwrap_or_else(|e| panic!("{e:#}"));
-                assert_eq!(c.rule.name(), name);
+                assert_eq!(c.name(), name);
                 assert!(!preset.optimizers[name].source.is_empty());
             }
         }
@@ -187,6 +178,25 @@ mod tests {
             .config("sgdm")
             .unwrap();
         assert_eq!((c.lr, c.momentum), (4e-4, 0.9));
+    }
+
+    #[test]
+    fn entries_refuse_unknown_and_missing_keys() {
+        let entry = |text: &str| serde_json::from_str::<OptimizerPreset>(text).map_err(|e| e.to_string());
+        let ok = entry(r#"{"lr": 0.1, "momentum": 0.9, "source": "ours"}"#).unwrap();
+        assert_eq!(
+            (ok.hyper.lr, ok.hyper.momentum, ok.source.as_str()),
+            (Some(0.1), Some(0.9), "ours")
+        );
+        for (text, needle) in [
+            (r#"{"lr": 0.1, "momentun": 0.9, "source": "ours"}"#, "momentun"),
+            (r#"{"lr": 0.1}"#, "source"),
+            (r#"{"eps": 0.1, "source": "ours"}"#, "lr"),
+            (r#"{"lr": "big", "source": "ours"}"#, "lr"),
+        ] {
+            let err = entry(text).unwrap_err();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
     }
 
     #[test]

@@ -1,14 +1,11 @@
 //! Learning-rate schedules: η at schedule position k from the base rate η₀.
 //!
 //! The position counts whatever the caller advances it by (steps or epochs, see
-//! [`crate::optim::VarOptimizer::advance_schedule`]); it is saved with the optimizer state so a
+//! [`crate::VarOptimizer::advance_schedule`]); it is saved with the optimizer state so a
 //! resumed run continues on the same curve.
 
-use serde::{Deserialize, Serialize};
-
 /// A learning-rate schedule.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum Schedule {
     /// η_k = η₀.
     #[default]

@@ -1,14 +1,20 @@
-// homeadam.cu: multi-tensor kernels over a device tensor table (homeadam_math.h is prepended).
+// homeadam.cuh: the multi-tensor kernels over a device tensor table, as templates, and the
+// macros that instantiate them as extern "C" kernels (instantiations.cu: all of them; at run
+// time, kernels::model_source: one model's).
 //
 // One launch covers every tensor of a model: the host builds a block table (one entry per
 // chunk of HA_CHUNK elements of one tensor, as PyTorch's multi_tensor_apply), and block b
 // updates chunk blocks[b]. A step is: ha_reset, then either ha_check_{g} (any non-finite
 // unscaled gradient sets status->nonfinite) or, for global / per-layer HomeAdam,
 // ha_home_pre_{g}_{s} (the same flag, plus min v_t per tensor and over the model with
-// atomicMin on the float bits: exact and order-independent for v ≥ 0), then the update
-// {rule}_{p}_{g}_{s}, which returns at once when the flag is set.
+// atomicMin on the float bits: exact and order-independent for v >= 0), then the update
+// {rule}_{p}_{g}_{s}, which returns at once when the flag is set. Each tensor steps with the
+// scalars of its parameter group (groups[tensor.group]); the first pass reads only beta2,
+// 1 - beta2 and 1 / grad_scale, which no group changes, so it takes the step's scalars.
+#ifndef HOMEADAM_CUH
+#define HOMEADAM_CUH
 
-#define HA_CHUNK 16384
+#include "homeadam_math.h"
 
 // One tensor: device pointers (state slots one after the other, each numel long) and the
 // per-tensor results of the step, written by the kernels.
@@ -17,10 +23,10 @@ struct HaTensor {
     ha_u32 vmin_pre;   // min v_t of the first pass (f32 bits)
     ha_u32 vmin_post;  // min of the v slot after the update (f32 bits)
     ha_u32 home;       // elements that took the home branch
-    ha_u32 index;      // tensor index (stochastic rounding key)
+    ha_u32 group;      // index of the tensor's parameter group in the step's scalars
 };
 
-// One chunk: tensor index in the table and first element.
+// One chunk: tensor index in the table (also its stochastic rounding key) and chunk number.
 struct HaBlock { ha_u32 tensor; ha_u32 chunk; };
 
 // Model-wide results of the step.
@@ -142,7 +148,7 @@ struct HaAcc { ha_u32 home, vmin, bad; };
 template <int RULE, typename P, typename S>
 __device__ static inline void ha_update_one(const HaScalars& s, ha_u32 flags, int branch, bool stochastic, ha_u64 key,
                                             ha_u64 i, P& param, float grad, S* slots, HaAcc& acc) {
-    float st[3] = {0.0f, 0.0f, 0.0f};
+    float st[HA_MAX_SLOTS] = {};
     for (int k = 0; k < HaRule<RULE>::SLOTS; k++) st[k] = ha_to_f32(slots[k]);
     float g = grad * s.inv_grad_scale;
     acc.bad |= ha_nonfinite(g);
@@ -154,18 +160,19 @@ __device__ static inline void ha_update_one(const HaScalars& s, ha_u32 flags, in
 }
 
 template <int RULE, typename P, typename G, typename S>
-__device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, HaScalars s, ha_u32 flags, ha_u64 sr_base,
-                          HaStatus* status) {
+__device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, const HaScalars* groups, ha_u32 flags,
+                          ha_u64 sr_base, HaStatus* status) {
     if (*(volatile ha_u32*)&status->nonfinite) return;
     HaBlock blk = blocks[blockIdx.x];
     HaTensor& t = tensors[blk.tensor];
+    const HaScalars s = groups[t.group];
     P* param = (P*)t.param;
     const G* grad = (const G*)t.grad;
     S* state = (S*)t.state;
     ha_u64 n = t.numel;
     int branch = ha_home_branch(flags, status->vmin_pre, t.vmin_pre, s);
     bool stochastic = (flags & HA_STOCHASTIC) != 0;
-    ha_u64 key = ha_tensor_key(sr_base, t.index);
+    ha_u64 key = ha_tensor_key(sr_base, blk.tensor);
     ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < n ? start + HA_CHUNK : n;
     HaAcc acc = {0u, HA_INF_BITS, 0u};
     const int slots = HaRule<RULE>::SLOTS;
@@ -173,10 +180,10 @@ __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, HaScalars s,
         for (ha_u64 i = start + 4 * threadIdx.x; i < end; i += 4 * blockDim.x) {
             HaPack<P> ps = ha_load4(param + i);
             HaPack<G> gs = ha_load4(grad + i);
-            HaPack<S> ss[3];
+            HaPack<S> ss[HA_MAX_SLOTS];
             for (int k = 0; k < slots; k++) ss[k] = ha_load4(state + k * n + i);
             for (int j = 0; j < 4; j++) {
-                S st[3];
+                S st[HA_MAX_SLOTS];
                 for (int k = 0; k < slots; k++) st[k] = ss[k].e[j];
                 ha_update_one<RULE, P, S>(s, flags, branch, stochastic, key, i + j, ps.e[j], ha_to_f32(gs.e[j]), st,
                                           acc);
@@ -187,7 +194,7 @@ __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, HaScalars s,
         }
     } else {
         for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
-            S st[3];
+            S st[HA_MAX_SLOTS];
             for (int k = 0; k < slots; k++) st[k] = state[k * n + i];
             ha_update_one<RULE, P, S>(s, flags, branch, stochastic, key, i, param[i], ha_to_f32(grad[i]), st, acc);
             for (int k = 0; k < slots; k++) state[k * n + i] = st[k];
@@ -202,37 +209,30 @@ __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, HaScalars s,
             atomicMin(&t.vmin_post, vmin);
             atomicMin(&status->vmin_post, vmin);
         }
-        if (RULE == HA_RULE_HOME && home != 0) {
+        if (RULE == HA_RULE_HOMEADAM && home != 0) {
             atomicAdd(&t.home, home);
             atomicAdd(&status->home, (ha_u64)home);
         }
     }
 }
 
-#define HA_UPDATE(name, RULE, P, G, S, p, g, s)                                                             \
-    extern "C" __global__ void name##_##p##_##g##_##s(HaTensor* tensors, const HaBlock* blocks, HaScalars sc, \
-                                                      ha_u32 flags, ha_u64 sr_base, HaStatus* status) {     \
-        ha_update<RULE, P, G, S>(tensors, blocks, sc, flags, sr_base, status);                               \
+// {name}_{p}_{g}_{s}: the update kernel of rule id RULE for storage types P, G, S.
+#define HA_UPDATE(name, RULE, P, G, S, p, g, s)                                                                 \
+    extern "C" __global__ void name##_##p##_##g##_##s(HaTensor* tensors, const HaBlock* blocks,                 \
+                                                      const HaScalars* groups, ha_u32 flags, ha_u64 sr_base,    \
+                                                      HaStatus* status) {                                       \
+        ha_update<RULE, P, G, S>(tensors, blocks, groups, flags, sr_base, status);                               \
     }
-#define HA_UPDATE_S(name, RULE, P, G, p, g)          \
-    HA_UPDATE(name, RULE, P, G, float, p, g, f32)    \
-    HA_UPDATE(name, RULE, P, G, ha_f16, p, g, f16)   \
-    HA_UPDATE(name, RULE, P, G, ha_bf16, p, g, bf16)
-#define HA_UPDATE_G(name, RULE, P, p)                 \
-    HA_UPDATE_S(name, RULE, P, float, p, f32)         \
-    HA_UPDATE_S(name, RULE, P, ha_f16, p, f16)        \
-    HA_UPDATE_S(name, RULE, P, ha_bf16, p, bf16)
-#define HA_UPDATE_ALL(name, RULE)                 \
-    HA_UPDATE_G(name, RULE, float, f32)           \
-    HA_UPDATE_G(name, RULE, ha_f16, f16)          \
-    HA_UPDATE_G(name, RULE, ha_bf16, bf16)
-
+// ha_check_{g}: the finite check of gradients of type G.
 #define HA_CHECK(G, g)                                                                                          \
     extern "C" __global__ void ha_check_##g(const HaTensor* tensors, const HaBlock* blocks, float inv, HaStatus* status) { \
         ha_check<G>(tensors, blocks, inv, status);                                                              \
     }
+// ha_home_pre_{g}_{s}: the HomeAdam first pass over gradients G and state S.
 #define HA_PRE(G, S, g, s)                                                                                    \
     extern "C" __global__ void ha_home_pre_##g##_##s(HaTensor* tensors, const HaBlock* blocks, HaScalars sc,  \
                                                      HaStatus* status) {                                      \
         ha_home_pre<G, S>(tensors, blocks, sc, status);                                                       \
     }
+
+#endif

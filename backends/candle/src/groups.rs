@@ -1,5 +1,8 @@
 //! Parameter groups: which variables are decayed and their learning-rate multipliers.
 
+use candle_core::{bail, Result};
+use homeadam_core::Group;
+
 /// Whether a variable is exempt from weight decay: biases and normalisation parameters, as is
 /// usual for AdamW-style training (decaying a norm's scale or a bias only shifts the function).
 ///
@@ -25,11 +28,30 @@ pub fn is_no_decay(name: &str, rank: usize) -> bool {
 
 /// The learning-rate multiplier of a variable: the first rule whose prefix starts its name,
 /// else 1.
-pub(crate) fn lr_multiplier(name: &str, rules: &[(String, f64)]) -> f64 {
+fn lr_multiplier(name: &str, rules: &[(String, f64)]) -> f64 {
     rules
         .iter()
         .find(|(prefix, _)| name.starts_with(prefix.as_str()))
         .map_or(1.0, |&(_, m)| m)
+}
+
+/// Refuses a multiplier that is not finite and ≥ 0.
+pub(crate) fn check_multipliers(rules: &[(String, f64)]) -> Result<()> {
+    for (prefix, m) in rules {
+        if !(m.is_finite() && *m >= 0.0) {
+            bail!("homeadam: lr multiplier {m} for {prefix:?}: expected a finite value >= 0");
+        }
+    }
+    Ok(())
+}
+
+/// The core parameter group of a variable: its learning-rate multiplier, and decay unless
+/// [`is_no_decay`] exempts it (and `decay_all` is off).
+pub(crate) fn group(name: &str, rank: usize, decay_all: bool, rules: &[(String, f64)]) -> Group {
+    Group {
+        lr_scale: lr_multiplier(name, rules),
+        decay: decay_all || !is_no_decay(name, rank),
+    }
 }
 
 #[cfg(test)]
@@ -69,5 +91,12 @@ mod tests {
         assert_eq!(lr_multiplier("head.weight", &rules), 10.0);
         assert_eq!(lr_multiplier("body.weight", &rules), 0.5);
         assert_eq!(lr_multiplier("body.weight", &[]), 1.0);
+        let g = group("head.weight", 2, false, &rules);
+        assert_eq!((g.lr_scale, g.decay), (10.0, true));
+        assert!(!group("head.bias", 1, false, &rules).decay);
+        assert!(group("head.bias", 1, true, &rules).decay);
+        assert!(check_multipliers(&rules).is_ok());
+        assert!(check_multipliers(&[("x".into(), f64::NAN)]).is_err());
+        assert!(check_multipliers(&[("x".into(), -1.0)]).is_err());
     }
 }

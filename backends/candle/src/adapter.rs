@@ -1,0 +1,409 @@
+//! [`VarOptimizer`]: candle `Var`s stepped in place by `homeadam-core`.
+
+use candle_core::backprop::GradStore;
+use candle_core::{bail, DType, Result, Tensor, Var};
+use candle_nn::VarMap;
+use homeadam_core::{bf16, f16, Config, Dtype, Group, Optimizer, Step, StepReport, Storage, TensorAux};
+
+use super::clip::{check_max_norm, clip_scale};
+use super::groups::{check_multipliers, group};
+use super::lend::{check_distinct, grad_sum_squares, with_slices, Visit};
+use super::schedule::Schedule;
+
+/// Everything [`VarOptimizer`] needs besides the variables.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OptimConfig {
+    /// The rule and its hyper-parameters; `core.lr` is the base rate η₀ and `core.weight_decay`
+    /// the λ of decayed variables.
+    pub core: Config,
+    /// Storage of the optimizer state (f32, bf16; f16 only with `core.allow_f16_state`).
+    pub state_dtype: Dtype,
+    /// Decay every variable; by default biases and normalisation parameters are not decayed
+    /// (see [`crate::is_no_decay`]).
+    pub decay_all: bool,
+    /// Learning-rate multipliers: `(name prefix, factor)`, the first matching prefix wins.
+    pub lr_multipliers: Vec<(String, f64)>,
+    /// c of global-norm clipping (see [`crate::clip_grad_norm`]); `None`: no clipping.
+    pub max_grad_norm: Option<f64>,
+    /// η as a function of the schedule position.
+    pub schedule: Schedule,
+}
+
+impl OptimConfig {
+    /// `core` with f32 state, the default decay exemptions, no clipping, a constant rate.
+    pub fn new(core: Config) -> Self {
+        OptimConfig {
+            core,
+            state_dtype: Dtype::F32,
+            decay_all: false,
+            lr_multipliers: Vec::new(),
+            max_grad_norm: None,
+            schedule: Schedule::Constant,
+        }
+    }
+}
+
+/// What one step did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepOutcome {
+    /// The core's report, over every variable that had a gradient.
+    pub report: StepReport,
+    /// ‖g‖₂ before clipping, when clipping is on.
+    pub grad_norm: Option<f64>,
+    /// Parameters of the variables that had a gradient.
+    pub elements: u64,
+}
+
+impl StepOutcome {
+    /// The share of the stepped parameters that took the home (SGDM) branch of HomeAdam(W)
+    /// (0 for a skipped step and for other rules).
+    pub fn home_share(&self) -> f64 {
+        self.report.home_elements as f64 / self.elements.max(1) as f64
+    }
+}
+
+/// A variable and what the adapter knows of it.
+#[derive(Clone, Debug)]
+pub(crate) struct Param {
+    pub(crate) name: String,
+    pub(crate) var: Var,
+    pub(crate) group: Group,
+}
+
+/// Per-variable optimizer state in the chosen storage type.
+#[derive(Clone, Debug)]
+pub(crate) enum States {
+    F32(Vec<Vec<f32>>),
+    BF16(Vec<Vec<bf16>>),
+    F16(Vec<Vec<f16>>),
+}
+
+/// An optimizer over candle `Var`s on the CPU that updates them in place with
+/// `homeadam-core`: every rule of [`homeadam_core::ALL_RULES`].
+///
+/// A step is one core step over every variable that has a gradient, in the order the
+/// variables were given ([`Optimizer::begin`], [`Step::check`] of each variable, then
+/// [`Step::update`] of each), so it gives the same bits as [`homeadam_core::Optimizer::step`]
+/// on the same numbers: one step counter, one finite check, the global HomeAdam switch decides
+/// on ρ_t = min v̂_t over the whole model, SWATS switches once for the model, stochastic
+/// rounding is keyed by the tensor's position among them. Variables without a gradient
+/// (BatchNorm running statistics) are neither updated nor decayed; variables with no elements
+/// are left out. Variables may be f32, bf16 or f16, mixed in one model.
+///
+/// Parameter groups: each variable steps in its [`homeadam_core::Group`]: η times its
+/// learning-rate multiplier, and λ = 0 for the variables exempt from decay.
+pub struct VarOptimizer {
+    pub(crate) params: Vec<Param>,
+    pub(crate) opt: Optimizer,
+    pub(crate) states: States,
+    pub(crate) aux: Vec<TensorAux>,
+    config: OptimConfig,
+    pub(crate) base_lr: f64,
+    pub(crate) position: u64,
+    /// Why the last [`candle_nn::Optimizer::set_learning_rate`] was refused; steps fail until
+    /// a valid rate is set.
+    pub(crate) refused_lr: Option<String>,
+    last: Option<StepOutcome>,
+}
+
+fn core_err(e: homeadam_core::Error) -> candle_core::Error {
+    candle_core::Error::Msg(format!("homeadam: {e}"))
+}
+
+fn fresh_states(dtype: Dtype, sizes: impl Iterator<Item = usize>) -> States {
+    match dtype {
+        Dtype::F32 => States::F32(sizes.map(|n| vec![0.0; n]).collect()),
+        Dtype::BF16 => States::BF16(sizes.map(|n| vec![bf16::ZERO; n]).collect()),
+        Dtype::F16 => States::F16(sizes.map(|n| vec![f16::ZERO; n]).collect()),
+    }
+}
+
+impl VarOptimizer {
+    /// Named variables, stepped in the given order (the order fixes stochastic-rounding keys
+    /// and the checkpoint layout: give the same order when resuming).
+    pub fn from_named(vars: Vec<(String, Var)>, config: OptimConfig) -> Result<Self> {
+        config.core.validate().map_err(core_err)?;
+        config
+            .core
+            .check_state_dtype(config.state_dtype)
+            .map_err(core_err)?;
+        config.schedule.validate().map_err(candle_core::Error::Msg)?;
+        if let Some(c) = config.max_grad_norm {
+            check_max_norm(c)?;
+        }
+        check_multipliers(&config.lr_multipliers)?;
+        let mut seen = std::collections::HashSet::new();
+        let mut params = Vec::with_capacity(vars.len());
+        for (name, var) in vars.into_iter().filter(|(_, v)| v.elem_count() > 0) {
+            if !matches!(var.dtype(), DType::F32 | DType::BF16 | DType::F16) {
+                bail!(
+                    "homeadam: {name} has dtype {:?}: expected f32, bf16 or f16",
+                    var.dtype()
+                );
+            }
+            if !var.device().is_cpu() {
+                bail!(
+                    "homeadam: {name} is on {:?}; this adapter steps CPU tensors",
+                    var.device()
+                );
+            }
+            if !seen.insert(var.id()) {
+                bail!("homeadam: variable {name} is given twice");
+            }
+            let group = group(&name, var.rank(), config.decay_all, &config.lr_multipliers);
+            params.push(Param { name, var, group });
+        }
+        let slots = config.core.state_slots();
+        let states = fresh_states(
+            config.state_dtype,
+            params.iter().map(|p| slots * p.var.elem_count()),
+        );
+        let mut opt = VarOptimizer {
+            aux: vec![TensorAux::default(); params.len()],
+            params,
+            opt: Optimizer::new(config.core).map_err(core_err)?,
+            states,
+            base_lr: config.core.lr,
+            config,
+            position: 0,
+            refused_lr: None,
+            last: None,
+        };
+        opt.apply_lr()?;
+        Ok(opt)
+    }
+
+    /// Every variable of `varmap`, sorted by name, so that the order (and so checkpoints and
+    /// rounding keys) does not depend on the map's iteration order, which changes from process
+    /// to process.
+    pub fn from_varmap(varmap: &VarMap, config: OptimConfig) -> Result<Self> {
+        let mut vars: Vec<(String, Var)> = match varmap.data().lock() {
+            Ok(data) => data.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Err(_) => bail!("homeadam: the VarMap's lock is poisoned"),
+        };
+        vars.sort_by(|a, b| a.0.cmp(&b.0));
+        Self::from_named(vars, config)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &OptimConfig {
+        &self.config
+    }
+
+    /// The variable names, in stepping order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.params.iter().map(|p| p.name.as_str())
+    }
+
+    /// Steps taken (t of the last step; skipped steps do not count).
+    pub fn step_count(&self) -> u64 {
+        self.opt.step_count()
+    }
+
+    /// What the last step did (`None` before the first); also after
+    /// [`candle_nn::Optimizer::backward_step`], which returns nothing.
+    pub fn last_report(&self) -> Option<StepOutcome> {
+        self.last
+    }
+
+    /// The current rate η = schedule(η₀, position) (before group multipliers).
+    pub fn current_lr(&self) -> f64 {
+        self.config.schedule.lr(self.base_lr, self.position)
+    }
+
+    /// Sets η₀ and applies schedule(η₀, position); refused like a bad config (η₀ not finite
+    /// and ≥ 0, or ηλ ≥ 1 for decoupled decay in some variable's group), leaving everything
+    /// unchanged.
+    pub fn try_set_learning_rate(&mut self, base_lr: f64) -> Result<()> {
+        if let Some(why) = self.refuse_rate(base_lr) {
+            bail!("homeadam: {why}");
+        }
+        self.base_lr = base_lr;
+        self.refused_lr = None;
+        self.apply_lr()
+    }
+
+    /// The schedule position k.
+    pub fn schedule_position(&self) -> u64 {
+        self.position
+    }
+
+    /// Advances the schedule by one position (call it once per step or once per epoch, as the
+    /// schedule is meant) and applies the new η; returns it.
+    pub fn advance_schedule(&mut self) -> Result<f64> {
+        self.position = self.position.saturating_add(1);
+        if let Err(e) = self.apply_lr() {
+            self.position -= 1;
+            return Err(e);
+        }
+        Ok(self.current_lr())
+    }
+
+    /// Why η₀ = `base_lr` cannot be used at the current position, if it cannot: η =
+    /// schedule(η₀, position) is checked in every variable's group (the core checks a group
+    /// only when a step reaches it).
+    fn refuse_rate(&self, base_lr: f64) -> Option<String> {
+        if !(base_lr.is_finite() && base_lr >= 0.0) {
+            return Some(format!("learning rate {base_lr}: expected a finite value >= 0"));
+        }
+        let mut config = *self.opt.config();
+        config.lr = self.config.schedule.lr(base_lr, self.position);
+        if let Err(e) = config.validate() {
+            return Some(e.to_string());
+        }
+        self.params.iter().find_map(|p| {
+            let e = config.for_group(p.group).validate().err()?;
+            Some(format!("{} (lr × {}): {e}", p.name, p.group.lr_scale))
+        })
+    }
+
+    /// Gives η = schedule(η₀, position) to the core, unless refused.
+    pub(crate) fn apply_lr(&mut self) -> Result<()> {
+        if let Some(why) = self.refuse_rate(self.base_lr) {
+            bail!("homeadam: {why}");
+        }
+        self.opt.set_lr(self.current_lr()).map_err(core_err)
+    }
+
+    /// One step with the gradients in `grads`; variables without a gradient are left alone.
+    pub fn step_with_report(&mut self, grads: &GradStore) -> Result<StepOutcome> {
+        if let Some(refused) = &self.refused_lr {
+            bail!("homeadam: {refused}; no step until a valid rate is set");
+        }
+        let mut active = Vec::with_capacity(self.params.len());
+        for (k, p) in self.params.iter().enumerate() {
+            let Some(g) = grads.get(&p.var) else { continue };
+            if g.shape() != p.var.shape() || g.dtype() != p.var.dtype() {
+                bail!(
+                    "homeadam: the gradient of {} is {:?} {:?}, the variable {:?} {:?}",
+                    p.name,
+                    g.dtype(),
+                    g.shape(),
+                    p.var.dtype(),
+                    p.var.shape()
+                );
+            }
+            active.push((k, g.contiguous()?));
+        }
+        let params = &self.params;
+        check_distinct(
+            active
+                .iter()
+                .map(|(k, g)| (params[*k].name.as_str(), &params[*k].var, g)),
+        )?;
+        let grad_norm = match self.config.max_grad_norm {
+            Some(_) => {
+                let mut sum = 0.0;
+                for (_, g) in &active {
+                    sum += grad_sum_squares(g, "a gradient")?;
+                }
+                Some(sum.sqrt())
+            }
+            None => None,
+        };
+        let grad_scale = match (self.config.max_grad_norm, grad_norm) {
+            (Some(c), Some(norm)) => clip_scale(norm, c),
+            _ => 1.0,
+        };
+        let (opt, aux) = (&mut self.opt, &mut self.aux);
+        let report = match &mut self.states {
+            States::F32(s) => step_all(opt, params, &active, s, aux, grad_scale),
+            States::BF16(s) => step_all(opt, params, &active, s, aux, grad_scale),
+            States::F16(s) => step_all(opt, params, &active, s, aux, grad_scale),
+        }?;
+        let elements = active
+            .iter()
+            .map(|(k, _)| params[*k].var.elem_count() as u64)
+            .sum();
+        let outcome = StepOutcome {
+            report,
+            grad_norm,
+            elements,
+        };
+        self.last = Some(outcome);
+        Ok(outcome)
+    }
+}
+
+/// One core step over the variables `active` (index, contiguous gradient): every variable is
+/// checked, then every variable is updated, each lent by candle on its own.
+fn step_all<S: Storage>(
+    opt: &mut Optimizer,
+    params: &[Param],
+    active: &[(usize, Tensor)],
+    states: &mut [Vec<S>],
+    aux: &mut [TensorAux],
+    grad_scale: f64,
+) -> Result<StepReport> {
+    let mut step = opt.begin(grad_scale).map_err(core_err)?;
+    for update in [false, true] {
+        for (k, grad) in active {
+            let p = &params[*k];
+            let mut phase = Phase {
+                step: &mut step,
+                update,
+                state: &mut states[*k],
+                aux: &mut aux[*k],
+                group: p.group,
+                name: &p.name,
+            };
+            with_slices(&p.var, grad, &mut phase)?;
+        }
+    }
+    step.finish().map_err(core_err)
+}
+
+/// One variable's part of a step: [`Step::check`] or [`Step::update`].
+struct Phase<'a, 'o, S> {
+    step: &'a mut Step<'o>,
+    update: bool,
+    state: &'a mut [S],
+    aux: &'a mut TensorAux,
+    group: Group,
+    name: &'a str,
+}
+
+impl<S: Storage> Visit for Phase<'_, '_, S> {
+    fn visit<P: Storage>(&mut self, param: &mut [P], grad: &[P]) -> Result<()> {
+        let tensor = homeadam_core::Tensor::new(param, grad, self.state, self.aux).in_group(self.group);
+        let done = if self.update {
+            self.step.update(&mut [tensor])
+        } else {
+            self.step.check(&mut [tensor])
+        };
+        done.map_err(|e| candle_core::Error::Msg(format!("homeadam: {}: {e}", self.name)))
+    }
+}
+
+impl candle_nn::Optimizer for VarOptimizer {
+    type Config = OptimConfig;
+
+    /// Unnamed variables: the decay exemption falls back to rank ≤ 1. Note that
+    /// `VarMap::all_vars()` comes in a per-process random order; use
+    /// [`VarOptimizer::from_varmap`] when checkpoints must be resumed.
+    fn new(vars: Vec<Var>, config: OptimConfig) -> Result<Self> {
+        let named = vars.into_iter().enumerate().map(|(k, v)| (k.to_string(), v));
+        Self::from_named(named.collect(), config)
+    }
+
+    /// [`VarOptimizer::step_with_report`]; its outcome is kept for
+    /// [`VarOptimizer::last_report`].
+    fn step(&mut self, grads: &GradStore) -> Result<()> {
+        self.step_with_report(grads).map(|_| ())
+    }
+
+    /// η = schedule(η₀, position).
+    fn learning_rate(&self) -> f64 {
+        self.current_lr()
+    }
+
+    /// Sets η₀ as [`VarOptimizer::try_set_learning_rate`] does. The trait's setter cannot
+    /// return an error: an invalid rate (negative, not finite, or ηλ ≥ 1) leaves η unchanged
+    /// and every later step fails, naming the refused rate, until a valid rate is set.
+    fn set_learning_rate(&mut self, lr: f64) {
+        self.refused_lr = match self.refuse_rate(lr) {
+            Some(why) => Some(format!("set_learning_rate({lr}) was refused ({why})")),
+            None => self.try_set_learning_rate(lr).err().map(|e| e.to_string()),
+        };
+    }
+}

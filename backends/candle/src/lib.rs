@@ -1,0 +1,20 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+mod adapter;
+mod clip;
+mod groups;
+mod lend;
+mod schedule;
+mod state;
+#[cfg(test)]
+mod tests;
+
+pub use adapter::{OptimConfig, StepOutcome, VarOptimizer};
+pub use clip::{clip_grad_norm, global_grad_norm};
+pub use groups::is_no_decay;
+pub use schedule::Schedule;
+
+/// The core crate, re-exported: [`homeadam_core::Config`], [`homeadam_core::Rule`] and the
+/// other types a configuration names.
+pub use homeadam_core as core;

@@ -1,0 +1,110 @@
+//! Checkpoints of a [`CudaOptimizer`]: the core's byte format, read from and written to the
+//! device state.
+
+use homeadam_core::{bf16, f16, Dtype, SliceSink, Storage, TensorAux, TensorState, TensorStateMut};
+
+use crate::{CudaOptimizer, Error};
+
+impl CudaOptimizer {
+    /// The optimizer state in the core's checkpoint format
+    /// ([`homeadam_core::Optimizer::save_state`]), copied from the device.
+    pub fn save_state(&self) -> Result<Vec<u8>, Error> {
+        match self.dtypes.state {
+            Dtype::F32 => self.save_typed::<f32>(),
+            Dtype::F16 => self.save_typed::<f16>(),
+            Dtype::BF16 => self.save_typed::<bf16>(),
+        }
+    }
+
+    fn save_typed<S: Storage>(&self) -> Result<Vec<u8>, Error> {
+        let host = self.state_to_host::<S>()?;
+        let aux = TensorAux::default();
+        let views: Vec<TensorState<'_, S>> = host
+            .iter()
+            .zip(&self.tensors)
+            .map(|(state, t)| TensorState {
+                numel: t.numel,
+                state,
+                aux: &aux,
+            })
+            .collect();
+        self.save_state_with(&views)
+    }
+
+    /// Saves state the caller reads itself (e.g. mapped host memory on Jetson), after the
+    /// stream has finished.
+    pub fn save_state_with<S: Storage>(&self, tensors: &[TensorState<'_, S>]) -> Result<Vec<u8>, Error> {
+        self.device.stream.synchronize()?;
+        let mut bytes = vec![0u8; self.core.state_bytes(tensors.iter().map(|t| t.numel), S::DTYPE)];
+        self.core.save_state(tensors, &mut SliceSink::new(&mut bytes))?;
+        Ok(bytes)
+    }
+
+    /// Loads state saved by [`CudaOptimizer::save_state`] (or any backend's
+    /// [`homeadam_core::Optimizer::save_state`]) into the device state. Nothing changes on a
+    /// refused checkpoint.
+    pub fn load_state(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        match self.dtypes.state {
+            Dtype::F32 => self.load_typed::<f32>(bytes),
+            Dtype::F16 => self.load_typed::<f16>(bytes),
+            Dtype::BF16 => self.load_typed::<bf16>(bytes),
+        }
+    }
+
+    fn load_typed<S: Storage>(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let slots = self.core.config().state_slots();
+        let mut host: Vec<Vec<S>> = self
+            .tensors
+            .iter()
+            .map(|t| vec![S::default(); slots * t.numel])
+            .collect();
+        let mut aux = vec![TensorAux::default(); host.len()];
+        let mut views: Vec<TensorStateMut<'_, S>> = host
+            .iter_mut()
+            .zip(aux.iter_mut())
+            .zip(&self.tensors)
+            .map(|((state, aux), t)| TensorStateMut {
+                numel: t.numel,
+                state,
+                aux,
+            })
+            .collect();
+        let mut core = self.core.clone();
+        core.load_state(bytes, &mut views)?;
+        self.device.stream.synchronize()?;
+        for (t, state) in self.tensors.iter().zip(&host).filter(|(_, s)| !s.is_empty()) {
+            // SAFETY: `t.state` holds `slots · numel` elements of S (the contract of `new`).
+            unsafe { cudarc::driver::result::memcpy_htod_sync(t.state, state) }?;
+        }
+        self.core = core;
+        Ok(())
+    }
+
+    /// Loads state into memory the caller writes itself (e.g. mapped host memory on Jetson),
+    /// after the stream has finished; the step counter is restored from `bytes`.
+    pub fn load_state_with<S: Storage>(
+        &mut self,
+        bytes: &[u8],
+        tensors: &mut [TensorStateMut<'_, S>],
+    ) -> Result<(), Error> {
+        self.device.stream.synchronize()?;
+        Ok(self.core.load_state(bytes, tensors)?)
+    }
+
+    fn state_to_host<S: Storage>(&self) -> Result<Vec<Vec<S>>, Error> {
+        self.device.stream.synchronize()?;
+        let slots = self.core.config().state_slots();
+        self.tensors
+            .iter()
+            .map(|t| {
+                let mut host = vec![S::default(); slots * t.numel];
+                if !host.is_empty() {
+                    // SAFETY: `t.state` holds `slots · numel` elements of S (the contract of
+                    // `new`).
+                    unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, t.state) }?;
+                }
+                Ok(host)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,30 @@
+//! What backend authors need to reproduce a step bit for bit (CUDA, MCU, other learners):
+//! the per-step scalars, the HomeAdam first pass and test, the keys of stochastic rounding,
+//! the square root and the checksum the core uses, and [`Outcome`] for
+//! [`crate::Step::finish_external`]. A training loop needs none of it.
+
+use crate::kernel;
+use crate::rules::homeadam::{branch, Home};
+use crate::storage::Storage;
+
+pub use crate::crc32::Crc32;
+pub use crate::math::sqrt;
+pub use crate::optimizer::Outcome;
+pub use crate::rounding::{mix64, stochastic_bits, tensor_key};
+pub use crate::scalars::{powi_by_squaring, StepScalars};
+
+/// The home (SGDM) branch is taken unless v̂ ≥ τ; a NaN v̂ (a non-finite gradient applied under
+/// `FiniteCheck::Trust`) goes home rather than dividing by it.
+#[inline(always)]
+pub fn goes_home(v_hat: f32, tau: f32) -> bool {
+    v_hat < tau || v_hat.is_nan()
+}
+
+/// The global and per-layer rules' first pass over one tensor, exactly as the step computes it:
+/// min_j v_t,j with v_t,j = β2 v_{t−1},j + (1 − β2) g_j² (g unscaled by `s.inv_grad_scale`), and
+/// whether every unscaled g is finite. ρ_t is that min / bc2 ([`goes_home`] decides on it).
+/// A backend that runs its own first pass (CUDA) is tested against this one.
+pub fn home_first_pass<G: Storage, S: Storage>(grad: &[G], v: &[S], s: &StepScalars) -> (f32, bool) {
+    let home = Home::<{ branch::PER_ELEMENT }>::new(s);
+    kernel::min_new_second_moment(grad, v, s.inv_grad_scale, |v, g| home.second_moment(v, g))
+}

@@ -1,0 +1,104 @@
+//! The fast path equals the scalar reference bit for bit at sizes that cross the fast path's
+//! 256-element chunk and the vector tails (every size class from 1 to 2,000, and one tensor of
+//! 100,003 elements in release builds), for every rule × storage × rounding, with tensors in
+//! several parameter groups.
+
+#[macro_use]
+mod common;
+
+use common::{configs, Model};
+use homeadam_core::backend::mix64;
+use homeadam_core::{bf16, f16, Group, Optimizer, Rounding, Storage};
+
+/// Sizes around every power of two up to the chunk's multiples, and the range's ends.
+const SIZES: [usize; 33] = [
+    1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 512, 513,
+    767, 1000, 1023, 1024, 1025, 1999, 2000,
+];
+
+/// One tensor crossing many chunks; a debug build (no vectorization, 30× slower) skips it.
+const LARGE: usize = 100_003;
+
+/// A deterministic value of every magnitude class the rules meet: ordinary, small, tiny
+/// (denormal), huge (g² overflows) and zero.
+fn value(seed: u64, i: u64) -> f32 {
+    let z = mix64(seed ^ mix64(i));
+    let u = (z >> 40) as f32 / 16_777_216.0 * 2.0 - 1.0;
+    match z & 15 {
+        0 => 0.0,
+        1 => u * 1e-38,
+        2 => u * 1e18,
+        3..=6 => u * 1e-3,
+        7 => u * 1e-7,
+        _ => u,
+    }
+}
+
+fn sizes() -> Vec<usize> {
+    let mut sizes = SIZES.to_vec();
+    if !cfg!(debug_assertions) {
+        sizes.push(LARGE);
+    }
+    sizes
+}
+
+fn tensors(seed: u64) -> Vec<Vec<f32>> {
+    sizes()
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| (0..n).map(|i| value(seed ^ k as u64, i as u64)).collect())
+        .collect()
+}
+
+/// Tensor k's group: the default, a scaled rate, or no decay.
+fn group(k: usize) -> Group {
+    match k % 3 {
+        0 => Group::DEFAULT,
+        1 => Group {
+            lr_scale: 0.5,
+            decay: true,
+        },
+        _ => Group::NO_DECAY,
+    }
+}
+
+fn same<P: Storage, G: Storage, S: Storage>() {
+    let params = tensors(1);
+    for mut config in configs() {
+        for rounding in [Rounding::Nearest, Rounding::Stochastic] {
+            config.rounding = rounding;
+            config.seed = 7;
+            let mut fast_opt = Optimizer::new(config).unwrap();
+            let mut ref_opt = fast_opt.clone();
+            let mut fast = Model::<P, G, S>::new(&fast_opt, &params);
+            fast.groups = (0..params.len()).map(group).collect();
+            let mut reference = fast.clone();
+            for t in 2..5u64 {
+                let grads = tensors(t);
+                fast.set_grads(&grads);
+                reference.set_grads(&grads);
+                let a = fast.step(&mut fast_opt, 1.0, false).unwrap();
+                let b = reference.step(&mut ref_opt, 1.0, true).unwrap();
+                let what = format!("{} {rounding:?} step {t}", config.name());
+                assert_eq!(format!("{a:?}"), format!("{b:?}"), "report, {what}");
+                assert!(fast.param_bits() == reference.param_bits(), "params, {what}");
+                assert!(fast.state_bits() == reference.state_bits(), "state, {what}");
+                assert_eq!(fast.aux_bits(), reference.aux_bits(), "aux, {what}");
+                assert_eq!(fast_opt, ref_opt, "{what}");
+            }
+        }
+    }
+}
+
+macro_rules! combos {
+    ($($name:ident: $p:ty, $g:ty, $s:ty;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                same::<$p, $g, $s>();
+            }
+        )*
+    };
+}
+
+every_storage!(combos);

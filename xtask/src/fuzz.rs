@@ -1,0 +1,205 @@
+//! Fuzzing (cargo-fuzz, nightly): one target per untrusted input, in `fuzz/`.
+//!
+//! - `checkpoint`: bytes → `Optimizer::load_state` (saving what loaded gives the same bytes);
+//! - `step`: any config and slices → `Optimizer::step`, equal to `step_reference`;
+//! - `replay_config`, `replay_safetensors`: the two files of `homeadam replay`.
+//!
+//! Each target runs for a fixed time with a fixed libFuzzer seed; the build keeps debug
+//! assertions and overflow checks on (cargo-fuzz's default). The seeds are generated first
+//! (`fuzz/seeds`: checkpoints saved by the core, the golden cases' files) into
+//! `fuzz/target/seeds`. A crash stops its target and leaves the input in
+//! `fuzz/artifacts/<target>/`; the run fails after every target had its turn.
+
+use std::fs::{self, File};
+use std::process::{exit, Command, Stdio};
+use std::time::Instant;
+
+use crate::run;
+
+/// Cargo's arguments that select the fuzz workspace's packages (for fmt and clippy).
+pub(crate) const PACKAGES: &[&str] = &[
+    "--manifest-path",
+    "fuzz/Cargo.toml",
+    "-p",
+    "homeadam-fuzz",
+    "-p",
+    "homeadam-fuzz-seeds",
+];
+/// The fuzz targets, in the order they run.
+const TARGETS: [&str; 4] = ["checkpoint", "step", "replay_config", "replay_safetensors"];
+const SEEDS: &str = "fuzz/target/seeds";
+const LOGS: &str = "fuzz/target/logs";
+/// libFuzzer's seed: the same mutations on every run from the same corpus.
+const SEED: &str = "-seed=1";
+
+/// Installs the nightly toolchain and cargo-fuzz when missing (not updated: a new nightly
+/// would rebuild every fuzz dependency).
+pub(crate) fn setup() {
+    if !succeeds("rustup", &["run", "nightly", "rustc", "--version"]) {
+        run(
+            "nightly toolchain",
+            "rustup",
+            &["toolchain", "install", "nightly", "--profile", "minimal"],
+        );
+    }
+    if !succeeds("cargo", &["fuzz", "--version"]) {
+        run("cargo-fuzz", "cargo", &["install", "cargo-fuzz", "--locked"]);
+    }
+}
+
+fn succeeds(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `cargo xtask fuzz [SECONDS]`: every target for SECONDS (default 60), on its corpus
+/// `fuzz/corpus/<target>`, which grows from run to run, and the seeds.
+pub(crate) fn fuzz(seconds: u64) {
+    fuzz_all(seconds, |target| {
+        let corpus = format!("fuzz/corpus/{target}");
+        create_dir(&corpus);
+        corpus
+    });
+}
+
+/// The short pass of `cargo xtask test`: every target for `seconds`, from the seeds alone (a
+/// fresh corpus each time, so that every run fuzzes the same way but for timing).
+pub(crate) fn test(seconds: u64) {
+    fuzz_all(seconds, |target| {
+        let corpus = format!("fuzz/target/corpus-test/{target}");
+        let _ = fs::remove_dir_all(&corpus);
+        create_dir(&corpus);
+        corpus
+    });
+}
+
+fn create_dir(dir: &str) {
+    fs::create_dir_all(dir).unwrap_or_else(|e| {
+        eprintln!("xtask: cannot create {dir}: {e}");
+        exit(1)
+    });
+}
+
+/// What one target's run did.
+struct Outcome {
+    target: &'static str,
+    executions: u64,
+    per_second: u64,
+    crashed: bool,
+}
+
+fn fuzz_all(seconds: u64, corpus: impl Fn(&str) -> String) {
+    let start = Instant::now();
+    setup();
+    run(
+        "fuzz seeds",
+        "cargo",
+        &[
+            "+nightly",
+            "run",
+            "--quiet",
+            "--manifest-path",
+            "fuzz/Cargo.toml",
+            "-p",
+            "homeadam-fuzz-seeds",
+            "--",
+            SEEDS,
+        ],
+    );
+    // No sanitizer: the targets run safe code (the core's only unsafe calls are an AVX2 entry
+    // and an FPU instruction), and AddressSanitizer would halve the executions.
+    run(
+        "fuzz build",
+        "cargo",
+        &["+nightly", "fuzz", "build", "-s", "none"],
+    );
+    create_dir(LOGS);
+    let outcomes: Vec<Outcome> = TARGETS
+        .iter()
+        .map(|target| fuzz_target(target, &corpus(target), seconds))
+        .collect();
+    println!(
+        "\nxtask: fuzz, {seconds} s per target ({:.0} s in all):",
+        start.elapsed().as_secs_f64()
+    );
+    for o in &outcomes {
+        println!(
+            "  {:<20} {:>11} executions {:>7} exec/s  {}",
+            o.target,
+            o.executions,
+            o.per_second,
+            if o.crashed { "CRASH" } else { "ok" }
+        );
+    }
+    if outcomes.iter().any(|o| o.crashed) {
+        eprintln!("xtask: fuzz found a crash: its input is in fuzz/artifacts/<target>/, its log in {LOGS}/");
+        exit(1);
+    }
+}
+
+/// Runs one target for `seconds`; its libFuzzer log goes to `fuzz/target/logs/<target>.log`.
+fn fuzz_target(target: &'static str, corpus: &str, seconds: u64) -> Outcome {
+    let seeds = format!("{SEEDS}/{target}");
+    let log_path = format!("{LOGS}/{target}.log");
+    let time = format!("-max_total_time={seconds}");
+    let args = [
+        "+nightly",
+        "fuzz",
+        "run",
+        "-s",
+        "none",
+        target,
+        corpus,
+        &seeds,
+        "--",
+        SEED,
+        &time,
+        "-timeout=10",
+        "-rss_limit_mb=2048",
+        "-print_final_stats=1",
+    ];
+    println!("\n== xtask: fuzz {target}: cargo {} > {log_path}", args.join(" "));
+    let log = File::create(&log_path).unwrap_or_else(|e| {
+        eprintln!("xtask: cannot create {log_path}: {e}");
+        exit(1)
+    });
+    let status = Command::new("cargo")
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .stdout(log.try_clone().expect("a log file handle"))
+        .stderr(log)
+        .status()
+        .unwrap_or_else(|e| {
+            eprintln!("xtask: cannot run cargo fuzz: {e}");
+            exit(1)
+        });
+    let text = fs::read_to_string(&log_path).unwrap_or_default();
+    let stat = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let outcome = Outcome {
+        target,
+        executions: stat("stat::number_of_executed_units:"),
+        per_second: stat("stat::average_exec_per_sec:"),
+        crashed: !status.success(),
+    };
+    if outcome.crashed {
+        let lines: Vec<&str> = text.lines().collect();
+        eprintln!("{}", lines[lines.len().saturating_sub(60)..].join("\n"));
+        eprintln!("xtask: fuzz {target} failed ({status})");
+    }
+    println!(
+        "== xtask: fuzz {target}: {} executions, {} exec/s, {}",
+        outcome.executions,
+        outcome.per_second,
+        if outcome.crashed { "CRASH" } else { "ok" }
+    );
+    outcome
+}
