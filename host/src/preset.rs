@@ -1,5 +1,7 @@
 //! Hyper-parameter presets, one JSON file per experiment in `host/presets/`, embedded in the
-//! binary. Each optimizer entry cites the paper's line(s) it comes from in `source`.
+//! binary. Each optimizer entry cites the paper's line(s) it comes from in `source`:
+//! `homeadam.tex:N` is line N of the paper's LaTeX source as distributed by arXiv
+//! (arXiv:2603.02649v1, file `homeadam.tex`).
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,5 @@
 //! Helpers shared by the core's integration tests.
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
 
 use homeadam_core::{
     Config, Group, Optimizer, Rule, StepReport, Storage, Switch, Tensor, TensorAux, ALL_RULES,
