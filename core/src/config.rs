@@ -3,6 +3,7 @@
 use crate::error::Error;
 use crate::rounding::Rounding;
 use crate::storage::Dtype;
+use crate::tensor::Group;
 
 /// Where HomeAdam(W) decides between the srf step and the home (SGDM) step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -275,6 +276,16 @@ impl Config {
             Rule::Sgd if self.momentum != 0.0 => SGDM,
             rule => rule.name(),
         }
+    }
+
+    /// The config a tensor of `group` steps with: η · lr_scale, and λ = 0 without decay.
+    pub fn for_group(&self, group: Group) -> Config {
+        let mut c = *self;
+        c.lr *= group.lr_scale;
+        if !group.decay {
+            c.weight_decay = 0.0;
+        }
+        c
     }
 
     /// Number of state slots (each one element per parameter) the rule keeps.

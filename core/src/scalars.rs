@@ -138,18 +138,6 @@ impl StepScalars {
     }
 }
 
-impl Config {
-    /// The config a tensor of `group` steps with: η · lr_scale, and λ = 0 without decay.
-    pub fn for_group(&self, group: Group) -> Config {
-        let mut c = *self;
-        c.lr *= group.lr_scale;
-        if !group.decay {
-            c.weight_decay = 0.0;
-        }
-        c
-    }
-}
-
 impl StepScalars {
     /// The scalars of step `t` for a tensor of `group`: [`StepScalars::new`] of
     /// [`Config::for_group`] (SWATS's SGD-phase rate scaled as η is).

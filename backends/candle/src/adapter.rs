@@ -122,7 +122,7 @@ impl VarOptimizer {
     /// Named variables, stepped in the given order (the order fixes stochastic-rounding keys
     /// and the checkpoint layout: give the same order when resuming).
     pub fn from_named(vars: Vec<(String, Var)>, config: OptimConfig) -> Result<Self> {
-        config.core.validate().map_err(core_err)?;
+        let core = Optimizer::new(config.core).map_err(core_err)?;
         config
             .core
             .check_state_dtype(config.state_dtype)
@@ -161,7 +161,7 @@ impl VarOptimizer {
         let mut opt = VarOptimizer {
             aux: vec![TensorAux::default(); params.len()],
             params,
-            opt: Optimizer::new(config.core).map_err(core_err)?,
+            opt: core,
             states,
             base_lr: config.core.lr,
             config,

@@ -14,6 +14,7 @@
 //!              1  rank r, then r dimensions of 8 bytes
 //!              8  group learning-rate multiplier (f64 bits)
 //!              1  group decay (0 or 1)
+//! then:
 //!              8  length L, then L bytes in the core's checkpoint format (core/src/checkpoint.rs)
 //!                 with every variable in stepping order
 //! end          4  CRC-32 (IEEE) of every byte before it

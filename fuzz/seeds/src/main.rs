@@ -8,8 +8,7 @@ use std::process::exit;
 
 use homeadam_core::backend::mix64;
 use homeadam_core::{
-    bf16, f16, ByteSink, CheckpointError, Config, Optimizer, Rule, Storage, Tensor, TensorAux, TensorState,
-    ALL_RULES,
+    bf16, f16, Config, Optimizer, Rule, SliceSink, Storage, Tensor, TensorAux, TensorState, ALL_RULES,
 };
 
 /// Tensor sizes of the saved models: an empty tensor between two short ones.
@@ -88,16 +87,6 @@ fn regressions(dir: &Path) -> usize {
     3
 }
 
-/// A growing buffer as a sink.
-struct VecSink(Vec<u8>);
-
-impl ByteSink for VecSink {
-    fn write(&mut self, bytes: &[u8]) -> Result<(), CheckpointError> {
-        self.0.extend_from_slice(bytes);
-        Ok(())
-    }
-}
-
 /// The state of `config` with `S` state after two steps on fixed gradients, saved.
 fn checkpoint<S: Storage>(config: Config) -> Vec<u8> {
     let mut opt = Optimizer::new(config).expect("a rule's defaults are valid");
@@ -130,9 +119,10 @@ fn checkpoint<S: Storage>(config: Config) -> Vec<u8> {
         .zip(&auxes)
         .map(|((&numel, state), aux)| TensorState { numel, state, aux })
         .collect();
-    let mut sink = VecSink(Vec::new());
-    opt.save_state(&saved, &mut sink).expect("a state saves");
-    sink.0
+    let mut bytes = vec![0u8; opt.state_bytes(NUMELS, S::DTYPE)];
+    opt.save_state(&saved, &mut SliceSink::new(&mut bytes))
+        .expect("a state saves");
+    bytes
 }
 
 /// The step target decodes its input with `arbitrary`, whose first byte picks the rule: one
