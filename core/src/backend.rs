@@ -1,7 +1,7 @@
 //! What backend authors need to reproduce a step bit for bit (CUDA, MCU, other learners):
 //! the per-step scalars, the HomeAdam first pass and test, the keys of stochastic rounding,
 //! the square root and the checksum the core uses, and [`Outcome`] for
-//! [`crate::Step::finish_external`]. A training loop needs none of it.
+//! [`crate::Step::finish_external`] ([`SwatsDots`] for SWATS). A training loop needs none of it.
 
 use crate::kernel;
 use crate::rules::homeadam::{branch, Home};
@@ -9,7 +9,7 @@ use crate::storage::Storage;
 
 pub use crate::crc32::Crc32;
 pub use crate::math::sqrt;
-pub use crate::optimizer::Outcome;
+pub use crate::optimizer::{Outcome, SwatsDots};
 pub use crate::rounding::{mix64, stochastic_bits, tensor_key};
 pub use crate::scalars::{powi_by_squaring, StepScalars};
 

@@ -8,6 +8,7 @@
 //! give the same bits (property-tested for every rule × storage combination); a backend that
 //! re-implements a rule (CUDA, MCU) is tested against [`run_reference`] too.
 
+use crate::exact::ExactSum;
 use crate::rounding::ParamStore;
 use crate::storage::Storage;
 use crate::tensor::Tensor;
@@ -54,7 +55,7 @@ pub(crate) trait Kernel: Copy {
 }
 
 /// What a driver reports about one tensor.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct TensorResult {
     /// min of the `RHO_SLOT` slot after the update (+∞ when none).
     pub v_min: f32,
@@ -62,10 +63,10 @@ pub(crate) struct TensorResult {
     pub home: u32,
     /// A non-finite unscaled gradient was seen.
     pub nonfinite: bool,
-    /// Σ step², in index order, in `f64`.
-    pub step_sq: f64,
-    /// Σ step · grad, in index order, in `f64`.
-    pub step_grad: f64,
+    /// Σ step², exactly.
+    pub step_sq: ExactSum,
+    /// Σ step · grad, exactly.
+    pub step_grad: ExactSum,
 }
 
 impl TensorResult {
@@ -74,8 +75,8 @@ impl TensorResult {
             v_min: f32::INFINITY,
             home: 0,
             nonfinite: false,
-            step_sq: 0.0,
-            step_grad: 0.0,
+            step_sq: ExactSum::new(),
+            step_grad: ExactSum::new(),
         }
     }
 }
@@ -114,8 +115,8 @@ pub(crate) fn run_reference<K: Kernel, P: Storage, G: Storage, S: Storage, R: Pa
         }
         result.home += e.home as u32;
         if K::DOTS {
-            result.step_sq += e.step as f64 * e.step as f64;
-            result.step_grad += e.step as f64 * e.grad as f64;
+            result.step_sq.add_square(e.step);
+            result.step_grad.add_product(e.step, e.grad);
         }
     }
     result
@@ -224,8 +225,8 @@ fn run_in_place<K: Kernel>(
             home += e.home as u32;
             nonfinite |= is_nonfinite(gi) as u32;
             if K::DOTS {
-                result.step_sq += e.step as f64 * e.step as f64;
-                result.step_grad += e.step as f64 * e.grad as f64;
+                result.step_sq.add_square(e.step);
+                result.step_grad.add_product(e.step, e.grad);
             }
         }
         result.home += home;
@@ -302,8 +303,8 @@ fn run_staged<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore>(
             home += e.home as u32;
             nonfinite |= is_nonfinite(gv[i]) as u32;
             if K::DOTS {
-                result.step_sq += e.step as f64 * e.step as f64;
-                result.step_grad += e.step as f64 * e.grad as f64;
+                result.step_sq.add_square(e.step);
+                result.step_grad.add_product(e.step, e.grad);
             }
         }
         result.home += home;

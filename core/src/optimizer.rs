@@ -6,6 +6,7 @@
 use crate::backend::{goes_home, home_first_pass};
 use crate::config::{Config, FiniteCheck, Rule, Switch};
 use crate::error::Error;
+use crate::exact::ExactSum;
 use crate::kernel::{self, Kernel, TensorResult};
 use crate::rounding::{tensor_key, NearestStore, Rounding, StochasticStore};
 use crate::rules::adabelief::AdaBelief;
@@ -17,7 +18,7 @@ use crate::rules::srf;
 use crate::rules::swats::{self, SwatsAdam, SwatsSgd};
 use crate::scalars::{powi_by_squaring, StepScalars};
 use crate::storage::Storage;
-use crate::tensor::{Group, StepReport, Tensor};
+use crate::tensor::{Group, StepReport, Tensor, TensorAux};
 
 /// An optimizer: a validated [`Config`] plus the model-wide state (the step counter t and the
 /// SWATS phase). Per-tensor state lives in the caller's slices ([`Tensor::state`]).
@@ -208,6 +209,20 @@ pub struct Outcome {
     pub nonfinite_applied: bool,
 }
 
+/// One tensor's SWATS switch test, for [`Step::finish_external_swats`]: its Λ and group, and
+/// the dot products of its Adam-phase step p (θ_t − θ_{t−1}) with itself and with the
+/// gradient g the step used, summed exactly.
+pub struct SwatsDots<'a> {
+    /// The tensor's Λ ([`TensorAux::swats_lambda`]), updated by the test.
+    pub aux: &'a mut TensorAux,
+    /// The tensor's parameter group.
+    pub group: Group,
+    /// pᵀp.
+    pub step_sq: &'a ExactSum,
+    /// pᵀg.
+    pub step_grad: &'a ExactSum,
+}
+
 impl Step<'_> {
     /// t, the step being taken.
     pub fn t(&self) -> u64 {
@@ -305,16 +320,43 @@ impl Step<'_> {
     }
 
     /// Ends a step whose tensors a backend updated itself, with [`Step::scalars`]: counts it
-    /// unless skipped, and reports it as [`Step::finish`] would. SWATS, whose switch test the
-    /// core computes during its own update, is refused.
+    /// unless skipped, and reports it as [`Step::finish`] would. SWATS in its Adam phase, whose
+    /// switch test needs the step's dot products, finishes with [`Step::finish_external_swats`].
     pub fn finish_external(self, outcome: Outcome) -> Result<StepReport, Error> {
-        if self.opt.config.rule == Rule::Swats {
+        if self.opt.config.rule == Rule::Swats && self.opt.swats_sgd_lr.is_none() {
             return Err(Error::NotForRule {
-                name: "an external update",
+                name: "finish_external in its Adam phase",
                 rule: "swats",
-                hint: "its switch test needs the core's own update",
+                hint: "finish with Step::finish_external_swats and the step's dot products",
             });
         }
+        self.finish_outcome(outcome)
+    }
+
+    /// [`Step::finish_external`] for SWATS: runs the switch test of every tensor of the model,
+    /// in order, on its exact dot products (as the core's own update does; tensors are not
+    /// read in the SGD phase or on a skipped step), and switches the model when one asks.
+    pub fn finish_external_swats(
+        mut self,
+        outcome: Outcome,
+        tensors: &mut [SwatsDots<'_>],
+    ) -> Result<StepReport, Error> {
+        if self.opt.config.rule != Rule::Swats {
+            return Err(Error::NotForRule {
+                name: "SWATS switch test",
+                rule: self.opt.config.name(),
+                hint: "finish with Step::finish_external",
+            });
+        }
+        if !outcome.skipped && self.opt.swats_sgd_lr.is_none() {
+            for t in tensors.iter_mut() {
+                self.swats_test(t.aux, t.group, t.step_sq, t.step_grad);
+            }
+        }
+        self.finish_outcome(outcome)
+    }
+
+    fn finish_outcome(self, outcome: Outcome) -> Result<StepReport, Error> {
         if outcome.skipped {
             return Ok(StepReport::skipped(self.t - 1));
         }
@@ -322,8 +364,30 @@ impl Step<'_> {
         report.rho = outcome.v_min.map(|v| v / self.scalars.bc2);
         report.home_elements = outcome.home_elements;
         report.nonfinite_applied = outcome.nonfinite_applied;
+        if let Some(lr) = self.next_swats_lr {
+            self.opt.swats_sgd_lr = Some(lr);
+            report.swats_switched = true;
+        }
         self.opt.step = self.t;
         Ok(report)
+    }
+
+    /// SWATS's switch test of one tensor after its Adam-phase step.
+    fn swats_test(&mut self, aux: &mut TensorAux, group: Group, step_sq: &ExactSum, step_grad: &ExactSum) {
+        let config = &self.opt.config;
+        let asks = swats::switch_test(
+            &mut aux.swats_lambda,
+            step_sq.to_f64(),
+            step_grad.to_f64(),
+            self.t,
+            config.beta2,
+            self.swats_bc2,
+            config.eps,
+        );
+        // Λ/bc2 estimates the rate of this tensor's steps, η'·lr_scale: the model's SGD phase
+        // runs at η' scaled again per group.
+        let base = asks.map(|lr| lr / group.lr_scale);
+        self.next_swats_lr = base.or(self.next_swats_lr);
     }
 
     /// Lengths, state type and groups of `tensors`, numbered from `first`.
@@ -423,19 +487,7 @@ impl Step<'_> {
             self.report.home_elements += result.home as u64;
             self.report.nonfinite_applied |= result.nonfinite;
             if config.rule == Rule::Swats && !swats_sgd {
-                let asks = swats::switch_test(
-                    &mut tensor.aux.swats_lambda,
-                    result.step_sq,
-                    result.step_grad,
-                    self.t,
-                    config.beta2,
-                    self.swats_bc2,
-                    config.eps,
-                );
-                // Λ/bc2 estimates the rate of this tensor's steps, η'·lr_scale: the model's
-                // SGD phase runs at η' scaled again per group.
-                let base = asks.map(|lr| lr / group.lr_scale);
-                self.next_swats_lr = base.or(self.next_swats_lr);
+                self.swats_test(tensor.aux, group, &result.step_sq, &result.step_grad);
             }
         }
         Ok(())

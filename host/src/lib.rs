@@ -4,6 +4,7 @@
 #![deny(missing_docs)]
 
 pub mod data;
+pub mod device;
 pub mod models;
 pub mod preset;
 pub mod progress;

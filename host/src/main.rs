@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use candle_core::Device;
 use clap::{Args, Parser, Subcommand};
+use homeadam_host::device::DeviceSpec;
 use homeadam_host::preset::ALL_OPTIMIZERS;
 use homeadam_host::train::experiments::{BuildOptions, Experiment};
 use homeadam_host::train::run::RunSettings;
@@ -25,7 +26,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Offline, on the CPU, in minutes: every optimizer trains an MLP on the shipped digits,
+    /// Offline, in minutes on the CPU: every optimizer trains an MLP on the shipped digits,
     /// and three train a small Transformer LM on the shipped WikiText-2 splits; prints the
     /// tables, writes CSVs and figures.
     Quick {
@@ -53,6 +54,8 @@ enum Command {
         /// Seed of initialisation and data order.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        #[command(flatten)]
+        device: DeviceArg,
     },
     /// Train one experiment with one or more optimizers (the paper's Figures 2–5).
     Train(TrainArgs),
@@ -87,6 +90,8 @@ enum Command {
         /// No progress bars.
         #[arg(long)]
         quiet: bool,
+        #[command(flatten)]
+        device: DeviceArg,
     },
     /// Redraw the figures of a run directory from its CSVs and print its summary.
     Plot {
@@ -147,12 +152,30 @@ struct TrainArgs {
     /// Seed of initialisation and data order.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// `cpu` (this build has no CUDA training path).
-    #[arg(long, default_value = "cpu")]
-    device: String,
+    #[command(flatten)]
+    device: DeviceArg,
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
+}
+
+/// `--device`, shared by `train`, `quick` and `stability`.
+#[derive(Args)]
+struct DeviceArg {
+    /// Where models, minibatches, losses and metrics live: `cpu`, `cuda` (CUDA device 0) or
+    /// `cuda:N`. CUDA needs a build with the `cuda` feature: `cargo build --release -p
+    /// homeadam-host --features cuda` with a CUDA toolkit, `cargo xtask build-cuda` without one.
+    #[arg(long, default_value = "cpu")]
+    device: DeviceSpec,
+}
+
+impl DeviceArg {
+    /// Opens the device and says on stdout which one trains.
+    fn open(&self) -> Result<Device> {
+        let device = self.device.open()?;
+        println!("device: {}", homeadam_host::device::name(&device));
+        Ok(device)
+    }
 }
 
 /// A count that must be at least 1.
@@ -181,17 +204,6 @@ fn optimizer_list(spec: &str) -> Result<Vec<String>> {
     Ok(names)
 }
 
-fn device(name: &str) -> Result<Device> {
-    match name {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" => bail!(
-            "--device cuda: the experiment runner trains on the CPU only so far; the CUDA optimizer \
-             kernels (homeadam-cuda) are not yet wired into candle's CUDA backend"
-        ),
-        other => bail!("unknown device {other:?} (known: cpu)"),
-    }
-}
-
 fn print_outcome(title: &str, o: &Outcome) {
     println!("\n{title}\n\n{}", o.table.to_text());
     for f in &o.figures {
@@ -205,13 +217,14 @@ fn quick(
     optimizers: &str,
     lm: Option<(&str, u64, usize)>,
     seed: u64,
+    device: Device,
 ) -> Result<()> {
     let build = BuildOptions {
         seed,
         data_dir: None,
         small: true,
         batch_size: None,
-        device: Device::Cpu,
+        device,
     };
     let digits = ExperimentRun {
         experiment: Experiment::DigitsMlp,
@@ -279,6 +292,7 @@ fn stability(o: &StabilityOptions) -> Result<()> {
 
 fn train(a: TrainArgs) -> Result<()> {
     let experiment = Experiment::from_name(&a.experiment)?;
+    let device = a.device.open()?;
     let run = ExperimentRun {
         experiment,
         optimizers: optimizer_list(&a.optimizers)?,
@@ -298,7 +312,7 @@ fn train(a: TrainArgs) -> Result<()> {
             data_dir: a.data_dir,
             small: a.small,
             batch_size: a.batch_size,
-            device: device(&a.device)?,
+            device,
         },
     };
     print_outcome(experiment.name(), &run_experiment(&run)?);
@@ -317,10 +331,11 @@ fn main() -> ExitCode {
             lm_batches,
             no_lm,
             seed,
-        } => {
+            device,
+        } => device.open().and_then(|device| {
             let lm = (!no_lm).then_some((lm_optimizers.as_str(), lm_epochs, lm_batches));
-            quick(out, epochs, &optimizers, lm, seed)
-        }
+            quick(out, epochs, &optimizers, lm, seed, device)
+        }),
         Command::Train(args) => train(args),
         Command::Stability {
             experiment,
@@ -332,6 +347,7 @@ fn main() -> ExitCode {
             seed,
             out,
             quiet,
+            device,
         } => Experiment::from_name(&experiment).and_then(|experiment| {
             stability(&StabilityOptions {
                 experiment,
@@ -343,6 +359,7 @@ fn main() -> ExitCode {
                 replace,
                 out_dir: out,
                 progress: !quiet,
+                device: device.open()?,
             })
         }),
         Command::Plot { run_dir } => {

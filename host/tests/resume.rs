@@ -1,5 +1,9 @@
 //! A run killed with SIGKILL and continued with `--resume` ends with the same bits as a run
 //! that was never interrupted; a corrupt, foreign or missing checkpoint is a clear error.
+//!
+//! `HOMEADAM_TEST_DEVICE` (e.g. `cuda`) runs every invocation on that device, and
+//! `HOMEADAM_TEST_BIN` names the `homeadam` binary to run (a test binary built on one machine
+//! and run on a GPU machine cannot find its build directory).
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -40,7 +44,8 @@ const SGD: Case = Case {
 };
 
 fn homeadam(case: &Case, out: &Path, extra: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_homeadam"));
+    let bin = std::env::var_os("HOMEADAM_TEST_BIN").unwrap_or(env!("CARGO_BIN_EXE_homeadam").into());
+    let mut c = Command::new(bin);
     c.args([
         "train",
         case.experiment,
@@ -52,6 +57,9 @@ fn homeadam(case: &Case, out: &Path, extra: &[&str]) -> Command {
     .arg("--out")
     .arg(out)
     .args(extra);
+    if let Some(device) = std::env::var_os("HOMEADAM_TEST_DEVICE") {
+        c.arg("--device").arg(device);
+    }
     c
 }
 

@@ -6,11 +6,16 @@
 //! - `cargo xtask bench`: the core's step benchmarks, PyTorch's fused AdamW on the same sizes in
 //!   the same run, and the table of BENCHMARKS.md.
 //! - `cargo xtask fuzz [SECONDS]`: every fuzz target for SECONDS (default 60), see [`fuzz`].
+//! - `cargo xtask build-cuda`: the host with `--features cuda` on a machine without a CUDA
+//!   toolkit, see [`build_cuda`]; prints the binary's path last.
 
 mod bench;
+mod build_cuda;
 mod cuda;
+mod cuda_stubs;
 mod firmware;
 mod fuzz;
+mod publish;
 
 use std::io::{BufRead, BufReader};
 use std::process::{exit, Command, Stdio};
@@ -86,20 +91,7 @@ fn test() {
             "defmt",
         ],
     );
-    // The crates a user adds from crates.io must package and build on their own.
-    run(
-        "publish check",
-        "cargo",
-        &[
-            "publish",
-            "--dry-run",
-            "--allow-dirty",
-            "-p",
-            "homeadam-core",
-            "-p",
-            "homeadam-candle",
-        ],
-    );
+    publish::check();
     cuda::test();
     firmware::test();
     let mut totals = (0, 0);
@@ -111,6 +103,9 @@ fn test() {
         &["test", "-p", "homeadam-host", "--test", "replay_cli"],
         &mut totals,
     );
+    // Linted, compiled and linked (not run: no GPU here), so that the `cuda` feature cannot rot.
+    build_cuda::clippy();
+    build_cuda::build();
     fuzz::test(FUZZ_TEST_SECONDS);
     let (passed, failed) = totals;
     println!("\nxtask: every check passed");
@@ -166,11 +161,13 @@ fn count(line: &str, what: &str) -> u64 {
         .unwrap_or(0)
 }
 
-const USAGE: &str = "usage: cargo xtask <test|bench|setup|fuzz [SECONDS]>
-  test   fmt, clippy, no_std builds, all tests, a short fuzz pass
-  bench  step benchmarks next to PyTorch fused AdamW, as a table
-  setup  install the toolchains, components and targets the checks need
-  fuzz   every fuzz target for SECONDS (default 60)";
+const USAGE: &str = "usage: cargo xtask <test|bench|setup|fuzz [SECONDS]|build-cuda>
+  test        fmt, clippy, no_std builds, all tests, the CUDA host build, a short fuzz pass
+  bench       step benchmarks next to PyTorch fused AdamW, as a table
+  setup       install the toolchains, components and targets the checks need
+  fuzz        every fuzz target for SECONDS (default 60)
+  build-cuda  the host with --features cuda (CUDA 13.0 from PyPI, no GPU needed; CUDA_COMPUTE_CAP,
+              default 89); prints the binary's path last";
 
 fn usage() -> ! {
     eprintln!("{USAGE}");
@@ -182,6 +179,7 @@ fn main() {
         Some("test") => test(),
         Some("setup") => setup(),
         Some("bench") => bench::bench(),
+        Some("build-cuda") => println!("{}", build_cuda::build().display()),
         Some("fuzz") => match std::env::args().nth(2).map(|s| s.parse()) {
             None => fuzz::fuzz(60),
             Some(Ok(seconds)) if seconds > 0 => fuzz::fuzz(seconds),

@@ -3,11 +3,13 @@
 use candle_core::backprop::GradStore;
 use candle_core::{bail, DType, Result, Tensor, Var};
 use candle_nn::VarMap;
-use homeadam_core::{bf16, f16, Config, Dtype, Group, Optimizer, Step, StepReport, Storage, TensorAux};
+use homeadam_core::{
+    bf16, f16, Config, Dtype, ExactSum, Group, Optimizer, Step, StepReport, Storage, TensorAux,
+};
 
 use super::clip::{check_max_norm, clip_scale};
 use super::groups::{check_multipliers, group};
-use super::lend::{check_distinct, grad_sum_squares, with_slices, Visit};
+use super::lend::{add_grad_squares, check_distinct, with_slices, Visit};
 use super::schedule::Schedule;
 
 /// Everything [`VarOptimizer`] needs besides the variables.
@@ -70,6 +72,15 @@ pub(crate) struct Param {
     pub(crate) group: Group,
 }
 
+/// Where the optimizer state lives: with the variables.
+pub(crate) enum Placement {
+    /// CPU variables: the state in host memory, stepped by the core.
+    Host(States),
+    /// CUDA variables: the state on their device, stepped by homeadam-cuda.
+    #[cfg(feature = "cuda")]
+    Device(Box<crate::cuda::DeviceState>),
+}
+
 /// Per-variable optimizer state in the chosen storage type.
 #[derive(Clone, Debug)]
 pub(crate) enum States {
@@ -78,8 +89,9 @@ pub(crate) enum States {
     F16(Vec<Vec<f16>>),
 }
 
-/// An optimizer over candle `Var`s on the CPU that updates them in place with
-/// `homeadam-core`: every rule of [`homeadam_core::ALL_RULES`].
+/// An optimizer over candle `Var`s that updates them in place: on the CPU with
+/// `homeadam-core`, on a CUDA device (feature `cuda`) with `homeadam-cuda`'s kernels on
+/// candle's own buffers; every rule of [`homeadam_core::ALL_RULES`], the same bits on both.
 ///
 /// A step is one core step over every variable that has a gradient, in the order the
 /// variables were given ([`Optimizer::begin`], [`Step::check`] of each variable, then
@@ -92,12 +104,16 @@ pub(crate) enum States {
 ///
 /// Parameter groups: each variable steps in its [`homeadam_core::Group`]: η times its
 /// learning-rate multiplier, and λ = 0 for the variables exempt from decay.
+///
+/// On a CUDA device every variable of one optimizer must be on that device and of one dtype;
+/// the state stays on the device (checkpoints copy it), and a step reads the device back once
+/// (twice with clipping, whose ‖g‖₂ comes first).
 pub struct VarOptimizer {
     pub(crate) params: Vec<Param>,
     pub(crate) opt: Optimizer,
-    pub(crate) states: States,
+    pub(crate) placement: Placement,
     pub(crate) aux: Vec<TensorAux>,
-    config: OptimConfig,
+    pub(crate) config: OptimConfig,
     pub(crate) base_lr: f64,
     pub(crate) position: u64,
     /// Why the last [`candle_nn::Optimizer::set_learning_rate`] was refused; steps fail until
@@ -110,7 +126,7 @@ fn core_err(e: homeadam_core::Error) -> candle_core::Error {
     candle_core::Error::Msg(format!("homeadam: {e}"))
 }
 
-fn fresh_states(dtype: Dtype, sizes: impl Iterator<Item = usize>) -> States {
+pub(crate) fn fresh_states(dtype: Dtype, sizes: impl Iterator<Item = usize>) -> States {
     match dtype {
         Dtype::F32 => States::F32(sizes.map(|n| vec![0.0; n]).collect()),
         Dtype::BF16 => States::BF16(sizes.map(|n| vec![bf16::ZERO; n]).collect()),
@@ -141,12 +157,6 @@ impl VarOptimizer {
                     var.dtype()
                 );
             }
-            if !var.device().is_cpu() {
-                bail!(
-                    "homeadam: {name} is on {:?}; this adapter steps CPU tensors",
-                    var.device()
-                );
-            }
             if !seen.insert(var.id()) {
                 bail!("homeadam: variable {name} is given twice");
             }
@@ -154,15 +164,19 @@ impl VarOptimizer {
             params.push(Param { name, var, group });
         }
         let slots = config.core.state_slots();
-        let states = fresh_states(
-            config.state_dtype,
-            params.iter().map(|p| slots * p.var.elem_count()),
-        );
+        let placement = if params.iter().all(|p| p.var.device().is_cpu()) {
+            Placement::Host(fresh_states(
+                config.state_dtype,
+                params.iter().map(|p| slots * p.var.elem_count()),
+            ))
+        } else {
+            device_placement(&params, slots, config.state_dtype)?
+        };
         let mut opt = VarOptimizer {
             aux: vec![TensorAux::default(); params.len()],
             params,
             opt: core,
-            states,
+            placement,
             base_lr: config.core.lr,
             config,
             position: 0,
@@ -197,7 +211,17 @@ impl VarOptimizer {
 
     /// Steps taken (t of the last step; skipped steps do not count).
     pub fn step_count(&self) -> u64 {
-        self.opt.step_count()
+        self.core().step_count()
+    }
+
+    /// The core optimizer holding t and the config: on a CUDA device, the kernels' own once
+    /// they have stepped.
+    pub(crate) fn core(&self) -> &Optimizer {
+        match &self.placement {
+            Placement::Host(_) => &self.opt,
+            #[cfg(feature = "cuda")]
+            Placement::Device(d) => d.core().unwrap_or(&self.opt),
+        }
     }
 
     /// What the last step did (`None` before the first); also after
@@ -262,7 +286,17 @@ impl VarOptimizer {
         if let Some(why) = self.refuse_rate(self.base_lr) {
             bail!("homeadam: {why}");
         }
-        self.opt.set_lr(self.current_lr()).map_err(core_err)
+        self.opt.set_lr(self.current_lr()).map_err(core_err)?;
+        self.sync_device_lr()
+    }
+
+    /// Gives the core's η to the device's optimizer, if there is one.
+    pub(crate) fn sync_device_lr(&mut self) -> Result<()> {
+        match &mut self.placement {
+            Placement::Host(_) => Ok(()),
+            #[cfg(feature = "cuda")]
+            Placement::Device(d) => d.set_lr(self.opt.config().lr),
+        }
     }
 
     /// One step with the gradients in `grads`; variables without a gradient are left alone.
@@ -291,26 +325,13 @@ impl VarOptimizer {
                 .iter()
                 .map(|(k, g)| (params[*k].name.as_str(), &params[*k].var, g)),
         )?;
-        let grad_norm = match self.config.max_grad_norm {
-            Some(_) => {
-                let mut sum = 0.0;
-                for (_, g) in &active {
-                    sum += grad_sum_squares(g, "a gradient")?;
-                }
-                Some(sum.sqrt())
-            }
-            None => None,
-        };
-        let grad_scale = match (self.config.max_grad_norm, grad_norm) {
-            (Some(c), Some(norm)) => clip_scale(norm, c),
-            _ => 1.0,
-        };
+        let max_norm = self.config.max_grad_norm;
         let (opt, aux) = (&mut self.opt, &mut self.aux);
-        let report = match &mut self.states {
-            States::F32(s) => step_all(opt, params, &active, s, aux, grad_scale),
-            States::BF16(s) => step_all(opt, params, &active, s, aux, grad_scale),
-            States::F16(s) => step_all(opt, params, &active, s, aux, grad_scale),
-        }?;
+        let (report, grad_norm) = match &mut self.placement {
+            Placement::Host(states) => step_host(opt, params, &active, states, aux, max_norm)?,
+            #[cfg(feature = "cuda")]
+            Placement::Device(d) => d.step(opt, params, &active, aux, max_norm)?,
+        };
         let elements = active
             .iter()
             .map(|(k, _)| params[*k].var.elem_count() as u64)
@@ -323,6 +344,58 @@ impl VarOptimizer {
         self.last = Some(outcome);
         Ok(outcome)
     }
+}
+
+/// The placement of variables that are not all on the CPU.
+#[cfg(feature = "cuda")]
+fn device_placement(params: &[Param], slots: usize, state: Dtype) -> Result<Placement> {
+    Ok(Placement::Device(Box::new(crate::cuda::DeviceState::new(
+        params, slots, state,
+    )?)))
+}
+
+/// The placement of variables that are not all on the CPU: refused without the `cuda` feature.
+#[cfg(not(feature = "cuda"))]
+fn device_placement(params: &[Param], _slots: usize, _state: Dtype) -> Result<Placement> {
+    let p = params.iter().find(|p| !p.var.device().is_cpu());
+    let (name, device) = p.map_or(("?", "?".into()), |p| {
+        (p.name.as_str(), format!("{:?}", p.var.device().location()))
+    });
+    bail!(
+        "homeadam: {name} is on {device}; this build steps CPU variables only (build \
+         homeadam-candle with its `cuda` feature to step CUDA variables)"
+    )
+}
+
+/// A step of CPU variables: ‖g‖₂ when clipping to `max_norm`, then [`step_all`].
+fn step_host(
+    opt: &mut Optimizer,
+    params: &[Param],
+    active: &[(usize, Tensor)],
+    states: &mut States,
+    aux: &mut [TensorAux],
+    max_norm: Option<f64>,
+) -> Result<(StepReport, Option<f64>)> {
+    let grad_norm = match max_norm {
+        Some(_) => {
+            let mut sum = ExactSum::new();
+            for (_, g) in active {
+                add_grad_squares(g, "a gradient", &mut sum)?;
+            }
+            Some(sum.to_f64().sqrt())
+        }
+        None => None,
+    };
+    let grad_scale = match (max_norm, grad_norm) {
+        (Some(c), Some(norm)) => clip_scale(norm, c),
+        _ => 1.0,
+    };
+    let report = match states {
+        States::F32(s) => step_all(opt, params, active, s, aux, grad_scale),
+        States::BF16(s) => step_all(opt, params, active, s, aux, grad_scale),
+        States::F16(s) => step_all(opt, params, active, s, aux, grad_scale),
+    }?;
+    Ok((report, grad_norm))
 }
 
 /// One core step over the variables `active` (index, contiguous gradient): every variable is

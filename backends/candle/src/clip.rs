@@ -1,22 +1,22 @@
 //! Global-norm gradient clipping: ‖g‖₂ = √(Σ_k Σ_i g_{k,i}²) over every gradient of the model;
 //! when ‖g‖₂ > c (the maximum), every gradient is scaled by c / ‖g‖₂.
 //!
-//! The sum is taken in `f64` over the values widened exactly to `f32`, variable by variable in
-//! the given order, each in element order: the same number whether it comes from
-//! [`global_grad_norm`] or from [`crate::VarOptimizer`], which clips without writing
-//! new gradient tensors (by stepping with the core's gradient scale ‖g‖₂ / c).
+//! The sum is exact: the squares of the values widened to `f32` are added in the core's
+//! fixed-point [`ExactSum`] and rounded once to `f64`, so it does not depend on the order of
+//! the variables or elements, and equals the CUDA optimizer's `grad_norm` (the same
+//! accumulator on the device) bit for bit. [`global_grad_norm`] sums every variable into one
+//! accumulator; [`crate::VarOptimizer`] clips without writing new gradient tensors (by stepping
+//! with the core's gradient scale ‖g‖₂ / c).
 
 use candle_core::backprop::GradStore;
 use candle_core::{bail, DType, Result, Var};
+use homeadam_core::ExactSum;
 
-/// Σ g² of one gradient, in `f64`.
-pub(crate) fn sum_squares<G: homeadam_core::Storage>(grad: &[G]) -> f64 {
-    grad.iter()
-        .map(|g| {
-            let g = g.to_f32() as f64;
-            g * g
-        })
-        .sum()
+/// Adds Σ g² of one gradient to `sum`, exactly.
+pub(crate) fn add_squares<G: homeadam_core::Storage>(grad: &[G], sum: &mut ExactSum) {
+    for g in grad {
+        sum.add_square(g.to_f32());
+    }
 }
 
 /// The gradient scale that clips a gradient of norm `norm` to `max_norm`: ‖g‖₂ / c when
@@ -39,13 +39,16 @@ pub(crate) fn check_max_norm(max_norm: f64) -> Result<()> {
 
 /// ‖g‖₂ over the gradients of `vars` present in `grads` (variables without one are skipped).
 pub fn global_grad_norm(vars: &[Var], grads: &GradStore) -> Result<f64> {
-    let mut sum = 0.0;
+    let mut sum = ExactSum::new();
     for var in vars {
         if let Some(g) = grads.get(var) {
-            sum += sum_squares(&g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?);
+            add_squares(
+                &g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?,
+                &mut sum,
+            );
         }
     }
-    Ok(sum.sqrt())
+    Ok(sum.to_f64().sqrt())
 }
 
 /// Scales the gradients of `vars` in `grads` by c / ‖g‖₂ when ‖g‖₂ > c = `max_norm`;
@@ -98,6 +101,16 @@ mod tests {
         let a: Vec<f32> = grads.get(&vars[0]).unwrap().to_vec1().unwrap();
         assert_eq!(a, [1.5, 2.0]);
         assert_eq!(global_grad_norm(&vars, &grads).unwrap(), 6.5);
+    }
+
+    #[test]
+    fn the_sum_is_exact_and_rounded_once() {
+        // 2^60 + 1 − 2^60 in f64 is 0 in this order; exactly, it is 1.
+        let big = 2f32.powi(30);
+        let mut sum = ExactSum::new();
+        add_squares(&[big, 1.0], &mut sum);
+        sum.add_product(-big, big);
+        assert_eq!(sum.to_f64(), 1.0);
     }
 
     #[test]

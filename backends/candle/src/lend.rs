@@ -12,7 +12,9 @@ use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, InplaceOp2, Layout, Result, Storage as Device, Tensor, Var};
 use homeadam_core::{bf16, f16, Storage};
 
-use super::clip::sum_squares;
+use homeadam_core::ExactSum;
+
+use super::clip::add_squares;
 
 /// Work done on one variable's slices while candle lends them.
 pub(crate) trait Visit {
@@ -95,19 +97,24 @@ fn read<R>(t: &Tensor, what: &str, f: impl FnOnce(Buffer<'_>, &Layout) -> Result
     }
 }
 
-/// Σ g² of one gradient in `f64` (see [`sum_squares`]), read in place.
-pub(crate) fn grad_sum_squares(grad: &Tensor, what: &str) -> Result<f64> {
+/// Adds Σ g² of one gradient to `sum`, exactly (see [`add_squares`]), read in place.
+pub(crate) fn add_grad_squares(grad: &Tensor, what: &str, sum: &mut ExactSum) -> Result<()> {
     read(grad, what, |g, l| {
-        Ok(match g {
-            Buffer::F32(g) => sum_squares(window(g, l, what)?),
-            Buffer::BF16(g) => sum_squares(window(g, l, what)?),
-            Buffer::F16(g) => sum_squares(window(g, l, what)?),
-        })
+        match g {
+            Buffer::F32(g) => add_squares(window(g, l, what)?, sum),
+            Buffer::BF16(g) => add_squares(window(g, l, what)?, sum),
+            Buffer::F16(g) => add_squares(window(g, l, what)?, sum),
+        }
+        Ok(())
     })
 }
 
 /// Where a tensor's storage starts: equal addresses are one storage (empty ones excepted).
 fn address(t: &Tensor, what: &str) -> Result<usize> {
+    #[cfg(feature = "cuda")]
+    if t.device().is_cuda() {
+        return Ok(crate::cuda::device_address(t, what)? as usize);
+    }
     read(t, what, |b, _| {
         Ok(match b {
             Buffer::F32(s) => s.as_ptr() as usize,

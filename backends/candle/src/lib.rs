@@ -3,6 +3,8 @@
 
 mod adapter;
 mod clip;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod groups;
 mod lend;
 mod schedule;

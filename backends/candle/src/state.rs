@@ -26,7 +26,11 @@ use candle_core::{bail, Result};
 use homeadam_core::backend::Crc32;
 use homeadam_core::{Group, Optimizer, SliceSink, Storage, TensorAux, TensorState, TensorStateMut};
 
-use super::adapter::{Param, States, VarOptimizer};
+use std::borrow::Cow;
+
+#[cfg(feature = "cuda")]
+use super::adapter::fresh_states;
+use super::adapter::{Param, Placement, States, VarOptimizer};
 
 const MAGIC: &[u8; 8] = b"HACANDLE";
 const VERSION: u16 = 2;
@@ -168,10 +172,12 @@ impl VarOptimizer {
             out.extend_from_slice(&p.group.lr_scale.to_bits().to_le_bytes());
             out.push(p.group.decay as u8);
         }
-        match &self.states {
-            States::F32(s) => save_core(&self.opt, &self.params, s, &self.aux, &mut out)?,
-            States::BF16(s) => save_core(&self.opt, &self.params, s, &self.aux, &mut out)?,
-            States::F16(s) => save_core(&self.opt, &self.params, s, &self.aux, &mut out)?,
+        let (states, aux) = self.host_state()?;
+        let (core, params) = (self.core(), &self.params);
+        match &*states {
+            States::F32(s) => save_core(core, params, s, &aux, &mut out)?,
+            States::BF16(s) => save_core(core, params, s, &aux, &mut out)?,
+            States::F16(s) => save_core(core, params, s, &aux, &mut out)?,
         }
         let mut crc = Crc32::default();
         crc.update(&out);
@@ -261,23 +267,69 @@ impl VarOptimizer {
         self.restore(position, base_lr, core)
     }
 
+    /// The state and telemetry of every variable in host memory: lent on the CPU, copied
+    /// from a CUDA device.
+    fn host_state(&self) -> Result<(Cow<'_, States>, Cow<'_, [TensorAux]>)> {
+        match &self.placement {
+            Placement::Host(states) => Ok((Cow::Borrowed(states), Cow::Borrowed(&self.aux))),
+            #[cfg(feature = "cuda")]
+            Placement::Device(d) => {
+                let mut aux = self.aux.clone();
+                d.read_aux(&mut aux)?;
+                Ok((Cow::Owned(d.download(&self.params)?), Cow::Owned(aux)))
+            }
+        }
+    }
+
     /// Commits a checked envelope: the rate first (it may be refused), then the core's
     /// checkpoint (refused without a change, or loaded whole).
     fn restore(&mut self, position: u64, base_lr: f64, core: &[u8]) -> Result<()> {
         let old = (self.position, self.base_lr, self.opt.clone());
         (self.position, self.base_lr) = (position, base_lr);
-        let loaded = self.apply_lr().and_then(|()| {
-            let (params, aux) = (&self.params, &mut self.aux);
-            match &mut self.states {
-                States::F32(s) => load_core(&mut self.opt, params, s, aux, core),
-                States::BF16(s) => load_core(&mut self.opt, params, s, aux, core),
-                States::F16(s) => load_core(&mut self.opt, params, s, aux, core),
-            }
-        });
+        let loaded = self.apply_lr().and_then(|()| self.load_states(core));
         match loaded {
             Ok(()) => self.refused_lr = None,
-            Err(_) => (self.position, self.base_lr, self.opt) = old,
+            Err(_) => {
+                (self.position, self.base_lr, self.opt) = old;
+                self.sync_device_lr()?;
+            }
         }
         loaded
+    }
+
+    /// Loads the core's checkpoint into the core and every variable's state.
+    fn load_states(&mut self, core: &[u8]) -> Result<()> {
+        let (params, opt) = (&self.params, &mut self.opt);
+        match &mut self.placement {
+            Placement::Host(states) => load_into(opt, params, states, &mut self.aux, core),
+            #[cfg(feature = "cuda")]
+            Placement::Device(d) => {
+                let slots = opt.config().state_slots();
+                let sizes = params.iter().map(|p| slots * p.var.elem_count());
+                let mut states = fresh_states(self.config.state_dtype, sizes);
+                let mut aux = self.aux.clone();
+                load_into(opt, params, &mut states, &mut aux, core)?;
+                d.upload(&states)?;
+                // The next step builds the kernels' table from the loaded core.
+                d.reset_table();
+                self.aux = aux;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// [`load_core`] for the state type of `states`.
+fn load_into(
+    opt: &mut Optimizer,
+    params: &[Param],
+    states: &mut States,
+    aux: &mut [TensorAux],
+    core: &[u8],
+) -> Result<()> {
+    match states {
+        States::F32(s) => load_core(opt, params, s, aux, core),
+        States::BF16(s) => load_core(opt, params, s, aux, core),
+        States::F16(s) => load_core(opt, params, s, aux, core),
     }
 }

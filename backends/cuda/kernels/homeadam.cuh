@@ -11,10 +11,16 @@
 // {rule}_{p}_{g}_{s}, which returns at once when the flag is set. Each tensor steps with the
 // scalars of its parameter group (groups[tensor.group]); the first pass reads only beta2,
 // 1 - beta2 and 1 / grad_scale, which no group changes, so it takes the step's scalars.
+//
+// Exact sums (homeadam_exact.h): SWATS's Adam phase sums each tensor's pᵀp and pᵀg, and
+// ha_grad_sq_{g} sums every g², in the core's ExactSum format. Each block adds its products
+// with integer atomics to accumulators in dynamic shared memory, normalizes them, and adds
+// each word to the global accumulator with one integer atomic: integer sums do not depend on
+// the order, so every launch gives the same words, and the host rounds them as the core does.
 #ifndef HOMEADAM_CUH
 #define HOMEADAM_CUH
 
-#include "homeadam_math.h"
+#include "homeadam_exact.h"
 
 // One tensor: device pointers (state slots one after the other, each numel long) and the
 // per-tensor results of the step, written by the kernels.
@@ -40,9 +46,12 @@ struct HaStatus {
 
 #define HA_INF_BITS 0x7f800000u
 
-extern "C" __global__ void ha_reset(HaTensor* tensors, ha_u32 count, HaStatus* status) {
+// Starts a step: installs the gradient pointers `grads` (one per tensor, refreshed by the host
+// between steps) and resets the results.
+extern "C" __global__ void ha_reset(HaTensor* tensors, ha_u32 count, const ha_u64* grads, HaStatus* status) {
     ha_u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) {
+        tensors[i].grad = grads[i];
         tensors[i].vmin_pre = HA_INF_BITS;
         tensors[i].vmin_post = HA_INF_BITS;
         tensors[i].home = 0;
@@ -65,6 +74,34 @@ __device__ static inline ha_u32 ha_warp_sum(ha_u32 x) {
     return x;
 }
 __device__ static inline ha_u32 ha_warp_any(ha_u32 x) { return __any_sync(0xffffffffu, x != 0); }
+
+// The block's exact accumulators (HA_EXACT_WORDS words each), sized at launch.
+extern __shared__ ha_u64 ha_shared[];
+
+struct HaAtomic {
+    __device__ void add(ha_u64* limb, ha_u64 v) const { atomicAdd(limb, v); }
+    __device__ void flag(ha_u64* word, ha_u64 bits) const { atomicOr(word, bits); }
+};
+
+// Zeroes the block's `sums` accumulators; every thread of the block calls it.
+__device__ static inline void ha_exact_block_begin(ha_u32 sums) {
+    for (ha_u32 i = threadIdx.x; i < sums * HA_EXACT_WORDS; i += blockDim.x) ha_shared[i] = 0;
+    __syncthreads();
+}
+
+// Adds the block's `sums` accumulators to `out` (as many, in global memory): normalized first,
+// so that each limb adds less than 2^32 per block; every thread of the block calls it.
+__device__ static inline void ha_exact_block_end(ha_u32 sums, ha_u64* out) {
+    __syncthreads();
+    if (threadIdx.x < sums) ha_exact_normalize(ha_shared + threadIdx.x * HA_EXACT_WORDS);
+    __syncthreads();
+    for (ha_u32 i = threadIdx.x; i < sums * HA_EXACT_WORDS; i += blockDim.x) {
+        ha_u64 v = ha_shared[i];
+        if (v == 0) continue;
+        if (i % HA_EXACT_WORDS == HA_EXACT_LIMBS) atomicOr(out + i, v);
+        else atomicAdd(out + i, v);
+    }
+}
 
 // Bits of a non-negative float keep its order as unsigned ints; NaN and negative values (bits
 // above +∞) never win, as the core's `x < min` ignores NaN.
@@ -144,7 +181,8 @@ __device__ void ha_home_pre(HaTensor* tensors, const HaBlock* blocks, HaScalars 
 // What a thread's elements add to the step's results.
 struct HaAcc { ha_u32 home, vmin, bad; };
 
-// One element: θ (P) and its state slots (S) updated in place from the stored gradient.
+// One element: θ (P) and its state slots (S) updated in place from the stored gradient; in
+// SWATS's Adam phase, step² and step · grad go to the block's two exact accumulators.
 template <int RULE, typename P, typename S>
 __device__ static inline void ha_update_one(const HaScalars& s, ha_u32 flags, int branch, bool stochastic, ha_u64 key,
                                             ha_u64 i, P& param, float grad, S* slots, HaAcc& acc) {
@@ -157,11 +195,15 @@ __device__ static inline void ha_update_one(const HaScalars& s, ha_u32 flags, in
     for (int k = 0; k < HaRule<RULE>::SLOTS; k++) slots[k] = HaStore<S>::from_f32(st[k]);
     if (HaRule<RULE>::RHO_SLOT >= 0) acc.vmin = ha_min_bits(acc.vmin, st[HaRule<RULE>::RHO_SLOT]);
     acc.home += e.home;
+    if (RULE == HA_RULE_SWATS_ADAM) {
+        ha_exact_add(ha_shared, e.step, e.step, HaAtomic());
+        ha_exact_add(ha_shared + HA_EXACT_WORDS, e.step, e.grad, HaAtomic());
+    }
 }
 
 template <int RULE, typename P, typename G, typename S>
 __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, const HaScalars* groups, ha_u32 flags,
-                          ha_u64 sr_base, HaStatus* status) {
+                          ha_u64 sr_base, HaStatus* status, ha_u64* dots) {
     if (*(volatile ha_u32*)&status->nonfinite) return;
     HaBlock blk = blocks[blockIdx.x];
     HaTensor& t = tensors[blk.tensor];
@@ -176,6 +218,7 @@ __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, const HaScal
     ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < n ? start + HA_CHUNK : n;
     HaAcc acc = {0u, HA_INF_BITS, 0u};
     const int slots = HaRule<RULE>::SLOTS;
+    if (RULE == HA_RULE_SWATS_ADAM) ha_exact_block_begin(2);
     if (ha_vectorizable(t)) {
         for (ha_u64 i = start + 4 * threadIdx.x; i < end; i += 4 * blockDim.x) {
             HaPack<P> ps = ha_load4(param + i);
@@ -200,6 +243,8 @@ __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, const HaScal
             for (int k = 0; k < slots; k++) state[k * n + i] = st[k];
         }
     }
+    // dots: per tensor, the accumulators of pᵀp and pᵀg.
+    if (RULE == HA_RULE_SWATS_ADAM) ha_exact_block_end(2, dots + (ha_u64)blk.tensor * 2 * HA_EXACT_WORDS);
     ha_u32 home = acc.home, vmin = acc.vmin, bad = acc.bad;
     vmin = ha_warp_min(vmin);
     home = ha_warp_sum(home);
@@ -216,12 +261,34 @@ __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, const HaScal
     }
 }
 
+// Σ g² over every gradient as stored (no scale), exactly, into the accumulator `out`; the
+// gradient pointers are `grads` (the table's are installed only by the next ha_reset).
+template <typename G>
+__device__ void ha_grad_sq(const HaTensor* tensors, const HaBlock* blocks, const ha_u64* grads, ha_u64* out) {
+    HaBlock blk = blocks[blockIdx.x];
+    const HaTensor& t = tensors[blk.tensor];
+    const G* grad = (const G*)grads[blk.tensor];
+    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < t.numel ? start + HA_CHUNK : t.numel;
+    ha_exact_block_begin(1);
+    for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+        float g = ha_to_f32(grad[i]);
+        ha_exact_add(ha_shared, g, g, HaAtomic());
+    }
+    ha_exact_block_end(1, out);
+}
+
 // {name}_{p}_{g}_{s}: the update kernel of rule id RULE for storage types P, G, S.
 #define HA_UPDATE(name, RULE, P, G, S, p, g, s)                                                                 \
     extern "C" __global__ void name##_##p##_##g##_##s(HaTensor* tensors, const HaBlock* blocks,                 \
                                                       const HaScalars* groups, ha_u32 flags, ha_u64 sr_base,    \
-                                                      HaStatus* status) {                                       \
-        ha_update<RULE, P, G, S>(tensors, blocks, groups, flags, sr_base, status);                               \
+                                                      HaStatus* status, ha_u64* dots) {                         \
+        ha_update<RULE, P, G, S>(tensors, blocks, groups, flags, sr_base, status, dots);                         \
+    }
+// ha_grad_sq_{g}: Σ g² of gradients of type G.
+#define HA_GRAD_SQ(G, g)                                                                                        \
+    extern "C" __global__ void ha_grad_sq_##g(const HaTensor* tensors, const HaBlock* blocks, const ha_u64* grads, \
+                                              ha_u64* out) {                                                   \
+        ha_grad_sq<G>(tensors, blocks, grads, out);                                                             \
     }
 // ha_check_{g}: the finite check of gradients of type G.
 #define HA_CHECK(G, g)                                                                                          \

@@ -11,6 +11,13 @@
 #define HA_SWITCH_LAYER 2u
 #define HA_SWITCH_SRF 3u
 #define HA_SWITCH_SHIFT 8
+#define HA_EXACT_LIMBS 18
+#define HA_EXACT_WORDS 19
+#define HA_EXACT_DIGIT_BITS 32
+#define HA_EXACT_LSB_EXP (-298)
+#define HA_EXACT_NAN 1ull
+#define HA_EXACT_POS_INF 2ull
+#define HA_EXACT_NEG_INF 4ull
 #define HA_RULE_SGD 0
 #define HA_RULE_SGDM 1
 #define HA_RULE_ADAM 2

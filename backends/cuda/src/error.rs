@@ -15,6 +15,13 @@ pub enum Error {
     Compile(CompileError),
     /// Not supported on this backend yet.
     Unsupported(&'static str),
+    /// A list of per-tensor values (e.g. gradient pointers) does not have one per tensor.
+    TensorCount {
+        /// Registered tensors.
+        expected: usize,
+        /// Values given.
+        actual: usize,
+    },
 }
 
 impl std::fmt::Display for Error {
@@ -24,6 +31,12 @@ impl std::fmt::Display for Error {
             Error::Driver(e) => write!(f, "CUDA driver: {e:?}"),
             Error::Compile(e) => write!(f, "{e}"),
             Error::Unsupported(what) => write!(f, "not supported on CUDA: {what}"),
+            Error::TensorCount { expected, actual } => {
+                write!(
+                    f,
+                    "{actual} values for {expected} tensors: expected one per tensor"
+                )
+            }
         }
     }
 }

@@ -4,6 +4,8 @@
 //!
 //! - `kernels/homeadam_math.h`: the per-element math of every rule (also compiled by g++ for
 //!   the parity test).
+//! - `kernels/homeadam_exact.h`: the core's [`ExactSum`] (exact sums of products of `f32`, for
+//!   SWATS's dot products and [`crate::CudaOptimizer::grad_norm`]), also compiled by g++.
 //! - `kernels/homeadam.cuh`: the multi-tensor kernel templates and the `HA_UPDATE` / `HA_CHECK`
 //!   / `HA_PRE` macros that instantiate them as `extern "C"` kernels.
 //! - `kernels/instantiations.cu`: every kernel ([`all_kernel_names`]), for the compile check.
@@ -15,26 +17,29 @@
 //!
 //! # One source for the metadata
 //!
-//! The rule ids (`HA_RULE_*`), the flag bits (`HA_*`, [`flags`]), [`CHUNK`] (`HA_CHUNK`), each
+//! The rule ids (`HA_RULE_*`), the flag bits (`HA_*`, [`flags`]), [`CHUNK`] (`HA_CHUNK`), the
+//! format of [`ExactSum`] (`HA_EXACT_*`, from the core's constants), each
 //! update kernel's state slots and ρ slot (from the core's [`Config::state_slots`] and
 //! [`Config::rho_slot`]) and the kernel lists (`HA_RULE_KERNELS`, `HA_STORAGE_P/G/S`, from which
 //! the C sources build every kernel name) are defined here only, as [`defines`]. The C files
 //! define none of them: `homeadam_math.h` includes `homeadam_defs.h` unless `HA_METADATA` is
 //! already defined, and each consumer gets the values from Rust:
 //!
-//! - NVRTC: `homeadam_defs.h` is [`defs_header`], handed over in memory with the other two
+//! - NVRTC: `homeadam_defs.h` is [`defs_header`], handed over in memory with the other
 //!   headers (NVRTC reads no file, so a build always has the values of this build);
 //! - g++ (the parity test): one `-D` flag per entry of [`defines`];
 //! - an editor or `nvcc` compiling `instantiations.cu` alone: the generated copy
 //!   `kernels/homeadam_defs.h`, which a unit test keeps equal to [`defs_header`].
 
 use homeadam_core::backend::mix64;
-use homeadam_core::{Config, Dtype, Rule, Switch};
+use homeadam_core::{Config, Dtype, ExactSum, Rule, Switch};
 
 /// The element math header, `homeadam_math.h`.
 pub const MATH_HEADER: &str = include_str!("../kernels/homeadam_math.h");
 /// The multi-tensor kernel templates, `homeadam.cuh`.
 pub const KERNELS: &str = include_str!("../kernels/homeadam.cuh");
+/// The exact accumulator, `homeadam_exact.h`.
+pub const EXACT_HEADER: &str = include_str!("../kernels/homeadam_exact.h");
 /// The translation unit of every kernel, `instantiations.cu`.
 pub const INSTANTIATIONS: &str = include_str!("../kernels/instantiations.cu");
 /// The architectures the compile check builds SASS for: Xavier, Orin, Ada, Hopper.
@@ -43,6 +48,11 @@ pub const ARCHS: [&str; 4] = ["sm_72", "sm_87", "sm_89", "sm_90"];
 pub const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
 /// Elements per block-table entry (`HA_CHUNK`).
 pub const CHUNK: usize = 16384;
+/// Dynamic shared memory of a kernel that sums into `sums` exact accumulators per block
+/// (SWATS's Adam phase: 2; `ha_grad_sq_{g}`: 1).
+pub const fn exact_shared_bytes(sums: u32) -> u32 {
+    sums * (ExactSum::WORDS * 8) as u32
+}
 
 /// Flag bits of the update kernels (`HA_*` in the C sources).
 pub mod flags {
@@ -231,6 +241,17 @@ pub fn defines() -> Vec<(String, String)> {
         d.push((format!("HA_{name}"), format!("{bits}u")));
     }
     d.push(("HA_SWITCH_SHIFT".into(), flags::SWITCH_SHIFT.to_string()));
+    for (name, value) in [
+        ("LIMBS", ExactSum::LIMBS.to_string()),
+        ("WORDS", ExactSum::WORDS.to_string()),
+        ("DIGIT_BITS", ExactSum::DIGIT_BITS.to_string()),
+        ("LSB_EXP", format!("({})", ExactSum::LSB_EXP)),
+        ("NAN", format!("{}ull", ExactSum::NAN)),
+        ("POS_INF", format!("{}ull", ExactSum::POS_INF)),
+        ("NEG_INF", format!("{}ull", ExactSum::NEG_INF)),
+    ] {
+        d.push((format!("HA_EXACT_{name}"), value));
+    }
     for k in UpdateKernel::ALL {
         d.push((k.id_macro(), k.id().to_string()));
     }
@@ -271,25 +292,33 @@ pub fn defs_header() -> String {
 }
 
 /// The headers the sources include, as `(name, text)`: what NVRTC is handed.
-pub fn headers() -> [(&'static str, String); 3] {
+pub fn headers() -> [(&'static str, String); 4] {
     [
         ("homeadam_defs.h", defs_header()),
         ("homeadam_math.h", MATH_HEADER.to_string()),
+        ("homeadam_exact.h", EXACT_HEADER.to_string()),
         ("homeadam.cuh", KERNELS.to_string()),
     ]
 }
 
-/// The source of one model's kernels: `ha_reset`, `ha_check_{g}`, `ha_home_pre_{g}_{s}` and
-/// the update kernel `{rule}_{p}_{g}_{s}` (a fraction of [`INSTANTIATIONS`]' compile time).
-pub fn model_source(kernel: UpdateKernel, p: Dtype, g: Dtype, s: Dtype) -> String {
+/// The source of one model's kernels: `ha_reset`, `ha_check_{g}`, `ha_home_pre_{g}_{s}`,
+/// `ha_grad_sq_{g}` and the update kernels `{rule}_{p}_{g}_{s}` of `update` (SWATS has two), a
+/// fraction of [`INSTANTIATIONS`]' compile time.
+pub fn model_source(update: &[UpdateKernel], p: Dtype, g: Dtype, s: Dtype) -> String {
     let (pn, gn, sn) = (p.name(), g.name(), s.name());
     let (pt, gt, st) = (c_type(p), c_type(g), c_type(s));
-    format!(
-        "#include \"homeadam.cuh\"\nHA_UPDATE({}, {}, {pt}, {gt}, {st}, {pn}, {gn}, {sn})\n\
-         HA_CHECK({gt}, {gn})\nHA_PRE({gt}, {st}, {gn}, {sn})\n",
-        kernel.name(),
-        kernel.id_macro()
-    )
+    let mut source = format!(
+        "#include \"homeadam.cuh\"\nHA_CHECK({gt}, {gn})\nHA_PRE({gt}, {st}, {gn}, {sn})\n\
+         HA_GRAD_SQ({gt}, {gn})\n"
+    );
+    for k in update {
+        source.push_str(&format!(
+            "HA_UPDATE({}, {}, {pt}, {gt}, {st}, {pn}, {gn}, {sn})\n",
+            k.name(),
+            k.id_macro()
+        ));
+    }
+    source
 }
 
 /// `{rule}_{p}_{g}_{s}`, e.g. `homeadam_bf16_bf16_f32`.
@@ -302,6 +331,7 @@ pub fn all_kernel_names() -> Vec<String> {
     let mut names = vec!["ha_reset".to_string()];
     for g in DTYPES {
         names.push(format!("ha_check_{}", g.name()));
+        names.push(format!("ha_grad_sq_{}", g.name()));
         for s in DTYPES {
             names.push(format!("ha_home_pre_{}_{}", g.name(), s.name()));
         }
@@ -348,7 +378,7 @@ mod tests {
                 1
             );
         }
-        assert_eq!(all_kernel_names().len(), 1 + 3 + 9 + 10 * 27);
+        assert_eq!(all_kernel_names().len(), 1 + 3 + 3 + 9 + 10 * 27);
     }
 
     #[test]

@@ -1,21 +1,40 @@
 //! [`CudaOptimizer`]: the model-wide step on the device, the core's semantics bit for bit.
 //!
+//! The API a training loop uses:
+//!
+//! - `unsafe fn new(config, dtypes, tensors: &[DeviceTensor], stream) -> Result<Self, Error>`
+//! - `fn step(&mut self, grad_scale: f64) -> Result<StepReport, Error>` (every rule, SWATS too)
+//! - `unsafe fn set_grads(&mut self, grads: &[u64]) -> Result<(), Error>`: new gradient
+//!   pointers, one per tensor in the order of `new`, for the following steps and
+//!   [`CudaOptimizer::grad_norm`] (one small host→device copy, no sync);
+//! - `fn grad_norm(&mut self) -> Result<f64, Error>`: ‖g‖₂ = √(Σ g²) over every gradient as
+//!   stored (no gradient scale), the sum exact ([`ExactSum`]), so it equals the core's
+//!   `ExactSum` of the same values rounded once, then `f64::sqrt` (one read);
+//! - `set_lr`, `save_state`, `load_state`, `tensor_telemetry`, `core`, `stream`.
+//!
 //! A step is at most four launches on one stream, whatever the number of tensors:
-//! `ha_reset`; `ha_home_pre_{g}_{s}` (global / per-layer HomeAdam: min v_t and the
-//! non-finite flag) or `ha_check_{g}` (the non-finite flag, under `FiniteCheck::SkipStep`);
-//! the update `{rule}_{p}_{g}_{s}`, which does nothing when the flag is set, each tensor with the
-//! scalars of its parameter group. The host work is the core's: [`Optimizer::begin`] gives t and
-//! the scalars of each group, [`homeadam_core::Step::finish_external`] counts the step from the
-//! device's 24-byte status, read back at the end (the step's only sync: t does not advance on a
-//! skipped step, so the next step's scalars depend on it).
+//! `ha_reset` (which also installs the gradient pointers); `ha_home_pre_{g}_{s}` (global /
+//! per-layer HomeAdam: min v_t and the non-finite flag) or `ha_check_{g}` (the non-finite flag,
+//! under `FiniteCheck::SkipStep`); the update `{rule}_{p}_{g}_{s}`, which does nothing when the
+//! flag is set, each tensor with the scalars of its parameter group. The host work is the
+//! core's: [`Optimizer::begin`] gives t and the scalars of each group,
+//! [`homeadam_core::Step::finish_external`] counts the step from the device's 24-byte status,
+//! read back at the end (the step's only sync: t does not advance on a skipped step, so the
+//! next step's scalars depend on it).
+//!
+//! SWATS: its Adam phase (`swats_adam_*`) also sums each tensor's pᵀp and pᵀg exactly on the
+//! device; they are read back with the status, rounded by [`ExactSum::to_f64`], and the core's
+//! [`homeadam_core::Step::finish_external_swats`] runs the switch test on them with each
+//! tensor's Λ (kept here, saved in checkpoints). Once switched, steps run `swats_sgd_*` with
+//! the core's η'.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use homeadam_core::backend::{Outcome, StepScalars};
+use homeadam_core::backend::{Outcome, StepScalars, SwatsDots};
 use homeadam_core::{
-    Config, Dtype, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Switch, TensorAux,
+    Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Switch, TensorAux,
 };
 
 use crate::device::{block_table, HaBlock, HaScalars, HaStatus, HaTensor};
@@ -83,14 +102,29 @@ enum FirstPass {
     Home(CudaFunction),
 }
 
+/// An update kernel and its flags.
+struct Update {
+    function: CudaFunction,
+    flags: u32,
+}
+
 /// One model's kernels and device buffers.
 struct Device {
     stream: Arc<CudaStream>,
     reset: CudaFunction,
     first_pass: Option<FirstPass>,
-    update: CudaFunction,
-    update_flags: u32,
+    /// The rule's update; SWATS's Adam phase.
+    update: Update,
+    /// SWATS's SGD phase.
+    swats_sgd: Option<Update>,
+    grad_sq: CudaFunction,
     table: CudaSlice<HaTensor>,
+    /// The gradient pointers `ha_reset` installs in the table.
+    grads: CudaSlice<u64>,
+    /// SWATS: per tensor, the exact accumulators of pᵀp and pᵀg (`ExactSum::WORDS` each).
+    dots: CudaSlice<u64>,
+    /// The exact accumulator of Σ g².
+    norm: CudaSlice<u64>,
     blocks: CudaSlice<HaBlock>,
     /// The step's scalars of each parameter group, indexed by `HaTensor::group`.
     groups: CudaSlice<HaScalars>,
@@ -107,6 +141,8 @@ pub struct CudaOptimizer {
     tensors: Vec<DeviceTensor>,
     /// The distinct parameter groups, in order of first appearance.
     groups: Vec<Group>,
+    /// Per tensor: Λ (SWATS's state); the telemetry lives on the device.
+    aux: Vec<TensorAux>,
     has_rho: bool,
     device: Device,
 }
@@ -148,18 +184,22 @@ impl CudaOptimizer {
         tensors: &[DeviceTensor],
         stream: Arc<CudaStream>,
     ) -> Result<Self, Error> {
-        if config.rule == Rule::Swats {
-            return Err(Error::Unsupported(
-                "SWATS: its switch test needs pᵀp and pᵀg summed in f64 in index order",
-            ));
-        }
         let core = Optimizer::new(config)?;
         config.check_state_dtype(dtypes.state)?;
         let (groups, group_index) = group_table(&config, tensors)?;
         let ctx: &Arc<CudaContext> = stream.context();
         let (major, minor) = ctx.compute_capability()?;
-        let (kernel, update_flags) = kernels::rule_kernel(&config, false);
-        let source = kernels::model_source(kernel, dtypes.param, dtypes.grad, dtypes.state);
+        let stochastic = if config.rounding == Rounding::Stochastic {
+            flags::STOCHASTIC
+        } else {
+            0
+        };
+        let mut update = vec![kernels::rule_kernel(&config, false)];
+        if config.rule == Rule::Swats {
+            update.push(kernels::rule_kernel(&config, true));
+        }
+        let names: Vec<kernels::UpdateKernel> = update.iter().map(|&(k, _)| k).collect();
+        let source = kernels::model_source(&names, dtypes.param, dtypes.grad, dtypes.state);
         let cubin = nvrtc::cubin_cached(&source, &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(Ptx::from_binary(cubin.to_vec()))?;
         let (g, s) = (dtypes.grad.name(), dtypes.state.name());
@@ -172,17 +212,15 @@ impl CudaOptimizer {
             }
             _ => None,
         };
-        let update = module.load_function(&kernels::kernel_name(
-            kernel,
-            dtypes.param,
-            dtypes.grad,
-            dtypes.state,
-        ))?;
-        let stochastic = if config.rounding == Rounding::Stochastic {
-            flags::STOCHASTIC
-        } else {
-            0
-        };
+        let mut update = update.into_iter().map(|(kernel, f)| {
+            let name = kernels::kernel_name(kernel, dtypes.param, dtypes.grad, dtypes.state);
+            Ok::<_, Error>(Update {
+                function: module.load_function(&name)?,
+                flags: f | stochastic,
+            })
+        });
+        let (adam, swats_sgd) = (update.next(), update.next().transpose()?);
+        let update = adam.expect("every rule has an update kernel")?;
         let table: Vec<HaTensor> = tensors
             .iter()
             .zip(group_index)
@@ -196,12 +234,17 @@ impl CudaOptimizer {
             })
             .collect();
         let numels: Vec<usize> = tensors.iter().map(|t| t.numel).collect();
+        let grads: Vec<u64> = tensors.iter().map(|t| t.grad).collect();
         let device = Device {
             reset: module.load_function("ha_reset")?,
             first_pass,
             update,
-            update_flags: update_flags | stochastic,
+            swats_sgd,
+            grad_sq: module.load_function(&format!("ha_grad_sq_{g}"))?,
             table: stream.clone_htod(&table)?,
+            grads: stream.clone_htod(&if grads.is_empty() { vec![0] } else { grads })?,
+            dots: stream.alloc_zeros::<u64>(2 * ExactSum::WORDS * tensors.len().max(1))?,
+            norm: stream.alloc_zeros::<u64>(ExactSum::WORDS)?,
             blocks: stream.clone_htod(&block_table(&numels, kernels::CHUNK))?,
             groups: stream.alloc_zeros::<HaScalars>(groups.len().max(1))?,
             status: stream.alloc_zeros::<HaStatus>(1)?,
@@ -213,6 +256,7 @@ impl CudaOptimizer {
             dtypes,
             tensors: tensors.to_vec(),
             groups,
+            aux: vec![TensorAux::default(); tensors.len()],
             device,
         })
     }
@@ -242,11 +286,47 @@ impl CudaOptimizer {
         Ok(self.core.set_lr(lr)?)
     }
 
+    /// Replaces every tensor's gradient pointer (as [`DeviceTensor::grad`], one per tensor in
+    /// the order of [`CudaOptimizer::new`]) for the next steps and [`CudaOptimizer::grad_norm`]:
+    /// one small host→device copy on the stream, no sync.
+    ///
+    /// # Safety
+    ///
+    /// Each pointer must be a live device allocation of the stream's context holding the
+    /// tensor's `numel` gradients, for as long as this optimizer steps with it.
+    pub unsafe fn set_grads(&mut self, grads: &[u64]) -> Result<(), Error> {
+        if grads.len() != self.tensors.len() {
+            return Err(Error::TensorCount {
+                expected: self.tensors.len(),
+                actual: grads.len(),
+            });
+        }
+        if grads.is_empty() {
+            return Ok(());
+        }
+        // Pageable memory: the copy is staged before this returns.
+        self.device.stream.memcpy_htod(grads, &mut self.device.grads)?;
+        for (t, &g) in self.tensors.iter_mut().zip(grads) {
+            t.grad = g;
+        }
+        Ok(())
+    }
+
+    /// ‖g‖₂ = √(Σ_k Σ_i g_{k,i}²) over every registered gradient as stored (no gradient
+    /// scale): the sum is exact on the device ([`ExactSum`]), rounded once to `f64` as the
+    /// core rounds it, then `f64::sqrt`; NaN or +∞ when a gradient is not finite. One launch,
+    /// one read.
+    pub fn grad_norm(&mut self) -> Result<f64, Error> {
+        let words = self.device.grad_sum_squares()?;
+        Ok(ExactSum::from_words(&words).to_f64().sqrt())
+    }
+
     /// One step over every tensor: θ, state updated in place on the device, exactly as
     /// [`Optimizer::step`] on the same values and groups. Gradients are multiplied by
     /// `1 / grad_scale`; one non-finite unscaled gradient skips the whole step.
     pub fn step(&mut self, grad_scale: f64) -> Result<StepReport, Error> {
         let config = *self.core.config();
+        let swats_sgd = self.core.swats_sgd_lr().is_some();
         let step = self.core.begin(grad_scale)?;
         let mut scalars = Vec::with_capacity(self.groups.len());
         for &group in &self.groups {
@@ -254,19 +334,46 @@ impl CudaOptimizer {
             config.for_group(group).validate()?;
             scalars.push(HaScalars(step.group_scalars(group)));
         }
-        let status = self
-            .device
-            .launch(&config, &HaScalars(*step.scalars()), &scalars, step.t())?;
-        Ok(step.finish_external(Outcome {
+        let swats_adam = config.rule == Rule::Swats && !swats_sgd;
+        let (status, dots) = self.device.launch(
+            &config,
+            &HaScalars(*step.scalars()),
+            &scalars,
+            step.t(),
+            swats_sgd,
+            swats_adam,
+        )?;
+        let outcome = Outcome {
             skipped: status.nonfinite != 0,
-            v_min: self.has_rho.then(|| f32::from_bits(status.vmin_post)),
+            // SWATS reports ρ in its Adam phase only, as the core.
+            v_min: (self.has_rho && !swats_sgd).then(|| f32::from_bits(status.vmin_post)),
             home_elements: status.home,
             nonfinite_applied: status.nonfinite_applied != 0,
-        })?)
+        };
+        if config.rule != Rule::Swats {
+            return Ok(step.finish_external(outcome)?);
+        }
+        let sums: Vec<ExactSum> = dots
+            .chunks_exact(ExactSum::WORDS)
+            .map(|w| ExactSum::from_words(w.try_into().expect("WORDS words")))
+            .collect();
+        let mut tests: Vec<SwatsDots<'_>> = self
+            .aux
+            .iter_mut()
+            .zip(&self.tensors)
+            .zip(sums.chunks_exact(2))
+            .map(|((aux, t), pair)| SwatsDots {
+                aux,
+                group: t.group,
+                step_sq: &pair[0],
+                step_grad: &pair[1],
+            })
+            .collect();
+        Ok(step.finish_external_swats(outcome, &mut tests)?)
     }
 
-    /// Per-tensor telemetry of the last step (ρ = min v̂ of the tensor, home elements): one
-    /// copy of the tensor table.
+    /// Per-tensor telemetry of the last step (ρ = min v̂ of the tensor, home elements) and
+    /// SWATS's Λ: one copy of the tensor table.
     pub fn tensor_telemetry(&self) -> Result<Vec<TensorAux>, Error> {
         let stream = &self.device.stream;
         let table = stream.clone_dtoh(&self.device.table)?;
@@ -274,8 +381,9 @@ impl CudaOptimizer {
         let bc2 = StepScalars::new(self.core.config(), self.core.step_count().max(1), 1.0, None).bc2;
         Ok(table
             .iter()
-            .map(|t| TensorAux {
-                swats_lambda: 0.0,
+            .zip(&self.aux)
+            .map(|(t, aux)| TensorAux {
+                swats_lambda: aux.swats_lambda,
                 rho: if self.has_rho {
                     f32::from_bits(t.vmin_post) / bc2
                 } else {
@@ -288,26 +396,28 @@ impl CudaOptimizer {
 }
 
 impl Device {
-    /// Queues the passes of step `t` (`step` the step's scalars, `groups` each group's) and
-    /// reads the status back.
+    /// Queues the passes of step `t` (`step` the step's scalars, `groups` each group's; SWATS in
+    /// its SGD phase with `swats_sgd`, summing its dot products with `dots`) and reads the
+    /// status back, and the dot products' accumulators with `dots` (else empty).
     fn launch(
         &mut self,
         config: &Config,
         step: &HaScalars,
         groups: &[HaScalars],
         t: u64,
-    ) -> Result<HaStatus, Error> {
+        swats_sgd: bool,
+        dots: bool,
+    ) -> Result<(HaStatus, Vec<u64>), Error> {
         let count = self.table.len() as u32;
         let blocks = self.blocks.len() as u32;
-        let grid = |n: u32| LaunchConfig {
-            grid_dim: (n, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
         let mut b = self.stream.launch_builder(&self.reset);
-        b.arg(&mut self.table).arg(&count).arg(&mut self.status);
-        // SAFETY: ha_reset(HaTensor*, u32, HaStatus*) with `count` table entries.
-        unsafe { b.launch(grid(count.div_ceil(THREADS).max(1))) }?;
+        b.arg(&mut self.table)
+            .arg(&count)
+            .arg(&self.grads)
+            .arg(&mut self.status);
+        // SAFETY: ha_reset(HaTensor*, u32, const u64*, HaStatus*) with `count` entries in the
+        // table and in `grads`.
+        unsafe { b.launch(grid(count.div_ceil(THREADS).max(1), 0)) }?;
         if blocks > 0 {
             // Pageable memory: the copy is staged before this returns.
             self.stream.memcpy_htod(groups, &mut self.groups)?;
@@ -327,22 +437,66 @@ impl Device {
                 b.arg(&mut self.status);
                 // SAFETY: the signatures of ha_check / ha_home_pre; the table's pointers are
                 // valid (the contract of `CudaOptimizer::new`).
-                unsafe { b.launch(grid(blocks)) }?;
+                unsafe { b.launch(grid(blocks, 0)) }?;
             }
+            if dots {
+                self.stream.memset_zeros(&mut self.dots)?;
+            }
+            let update = match (&self.swats_sgd, swats_sgd) {
+                (Some(sgd), true) => sgd,
+                _ => &self.update,
+            };
             let sr_base = kernels::sr_base(config.seed, t);
-            let mut b = self.stream.launch_builder(&self.update);
+            let mut b = self.stream.launch_builder(&update.function);
             b.arg(&mut self.table)
                 .arg(&self.blocks)
                 .arg(&self.groups)
-                .arg(&self.update_flags)
+                .arg(&update.flags)
                 .arg(&sr_base)
-                .arg(&mut self.status);
+                .arg(&mut self.status)
+                .arg(&mut self.dots);
+            let shared = if dots { kernels::exact_shared_bytes(2) } else { 0 };
             // SAFETY: the update kernels' signature; `groups` holds an entry for every
-            // `HaTensor::group`; pointers valid by the contract of `CudaOptimizer::new`.
-            unsafe { b.launch(grid(blocks)) }?;
+            // `HaTensor::group`, `dots` two accumulators per tensor, the shared memory two
+            // when SWATS sums; pointers valid by the contract of `CudaOptimizer::new`.
+            unsafe { b.launch(grid(blocks, shared)) }?;
         }
         let status = self.stream.clone_dtoh(&self.status)?;
+        let dots = if dots {
+            self.stream.clone_dtoh(&self.dots)?
+        } else {
+            Vec::new()
+        };
         self.stream.synchronize()?;
-        Ok(status[0])
+        Ok((status[0], dots))
+    }
+
+    /// The exact Σ g² over every gradient (`grads`), as raw accumulator words.
+    fn grad_sum_squares(&mut self) -> Result<[u64; ExactSum::WORDS], Error> {
+        let blocks = self.blocks.len() as u32;
+        self.stream.memset_zeros(&mut self.norm)?;
+        if blocks > 0 {
+            let mut b = self.stream.launch_builder(&self.grad_sq);
+            b.arg(&self.table)
+                .arg(&self.blocks)
+                .arg(&self.grads)
+                .arg(&mut self.norm);
+            // SAFETY: ha_grad_sq(const HaTensor*, const HaBlock*, const u64*, u64*): one
+            // gradient pointer per tensor, valid by the contracts of `new` and `set_grads`;
+            // one accumulator of shared memory.
+            unsafe { b.launch(grid(blocks, kernels::exact_shared_bytes(1))) }?;
+        }
+        let words = self.stream.clone_dtoh(&self.norm)?;
+        self.stream.synchronize()?;
+        Ok(words.try_into().expect("ExactSum::WORDS words"))
+    }
+}
+
+/// `n` blocks of [`THREADS`] threads with `shared` bytes of dynamic shared memory.
+fn grid(n: u32, shared: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: shared,
     }
 }

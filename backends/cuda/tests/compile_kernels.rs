@@ -97,20 +97,23 @@ fn the_runtime_source_of_one_model_compiles() {
         return;
     }
     use homeadam_core::Dtype::{BF16, F16, F32};
-    for (kernel, p, g, s) in [
-        (UpdateKernel::HomeAdam, BF16, BF16, F32),
-        (UpdateKernel::AdamW, F16, F32, BF16),
-        (UpdateKernel::Sgd, F32, F32, F32),
+    for (update, p, g, s) in [
+        (&[UpdateKernel::HomeAdam][..], BF16, BF16, F32),
+        (&[UpdateKernel::AdamW], F16, F32, BF16),
+        (&[UpdateKernel::Sgd], F32, F32, F32),
+        (&[UpdateKernel::SwatsAdam, UpdateKernel::SwatsSgd], BF16, F16, F32),
     ] {
-        let source = kernels::model_source(kernel, p, g, s);
-        let out = nvrtc::compile(&source, "sm_87", false).unwrap_or_else(|e| panic!("{kernel:?}: {e}"));
+        let source = kernels::model_source(update, p, g, s);
+        let out = nvrtc::compile(&source, "sm_87", false).unwrap_or_else(|e| panic!("{update:?}: {e}"));
         let ptx = String::from_utf8_lossy(&out.ptx);
-        for name in [
-            kernels::kernel_name(kernel, p, g, s),
+        let mut names: Vec<String> = update.iter().map(|&k| kernels::kernel_name(k, p, g, s)).collect();
+        names.extend([
             "ha_reset".into(),
             format!("ha_check_{}", g.name()),
             format!("ha_home_pre_{}_{}", g.name(), s.name()),
-        ] {
+            format!("ha_grad_sq_{}", g.name()),
+        ]);
+        for name in names {
             assert!(ptx.contains(&format!(".entry {name}(")), "{name} missing");
         }
     }

@@ -1,19 +1,21 @@
-//! On a GPU: every golden case of `tests/golden/cases/` (3 tensors, 100 gradient rows) and
-//! larger random multi-tensor models in several parameter groups (η scaled or not, λ or none),
-//! stepped by [`CudaOptimizer`] and by the core's `Optimizer::step_reference`, compared bit for
-//! bit after every step (NaN payloads aside), with the same reports and per-tensor telemetry;
-//! checkpoints round-trip through the core's byte format. Skipped with a message when no CUDA
-//! driver is present; the golden cases are parsed and replayed on the core either way.
+//! On a GPU: every golden case of `tests/golden/cases/` (3 tensors, 100 gradient rows; SWATS
+//! included) and larger random multi-tensor models in several parameter groups (η scaled or
+//! not, λ or none; SWATS switching to its SGD phase included), stepped by [`CudaOptimizer`] and
+//! by the core's `Optimizer::step_reference`, compared bit for bit after every step (NaN payloads
+//! aside), with the same reports and per-tensor telemetry and Λ; checkpoints round-trip through
+//! the core's byte format. `grad_norm` equals the core's exact sum, and `set_grads` steps with
+//! the new gradients. Skipped with a message when no CUDA driver is present; the golden cases
+//! are parsed and replayed on the core either way.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use homeadam_core::backend::mix64;
 use homeadam_core::{
-    bf16, f16, Config, Dtype, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Storage, Switch,
-    Tensor, TensorAux, TensorState, TensorStateMut,
+    bf16, f16, Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Storage,
+    Switch, Tensor, TensorAux, TensorState, TensorStateMut,
 };
-use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes};
+use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes, Error};
 
 /// A model: per tensor θ0, the gradient rows and the parameter group, plus config and storage
 /// types.
@@ -154,6 +156,15 @@ fn assert_same<T: Storage>(what: &str, core: &[T], device: &[u8]) {
     }
 }
 
+/// The bits of `x`, every NaN as one (GPUs canonicalize NaN payloads).
+fn canonical(x: f32) -> u32 {
+    if x.is_nan() {
+        f32::NAN.to_bits()
+    } else {
+        x.to_bits()
+    }
+}
+
 fn same_report(a: &StepReport, b: &StepReport) -> bool {
     let rho = match (a.rho, b.rho) {
         (Some(x), Some(y)) => x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
@@ -163,6 +174,7 @@ fn same_report(a: &StepReport, b: &StepReport) -> bool {
         && a.skipped == b.skipped
         && a.home_elements == b.home_elements
         && a.nonfinite_applied == b.nonfinite_applied
+        && a.swats_switched == b.swats_switched
 }
 
 /// Steps the case on the core and on the device; compares after every step; round-trips a
@@ -232,8 +244,11 @@ fn run<P: Storage, G: Storage, S: Storage>(case: &Case, stream: &Arc<CudaStream>
         let telemetry = cuda.tensor_telemetry().expect("telemetry");
         for (k, (core_aux, cuda_aux)) in auxes.iter().zip(&telemetry).enumerate() {
             let rho = |a: &TensorAux| a.rho.to_bits();
+            let lambda = |a: &TensorAux| a.swats_lambda.to_bits();
             assert!(
-                rho(core_aux) == rho(cuda_aux) && core_aux.home_elements == cuda_aux.home_elements,
+                rho(core_aux) == rho(cuda_aux)
+                    && lambda(core_aux) == lambda(cuda_aux)
+                    && core_aux.home_elements == cuda_aux.home_elements,
                 "{} row {r} tensor {k}: core {core_aux:?} cuda {cuda_aux:?}",
                 case.name
             );
@@ -298,7 +313,17 @@ fn run<P: Storage, G: Storage, S: Storage>(case: &Case, stream: &Arc<CudaStream>
                         &bytes(device_state),
                     );
                 }
-                assert_eq!(before_aux, auxes, "{}: checkpoint telemetry", case.name);
+                let bits = |a: &[TensorAux]| -> Vec<(u32, u32, u32)> {
+                    a.iter()
+                        .map(|x| (canonical(x.swats_lambda), canonical(x.rho), x.home_elements))
+                        .collect()
+                };
+                assert_eq!(
+                    bits(&before_aux),
+                    bits(&auxes),
+                    "{}: checkpoint telemetry",
+                    case.name
+                );
             }
         }
     }
@@ -361,13 +386,11 @@ fn golden_cases_on_the_gpu_match_the_core_bit_for_bit() {
     let Some(stream) = gpu() else { return };
     let mut elements = 0;
     let mut cases = 0;
-    for case in golden_cases().iter().filter(|c| c.config.rule != Rule::Swats) {
-        elements += dispatch(case, &stream);
+    for case in golden_cases() {
+        elements += dispatch(&case, &stream);
         cases += 1;
     }
-    println!(
-        "gpu: {cases} golden cases (SWATS not supported on CUDA), {elements} element updates bit-identical"
-    );
+    println!("gpu: {cases} golden cases, {elements} element updates bit-identical");
 }
 
 #[test]
@@ -399,6 +422,18 @@ fn random_models_on_the_gpu_match_the_core_bit_for_bit() {
             switch_step: 2,
             ..decayed(Rule::MiAdam)
         },
+        decayed(Rule::Swats),
+        // ε = 10 makes the switch test pass at t = 2: the SGD phase runs from t = 3.
+        Config {
+            eps: 10.0,
+            nesterov: true,
+            ..decayed(Rule::Swats)
+        },
+        Config {
+            eps: 10.0,
+            weight_decouple: true,
+            ..decayed(Rule::Swats)
+        },
     ];
     let mut elements = 0;
     for (i, base) in bases.into_iter().enumerate() {
@@ -426,4 +461,120 @@ fn random_models_on_the_gpu_match_the_core_bit_for_bit() {
         }
     }
     println!("gpu: random models, {elements} element updates bit-identical");
+}
+
+/// Uploads `xs` (at least one byte, so that empty tensors get a pointer).
+fn upload<T: Storage>(stream: &Arc<CudaStream>, xs: &[T]) -> CudaSlice<u8> {
+    let b = bytes(xs);
+    stream
+        .clone_htod(&if b.is_empty() { vec![0u8] } else { b })
+        .expect("upload")
+}
+
+/// The core's ‖g‖₂ of `grads`: one exact sum of every g² (widened to `f32`), rounded once.
+fn core_norm<G: Storage>(grads: &[Vec<G>]) -> f64 {
+    let mut sum = ExactSum::new();
+    for g in grads.iter().flatten() {
+        sum.add_square(g.to_f32());
+    }
+    sum.to_f64().sqrt()
+}
+
+/// `grad_norm` against the core's exact sum, before and after `set_grads`, then a step with
+/// the new gradients against the core's reference.
+fn norm_and_new_grads<G: Storage>(stream: &Arc<CudaStream>) {
+    let config = Config {
+        weight_decay: 0.01,
+        ..Config::new(Rule::Swats)
+    };
+    let case = random_case(
+        config,
+        Dtypes {
+            param: Dtype::F32,
+            grad: G::DTYPE,
+            state: Dtype::F32,
+        },
+        99,
+    );
+    let slots = case.config.state_slots();
+    let mut params: Vec<Vec<f32>> = case.params.clone();
+    let mut states: Vec<Vec<f32>> = params.iter().map(|p| vec![0.0; slots * p.len()]).collect();
+    let mut auxes = vec![TensorAux::default(); params.len()];
+    // Row 3 holds a NaN: ‖g‖ is NaN and the step is skipped.
+    let rows: Vec<Vec<Vec<G>>> = (0..4)
+        .map(|r| case.grads.iter().map(|g| stored(&g[r])).collect())
+        .collect();
+    let d_params: Vec<CudaSlice<u8>> = params.iter().map(|p| upload(stream, p)).collect();
+    let d_states: Vec<CudaSlice<u8>> = states.iter().map(|s| upload(stream, s)).collect();
+    let d_rows: Vec<Vec<CudaSlice<u8>>> = rows
+        .iter()
+        .map(|row| row.iter().map(|g| upload(stream, g)).collect())
+        .collect();
+    let ptr = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
+    let tensors: Vec<DeviceTensor> = (0..params.len())
+        .map(|k| {
+            DeviceTensor::new(
+                ptr(&d_params[k]),
+                ptr(&d_rows[0][k]),
+                ptr(&d_states[k]),
+                params[k].len(),
+            )
+            .in_group(case.groups[k])
+        })
+        .collect();
+    // SAFETY: the buffers live until the end of this function and have the stated sizes.
+    let mut cuda = unsafe { CudaOptimizer::new(case.config, case.dtypes, &tensors, stream.clone()) }
+        .expect("cuda optimizer");
+    let mut core = Optimizer::new(case.config).expect("config");
+    for (r, row) in rows.iter().enumerate() {
+        let pointers: Vec<u64> = d_rows[r].iter().map(ptr).collect();
+        // SAFETY: as above.
+        unsafe { cuda.set_grads(&pointers) }.expect("set_grads");
+        let (expected, got) = (core_norm(row), cuda.grad_norm().expect("grad_norm"));
+        assert!(
+            expected.to_bits() == got.to_bits() || (expected.is_nan() && got.is_nan()),
+            "row {r}: core ‖g‖ {expected:e}, cuda {got:e}"
+        );
+        let report = {
+            let mut model: Vec<Tensor<'_, f32, G, f32>> = params
+                .iter_mut()
+                .zip(row)
+                .zip(states.iter_mut().zip(auxes.iter_mut()))
+                .zip(&case.groups)
+                .map(|(((p, g), (s, a)), &group)| Tensor::new(p, g, s, a).in_group(group))
+                .collect();
+            core.step_reference(&mut model, case.grad_scale)
+                .expect("core step")
+        };
+        let got = cuda.step(case.grad_scale).expect("cuda step");
+        assert!(
+            same_report(&report, &got),
+            "row {r}: core {report:?} cuda {got:?}"
+        );
+        for (k, p) in params.iter().enumerate() {
+            let d = stream.clone_dtoh(&d_params[k]).expect("download");
+            assert_same(&format!("row {r} param {k}"), p, &d[..p.len() * 4]);
+        }
+    }
+    // SAFETY: nothing is installed: the count is refused first.
+    let refused = unsafe { cuda.set_grads(&[0]) };
+    assert!(
+        matches!(
+            refused,
+            Err(Error::TensorCount {
+                expected: 6,
+                actual: 1
+            })
+        ),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn grad_norm_is_the_cores_exact_sum_and_set_grads_steps_with_new_pointers() {
+    let Some(stream) = gpu() else { return };
+    norm_and_new_grads::<f32>(&stream);
+    norm_and_new_grads::<bf16>(&stream);
+    norm_and_new_grads::<f16>(&stream);
+    println!("gpu: grad_norm = the core's exact ‖g‖₂, set_grads steps with the new gradients");
 }

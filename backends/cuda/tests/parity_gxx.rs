@@ -2,7 +2,8 @@
 //! metadata of `kernels.rs` as `-D` flags), against the core's `Optimizer::step_reference`, bit
 //! for bit: every rule and variant × every param/grad/state storage type × both roundings, 8
 //! steps of a model of four tensors in four parameter groups (η scaled or not, λ or none) with
-//! random values (denormal, huge, NaN and ±∞ included), plus every storage conversion. Needs g++
+//! random values (denormal, huge, NaN and ±∞ included), plus every storage conversion and the
+//! exact sums of `homeadam_exact.h` against the core's `ExactSum`. Needs g++
 //! only (no GPU); skipped with a message when g++ is missing.
 
 use std::io::Write;
@@ -11,8 +12,8 @@ use std::process::{Command, Stdio};
 
 use homeadam_core::backend::{mix64, StepScalars};
 use homeadam_core::{
-    bf16, f16, Config, Dtype, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Storage, Tensor,
-    TensorAux,
+    bf16, f16, Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Storage,
+    Tensor, TensorAux,
 };
 use homeadam_cuda::kernels::{self, flags, UpdateKernel};
 
@@ -524,5 +525,53 @@ fn conversions_match_the_core_bit_for_bit() {
     println!(
         "parity_gxx: {} values converted 6 ways (f16/bf16 RNE, stochastic, widening): all bit-identical",
         xs.len()
+    );
+}
+
+#[test]
+fn exact_sums_match_the_core_bit_for_bit() {
+    let Some(exe) = harness("exact") else { return };
+    let mut rng = Rng(5);
+    let mut input = Vec::new();
+    let mut expected = Vec::new();
+    for case in 0..400u32 {
+        let n = 1 + rng.below(300) as usize;
+        let pairs: Vec<(f32, f32)> = (0..n)
+            .map(|_| {
+                // Non-finite values in one case of four only, so that most sums are finite.
+                if case % 4 == 0 {
+                    (rng.value(), rng.value())
+                } else {
+                    (rng.finite(), rng.finite())
+                }
+            })
+            .collect();
+        input.extend_from_slice(&2u32.to_le_bytes());
+        input.extend_from_slice(&(n as u32).to_le_bytes());
+        let mut sum = ExactSum::new();
+        for &(a, b) in &pairs {
+            input.extend_from_slice(&a.to_bits().to_le_bytes());
+            input.extend_from_slice(&b.to_bits().to_le_bytes());
+            sum.add_product(a, b);
+        }
+        expected.push(sum);
+    }
+    let out = run_harness(&exe, &input);
+    let _ = std::fs::remove_file(&exe);
+    let words: Vec<u64> = out
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    assert_eq!(words.len(), expected.len() * ExactSum::WORDS);
+    for (k, (sum, got)) in expected
+        .iter()
+        .zip(words.chunks_exact(ExactSum::WORDS))
+        .enumerate()
+    {
+        assert_eq!(&sum.to_words()[..], got, "exact sum {k}");
+    }
+    println!(
+        "parity_gxx: {} exact sums (ExactSum's words) bit-identical",
+        expected.len()
     );
 }

@@ -13,8 +13,11 @@
 //! ```
 //! With parameter groups ([`crate::Group`]) the model still switches once: η' is Λ/bc2 of the
 //! asking tensor divided by its `lr_scale`, and each tensor's SGD phase steps at η'·lr_scale.
-//! The dot products are summed in `f64` in index order; γ, Λ and the test are `f64`, Λ is
-//! stored as `f32`. State: `m`, `v`, `b`, and Λ per tensor in [`crate::TensorAux`].
+//! The dot products pᵀp and pᵀg of each tensor are summed exactly ([`crate::ExactSum`]: the
+//! products of `f32` in a fixed-point integer) and rounded once to `f64`, so that every order
+//! of summation, and every backend, gives the same bits (pytorch-optimizer sums in `f32`; the
+//! difference is within the golden tolerance). γ, Λ and the test are `f64`, Λ is stored as
+//! `f32`. State: `m`, `v`, `b`, and Λ per tensor in [`crate::TensorAux`].
 
 use crate::kernel::{Elem, Kernel};
 use crate::math::sqrt;

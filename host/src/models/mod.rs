@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use anyhow::{bail, ensure, Result};
-use candle_core::{Tensor, Var};
+use candle_core::{Device, Tensor, Var};
 
 use crate::rng::Rng;
 
@@ -62,6 +62,13 @@ pub trait Model {
     /// Restores the dropout generator (from a checkpoint); does nothing for models without
     /// dropout.
     fn set_rng(&self, _rng: Rng) {}
+
+    /// The device the parameters live on (the CPU for a model without any).
+    fn device(&self) -> Device {
+        self.vars()
+            .first()
+            .map_or(Device::Cpu, |(_, v)| v.device().clone())
+    }
 
     /// The number of trainable scalars.
     fn param_count(&self) -> usize {

@@ -34,6 +34,10 @@ pub struct RunMeta {
     pub optimizer: String,
     /// The run's seed.
     pub seed: u64,
+    /// Where the checkpoint was written (`cpu`, `cuda:0`; see [`crate::device`]); checkpoints
+    /// of older versions, which trained on the CPU only, have none and read as `cpu`.
+    #[serde(default = "cpu")]
+    pub device: String,
     /// The epoch in progress (0-based).
     pub epoch: u64,
     /// Minibatches of `epoch` already taken.
@@ -46,6 +50,10 @@ pub struct RunMeta {
     pub progress: EpochProgress,
     /// Running sums since the last row of `iterations.csv`.
     pub window: EpochProgress,
+}
+
+fn cpu() -> String {
+    crate::device::DeviceSpec::Cpu.to_string()
 }
 
 /// Sums over the minibatches of the unfinished epoch, in the order they were taken.
@@ -228,6 +236,7 @@ mod tests {
                 experiment: "digits-mlp".into(),
                 optimizer: "homeadamw".into(),
                 seed: 3,
+                device: "cuda:0".into(),
                 epoch: 2,
                 batch: 7,
                 step: 51,
@@ -266,6 +275,15 @@ mod tests {
         assert_eq!(back, c);
         let bits = |t: &SavedVar| t.values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&back.model[0]), bits(&c.model[0]));
+    }
+
+    #[test]
+    fn a_meta_without_a_device_was_written_on_the_cpu() {
+        let mut json = serde_json::to_value(&sample().meta).expect("json");
+        assert_eq!(json["device"], "cuda:0");
+        json.as_object_mut().expect("object").remove("device");
+        let meta: RunMeta = serde_json::from_value(json).expect("older meta");
+        assert_eq!(meta.device, "cpu");
     }
 
     #[test]

@@ -141,10 +141,24 @@ pub struct LanguageData {
 }
 
 impl LanguageData {
-    /// `train` and `test` are token ids; `batch` columns of `bptt`-token windows.
-    pub fn new(train: &[u32], test: &[u32], batch: usize, bptt: usize, device: &Device) -> Result<Self> {
+    /// `train` and `test` are token ids, each below `vocab` (checked here, on the host, so that
+    /// the model need not read the ids back from the device); `batch` columns of `bptt`-token
+    /// windows.
+    pub fn new(
+        train: &[u32],
+        test: &[u32],
+        vocab: usize,
+        batch: usize,
+        bptt: usize,
+        device: &Device,
+    ) -> Result<Self> {
         if batch == 0 || bptt == 0 {
             bail!("batch ({batch}) and sequence length ({bptt}) must be positive");
+        }
+        for (split, ids) in [("training", train), ("test", test)] {
+            if let Some((i, id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
+                bail!("{split} token {i} has id {id}, outside the vocabulary of {vocab}");
+            }
         }
         let (train, test) = (batchify(train, batch), batchify(test, batch));
         let rows = |c: &[Vec<u32>]| c.first().map_or(0, Vec::len);
@@ -194,5 +208,33 @@ impl TrainData for LanguageData {
 
     fn test_batch(&self, index: usize) -> Result<Minibatch> {
         self.batch(&self.test, index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_ids_outside_the_vocabulary_are_refused_on_the_host() {
+        let ids: Vec<u32> = (0..40).map(|i| i % 10).collect();
+        let data = LanguageData::new(&ids, &ids, 10, 2, 5, &Device::Cpu).unwrap();
+        let mb = data.train_batch(0, 0).unwrap();
+        assert_eq!(mb.input.dims(), &[2, 5]);
+        let mut bad = ids.clone();
+        bad[17] = 10;
+        let err = LanguageData::new(&bad, &ids, 10, 2, 5, &Device::Cpu)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("training token 17 has id 10") && err.contains("of 10"),
+            "{err}"
+        );
+        let err = LanguageData::new(&ids, &bad, 10, 2, 5, &Device::Cpu)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("test token 17"), "{err}");
     }
 }

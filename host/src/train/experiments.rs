@@ -191,7 +191,7 @@ impl Experiment {
                     (false, Corpus::WikiText2) => TransformerConfig::wikitext2(vocab.len()),
                     (false, Corpus::WikiText103) => TransformerConfig::wikitext103(vocab.len()),
                 };
-                let data = LanguageData::new(&train.ids, &test.ids, batch, BPTT, &dev)?;
+                let data = LanguageData::new(&train.ids, &test.ids, vocab.len(), batch, BPTT, &dev)?;
                 let factory: ModelFactory =
                     Box::new(move |seed| Ok(Box::new(TransformerLm::new(config, seed, &dev)?)));
                 (factory, Box::new(data))
@@ -210,7 +210,7 @@ impl Experiment {
                 let train = wikitext::encode(&valid, &vocab)?;
                 let mut test = wikitext::encode(&read(TextSplit::Test)?, &vocab)?.ids;
                 test.truncate(QUICK_TEST_TOKENS);
-                let data = LanguageData::new(&train.ids, &test, batch, QUICK_BPTT, &dev)?;
+                let data = LanguageData::new(&train.ids, &test, vocab.len(), batch, QUICK_BPTT, &dev)?;
                 let config = TransformerConfig::tiny(vocab.len());
                 let factory: ModelFactory =
                     Box::new(move |seed| Ok(Box::new(TransformerLm::new(config, seed, &dev)?)));

@@ -5,4 +5,5 @@ pub mod data;
 pub mod experiments;
 pub mod run;
 pub mod runner;
+pub mod scores;
 pub mod stability;

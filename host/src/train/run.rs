@@ -7,14 +7,14 @@
 //! optimizer after the last epoch, in the same format).
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use candle_core::{DType, Tensor, D};
 use homeadam_core::StepReport;
 
 use super::checkpoint::{EpochProgress, RunCheckpoint, RunMeta};
 use super::data::{Minibatch, TrainData};
+use super::scores::{loss_and_correct, PendingScores};
 use crate::models::Model;
 use crate::progress::bar;
 use crate::report::{EpochRecord, IterationRecord, IterationWriter, MetricsWriter, Task};
@@ -60,24 +60,11 @@ impl RunOptions {
     }
 }
 
-/// Mean loss and the number of correct predictions of `logits` against `target`.
-fn loss_and_correct(logits: &Tensor, target: &Tensor) -> Result<(Tensor, u64)> {
-    let classes = logits.dim(D::Minus1)?;
-    let logits = logits.reshape(((), classes))?;
-    let target = target.flatten_all()?;
-    let loss = candle_nn::loss::cross_entropy(&logits, &target)?;
-    let correct = logits
-        .argmax(D::Minus1)?
-        .eq(&target)?
-        .to_dtype(DType::F32)?
-        .sum_all()?
-        .to_scalar::<f32>()? as u64;
-    Ok((loss, correct))
-}
-
-/// Mean loss and accuracy (or perplexity) of `model` over the test set.
+/// Mean loss and accuracy (or perplexity) of `model` over the test set; the scores stay on the
+/// device until the end (or until [`PendingScores`] is full).
 pub fn evaluate(model: &dyn Model, data: &dyn TrainData) -> Result<(f64, f64)> {
-    let (mut loss_sum, mut correct, mut seen) = (0.0, 0u64, 0u64);
+    let mut sums = EpochProgress::default();
+    let mut pending = PendingScores::default();
     for i in 0..data.test_batches() {
         let Minibatch {
             input,
@@ -85,13 +72,15 @@ pub fn evaluate(model: &dyn Model, data: &dyn TrainData) -> Result<(f64, f64)> {
             predictions,
         } = data.test_batch(i)?;
         let logits = model.forward(&input, false)?.detach();
-        let (loss, c) = loss_and_correct(&logits, &target)?;
-        loss_sum += f64::from(loss.to_scalar::<f32>()?) * predictions as f64;
-        correct += c;
-        seen += predictions as u64;
+        let (loss, correct) = loss_and_correct(&logits, &target)?;
+        pending.push(&loss, &correct, predictions)?;
+        if pending.is_full() {
+            pending.drain()?.iter().for_each(|b| b.add_to(&mut sums));
+        }
     }
-    let loss = loss_sum / seen.max(1) as f64;
-    Ok((loss, quality(data.task(), loss, correct, seen)))
+    pending.drain()?.iter().for_each(|b| b.add_to(&mut sums));
+    let loss = sums.loss_sum / sums.seen.max(1) as f64;
+    Ok((loss, quality(data.task(), loss, sums.correct, sums.seen)))
 }
 
 fn quality(task: Task, mean_loss: f64, correct: u64, seen: u64) -> f64 {
@@ -101,14 +90,17 @@ fn quality(task: Task, mean_loss: f64, correct: u64, seen: u64) -> f64 {
     }
 }
 
-/// Where a run starts: fresh, or from its checkpoint.
-fn start(model: &dyn Model, opt: &mut VarOptimizer, o: &RunOptions) -> Result<RunMeta> {
+/// Where a run starts: fresh, or from its checkpoint (which may have been written on another
+/// device: the checkpoint holds host values, so it loads anywhere, but the continuation then
+/// computes in another order and does not reproduce the uninterrupted run's bits).
+fn start(model: &dyn Model, opt: &mut VarOptimizer, o: &RunOptions, device: &str) -> Result<RunMeta> {
     let path = o.dir().join("checkpoint.bin");
     if !o.settings.resume {
         return Ok(RunMeta {
             experiment: o.experiment.clone(),
             optimizer: o.optimizer.clone(),
             seed: o.seed,
+            device: device.to_string(),
             epoch: 0,
             batch: 0,
             step: 0,
@@ -132,21 +124,23 @@ fn start(model: &dyn Model, opt: &mut VarOptimizer, o: &RunOptions) -> Result<Ru
     opt.load_state(&ck.optimizer)
         .with_context(|| format!("--resume from {}", path.display()))?;
     model.set_rng(Rng { state: ck.meta.rng });
-    Ok(ck.meta)
+    if ck.meta.device != device {
+        eprintln!(
+            "note: {} was written on {}, resuming on {device}: the rest of the run will not be \
+             bit-identical to an uninterrupted run on either",
+            path.display(),
+            ck.meta.device
+        );
+    }
+    Ok(RunMeta {
+        device: device.to_string(),
+        ..ck.meta
+    })
 }
 
-/// Adds one minibatch and its step to the sums of `p`.
-fn accumulate(
-    p: &mut EpochProgress,
-    loss: f64,
-    correct: u64,
-    predictions: usize,
-    report: &StepReport,
-    params: f64,
-) {
-    p.loss_sum += loss * predictions as f64;
-    p.correct += correct;
-    p.seen += predictions as u64;
+/// Adds one optimizer step's report to the sums of `p` (the minibatch's scores come later, from
+/// [`PendingScores`]).
+fn count_step(p: &mut EpochProgress, report: &StepReport, params: f64) {
     if !report.skipped {
         p.steps += 1;
         p.home_share_sum += report.home_elements as f64 / params;
@@ -155,6 +149,15 @@ fn accumulate(
             p.rho_min = Some(p.rho_min.map_or(rho, |r| r.min(rho)));
         }
     }
+}
+
+/// Reads the held minibatch scores into the epoch's and the window's sums.
+fn settle(pending: &mut PendingScores, meta: &mut RunMeta) -> Result<()> {
+    for b in pending.drain()? {
+        b.add_to(&mut meta.progress);
+        b.add_to(&mut meta.window);
+    }
+    Ok(())
 }
 
 fn save(model: &dyn Model, opt: &VarOptimizer, meta: &RunMeta, path: &Path) -> Result<()> {
@@ -166,8 +169,15 @@ fn save(model: &dyn Model, opt: &VarOptimizer, meta: &RunMeta, path: &Path) -> R
     .save(path)
 }
 
+/// How often the progress bar's loss is read back from the device while the bar is drawn.
+const BAR_REFRESH: Duration = Duration::from_secs(1);
+
 /// Trains `model` with `opt` on `data` as `o` says; returns the rows of `metrics.csv` written
 /// by this call.
+///
+/// A step reads back only the optimizer's status: the minibatch losses and correct counts stay
+/// on the device until an `iterations.csv` row, a checkpoint, the end of the epoch or the
+/// progress bar (every [`BAR_REFRESH`]) needs them.
 pub fn train(
     model: &dyn Model,
     data: &dyn TrainData,
@@ -176,7 +186,8 @@ pub fn train(
 ) -> Result<Vec<EpochRecord>> {
     let dir = o.dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let mut meta = start(model, opt, o)?;
+    let device = crate::device::name(&model.device());
+    let mut meta = start(model, opt, o, &device)?;
     let s = &o.settings;
     let metrics = dir.join("metrics.csv");
     let mut writer = if s.resume {
@@ -197,6 +208,7 @@ pub fn train(
     let params = model.param_count().max(1) as f64;
     let homeadam = opt.config().core.rule.switch().is_some();
     let batches = data.train_batches().min(s.max_batches.unwrap_or(usize::MAX));
+    let mut pending = PendingScores::default();
     let mut rows = Vec::new();
     while meta.epoch < s.epochs {
         let pb = bar(
@@ -205,57 +217,51 @@ pub fn train(
             format!("{} epoch {}/{}", o.optimizer, meta.epoch + 1, s.epochs),
         );
         pb.set_position(meta.batch);
+        pb.set_message(format!("on {device}"));
         let clock = Instant::now();
+        let mut last_read = clock;
         let seconds_before = meta.progress.seconds;
         while (meta.batch as usize) < batches {
             let mb = data.train_batch(meta.epoch, meta.batch as usize)?;
             let logits = model.forward(&mb.input, true)?;
             let (loss, correct) = loss_and_correct(&logits, &mb.target)?;
-            let loss_value = f64::from(loss.to_scalar::<f32>()?);
             let grads = loss.backward()?;
             let report = opt.step_with_report(&grads)?.report;
-            accumulate(
-                &mut meta.progress,
-                loss_value,
-                correct,
-                mb.predictions,
-                &report,
-                params,
-            );
-            accumulate(
-                &mut meta.window,
-                loss_value,
-                correct,
-                mb.predictions,
-                &report,
-                params,
-            );
-            let p = &mut meta.progress;
+            pending.push(&loss, &correct, mb.predictions)?;
+            count_step(&mut meta.progress, &report, params);
+            count_step(&mut meta.window, &report, params);
             meta.batch += 1;
             meta.step += 1;
             meta.rng = model.rng().map_or(0, |r| r.state);
-            p.seconds = seconds_before + clock.elapsed().as_secs_f64();
+            meta.progress.seconds = seconds_before + clock.elapsed().as_secs_f64();
             pb.inc(1);
-            pb.set_message(format!(
-                "loss {:.4} {:.0} ex/s",
-                p.loss_sum / p.seen as f64,
-                p.seen as f64 / clock.elapsed().as_secs_f64().max(1e-9)
-            ));
-            if let (Some(writer), Some(n)) = (iterations.as_mut(), s.log_every) {
-                if n > 0 && meta.step % n == 0 {
-                    let w = std::mem::take(&mut meta.window);
-                    writer.append(&IterationRecord {
-                        step: meta.step,
-                        train_loss: w.loss_sum / w.seen.max(1) as f64,
-                        home_share: homeadam.then(|| w.home_share_sum / w.steps.max(1) as f64),
-                        rho: w.rho_min,
-                    })?;
-                }
+            let log_now = s.log_every.is_some_and(|n| n > 0 && meta.step % n == 0);
+            let checkpoint_now = s.checkpoint_every.is_some_and(|n| n > 0 && meta.step % n == 0);
+            let bar_now = !pb.is_hidden() && last_read.elapsed() >= BAR_REFRESH;
+            if log_now || checkpoint_now || bar_now || pending.is_full() {
+                settle(&mut pending, &mut meta)?;
+                last_read = Instant::now();
+                let p = &meta.progress;
+                pb.set_message(format!(
+                    "on {device} loss {:.4} {:.0} ex/s",
+                    p.loss_sum / p.seen.max(1) as f64,
+                    p.seen as f64 / clock.elapsed().as_secs_f64().max(1e-9)
+                ));
             }
-            if s.checkpoint_every.is_some_and(|n| n > 0 && meta.step % n == 0) {
+            if let Some(writer) = iterations.as_mut().filter(|_| log_now) {
+                let w = std::mem::take(&mut meta.window);
+                writer.append(&IterationRecord {
+                    step: meta.step,
+                    train_loss: w.loss_sum / w.seen.max(1) as f64,
+                    home_share: homeadam.then(|| w.home_share_sum / w.steps.max(1) as f64),
+                    rho: w.rho_min,
+                })?;
+            }
+            if checkpoint_now {
                 save(model, opt, &meta, &checkpoint)?;
             }
         }
+        settle(&mut pending, &mut meta)?;
         pb.finish_and_clear();
         let (test_loss, test_quality) = evaluate(model, data)?;
         let p = meta.progress;

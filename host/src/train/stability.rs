@@ -19,7 +19,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use candle_core::Device;
+use candle_core::{DType, Device, Tensor};
 
 use super::data::{ClassificationData, TrainData};
 use super::experiments::{Experiment, ModelFactory};
@@ -54,6 +54,8 @@ pub struct StabilityOptions {
     pub out_dir: PathBuf,
     /// Draw a progress bar.
     pub progress: bool,
+    /// Where the models and minibatches live.
+    pub device: Device,
 }
 
 /// One optimizer's last epoch.
@@ -108,18 +110,30 @@ fn check_replace(split_len: usize, replace: usize) -> Result<usize> {
     Ok(n)
 }
 
+/// ‖θ(a) − θ(b)‖₂: each variable's Σ d² in f64 on the device (d² of an f32 is exact in f64),
+/// one read of the per-variable sums, added on the host in variable order.
 fn distance(a: &dyn Model, b: &dyn Model) -> Result<f64> {
-    let mut sum = 0.0;
-    for ((_, x), (_, y)) in a.vars().iter().zip(b.vars().iter()) {
-        let d = (x.as_tensor() - y.as_tensor())?.flatten_all()?.to_vec1::<f32>()?;
-        sum += d.iter().map(|v| f64::from(*v) * f64::from(*v)).sum::<f64>();
+    let sums = a
+        .vars()
+        .iter()
+        .zip(b.vars().iter())
+        .map(|((_, x), (_, y))| {
+            Ok((x.as_tensor() - y.as_tensor())?
+                .to_dtype(DType::F64)?
+                .sqr()?
+                .sum_all()?)
+        })
+        .collect::<Result<Vec<Tensor>>>()?;
+    if sums.is_empty() {
+        return Ok(0.0);
     }
+    let sum: f64 = Tensor::stack(&sums, 0)?.to_vec1::<f64>()?.iter().sum();
     Ok(sum.sqrt())
 }
 
 /// Runs the experiment for every optimizer; returns each one's last epoch and the figures.
 pub fn run_stability(o: &StabilityOptions) -> Result<(Vec<StabilitySummary>, Vec<PathBuf>)> {
-    let dev = Device::Cpu;
+    let dev = o.device.clone();
     match o.experiment {
         Experiment::DigitsMlp => {
             let (s, s_i, test) = digit_sets(o.replace)?;
@@ -167,7 +181,7 @@ fn lockstep<E: Examples + Clone>(
     new_model: ModelFactory,
 ) -> Result<(Vec<StabilitySummary>, Vec<PathBuf>)> {
     let preset = Preset::load(preset)?;
-    let dev = Device::Cpu;
+    let dev = &o.device;
     let batch = preset.batch_size;
     let on_s = ClassificationData::new(
         s.clone(),
@@ -176,11 +190,11 @@ fn lockstep<E: Examples + Clone>(
         batch,
         o.seed,
         augment,
-        &dev,
+        dev,
     )?;
-    let on_s_i = ClassificationData::new(s_i, test, shape.clone(), batch, o.seed, augment, &dev)?;
+    let on_s_i = ClassificationData::new(s_i, test, shape.clone(), batch, o.seed, augment, dev)?;
     // The training loss F_S is the mean loss over S, evaluated as a "test set".
-    let s_as_test = ClassificationData::new(s.clone(), s, shape, batch, o.seed, false, &dev)?;
+    let s_as_test = ClassificationData::new(s.clone(), s, shape, batch, o.seed, false, dev)?;
     let mut summaries = Vec::new();
     for name in &o.optimizers {
         let config = OptimConfig::new(preset.config(name)?);

@@ -1,7 +1,7 @@
 //! Checkpoints of a [`CudaOptimizer`]: the core's byte format, read from and written to the
-//! device state.
+//! device state, with each tensor's SWATS Λ (kept on the host).
 
-use homeadam_core::{bf16, f16, Dtype, SliceSink, Storage, TensorAux, TensorState, TensorStateMut};
+use homeadam_core::{bf16, f16, Dtype, SliceSink, Storage, TensorState, TensorStateMut};
 
 use crate::{CudaOptimizer, Error};
 
@@ -18,25 +18,40 @@ impl CudaOptimizer {
 
     fn save_typed<S: Storage>(&self) -> Result<Vec<u8>, Error> {
         let host = self.state_to_host::<S>()?;
-        let aux = TensorAux::default();
         let views: Vec<TensorState<'_, S>> = host
             .iter()
             .zip(&self.tensors)
-            .map(|(state, t)| TensorState {
+            .zip(&self.aux)
+            .map(|((state, t), aux)| TensorState {
                 numel: t.numel,
                 state,
-                aux: &aux,
+                aux,
             })
             .collect();
         self.save_state_with(&views)
     }
 
     /// Saves state the caller reads itself (e.g. mapped host memory on Jetson), after the
-    /// stream has finished.
+    /// stream has finished. The tensors' `aux` is not read: Λ is this optimizer's own.
     pub fn save_state_with<S: Storage>(&self, tensors: &[TensorState<'_, S>]) -> Result<Vec<u8>, Error> {
+        if tensors.len() != self.aux.len() {
+            return Err(Error::TensorCount {
+                expected: self.aux.len(),
+                actual: tensors.len(),
+            });
+        }
+        let tensors: Vec<TensorState<'_, S>> = tensors
+            .iter()
+            .zip(&self.aux)
+            .map(|(t, aux)| TensorState {
+                numel: t.numel,
+                state: t.state,
+                aux,
+            })
+            .collect();
         self.device.stream.synchronize()?;
         let mut bytes = vec![0u8; self.core.state_bytes(tensors.iter().map(|t| t.numel), S::DTYPE)];
-        self.core.save_state(tensors, &mut SliceSink::new(&mut bytes))?;
+        self.core.save_state(&tensors, &mut SliceSink::new(&mut bytes))?;
         Ok(bytes)
     }
 
@@ -58,7 +73,7 @@ impl CudaOptimizer {
             .iter()
             .map(|t| vec![S::default(); slots * t.numel])
             .collect();
-        let mut aux = vec![TensorAux::default(); host.len()];
+        let mut aux = self.aux.clone();
         let mut views: Vec<TensorStateMut<'_, S>> = host
             .iter_mut()
             .zip(aux.iter_mut())
@@ -77,18 +92,30 @@ impl CudaOptimizer {
             unsafe { cudarc::driver::result::memcpy_htod_sync(t.state, state) }?;
         }
         self.core = core;
+        self.aux = aux;
         Ok(())
     }
 
     /// Loads state into memory the caller writes itself (e.g. mapped host memory on Jetson),
-    /// after the stream has finished; the step counter is restored from `bytes`.
+    /// after the stream has finished; the step counter and each tensor's Λ are restored from
+    /// `bytes` too.
     pub fn load_state_with<S: Storage>(
         &mut self,
         bytes: &[u8],
         tensors: &mut [TensorStateMut<'_, S>],
     ) -> Result<(), Error> {
+        if tensors.len() != self.aux.len() {
+            return Err(Error::TensorCount {
+                expected: self.aux.len(),
+                actual: tensors.len(),
+            });
+        }
         self.device.stream.synchronize()?;
-        Ok(self.core.load_state(bytes, tensors)?)
+        self.core.load_state(bytes, tensors)?;
+        for (aux, t) in self.aux.iter_mut().zip(tensors.iter()) {
+            aux.swats_lambda = t.aux.swats_lambda;
+        }
+        Ok(())
     }
 
     fn state_to_host<S: Storage>(&self) -> Result<Vec<Vec<S>>, Error> {

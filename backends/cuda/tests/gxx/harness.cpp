@@ -1,8 +1,8 @@
-// Host driver of homeadam_math.h for the g++ parity test (tests/parity_gxx.rs). The metadata
+// Host driver of homeadam_math.h and homeadam_exact.h for the g++ parity test (tests/parity_gxx.rs). The metadata
 // (HA_RULE_*, HA_* flags, HA_RULE_KERNELS, ...) comes from kernels.rs as -D flags.
 //
 // Reads cases from stdin and writes results to stdout, all little-endian:
-//   case:   u32 kind; kind 0 = one step of a model, 1 = conversions
+//   case:   u32 kind; kind 0 = one step of a model, 1 = conversions, 2 = an exact sum
 //   step:   u32 rule, p, g, s (0 f32, 1 f16, 2 bf16), flags, check; u64 sr_base;
 //           u32 groups; HaScalars of the step (first pass); HaScalars × groups;
 //           u32 tensors; per tensor: u32 group, u64 n, param (n·w_p bytes), grad (n·w_g),
@@ -11,8 +11,10 @@
 //   conv:   u64 n; n × (u32 f32 bits, u32 r24)
 //        -> n × (u16 f16 RNE, u16 bf16 RNE, u16 f16 stochastic, u16 bf16 stochastic,
 //                u32 f32 of (low 16 bits as f16), u32 f32 of (low 16 bits as bf16))
+//   exact:  u32 n; n × (u32 a bits, u32 b bits)
+//        -> HA_EXACT_WORDS × u64: Σ a·b, normalized
 // The step mirrors ha_check / ha_home_pre / ha_update of homeadam.cuh over the model's tensors.
-#include "homeadam_math.h"
+#include "homeadam_exact.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,11 +157,25 @@ static void conv_case() {
     }
 }
 
+static void exact_case() {
+    ha_u32 n;
+    get(&n, 4);
+    ha_u64 w[HA_EXACT_WORDS] = {};
+    for (ha_u32 i = 0; i < n; i++) {
+        ha_u32 ab[2];
+        get(ab, 8);
+        ha_exact_add(w, ha_float(ab[0]), ha_float(ab[1]), HaExactPlain());
+    }
+    ha_exact_normalize(w);
+    put(w, sizeof w);
+}
+
 int main() {
     ha_u32 kind;
     while (fread(&kind, 1, 4, stdin) == 4) {
         if (kind == 0) step_case();
-        else conv_case();
+        else if (kind == 1) conv_case();
+        else exact_case();
     }
     return fflush(stdout) == 0 ? 0 : 1;
 }

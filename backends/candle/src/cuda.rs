@@ -1,0 +1,342 @@
+//! Variables on a CUDA device: homeadam-cuda's kernels step candle's own parameter and
+//! gradient buffers, on candle's stream, without a host copy.
+//!
+//! Every variable's optimizer state is one device buffer (`slots · numel` elements of the
+//! state type) for the optimizer's life, zeroed at the start. The kernels' tensor table holds
+//! the variables that have a gradient; it is built at the first step and built again when
+//! that set changes or a variable's storage moves, carrying t, the state and SWATS's Λ over
+//! through the core's checkpoint format. The gradients are fresh buffers at every backward
+//! pass: their addresses are refreshed at every step, one small host→device copy. A step
+//! reads the device back once (its status), twice with clipping (the exact ‖g‖₂ first).
+
+use std::sync::Arc;
+
+use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use candle_core::cuda::CudaStorageSlice;
+use candle_core::{bail, Result, Storage as Stored, Tensor};
+use homeadam_core::{Dtype, Optimizer, SliceSink, StepReport, Storage, TensorAux, TensorState};
+use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes};
+
+use super::adapter::{Param, States};
+use super::clip::clip_scale;
+
+fn cuda_err(e: homeadam_cuda::Error) -> candle_core::Error {
+    candle_core::Error::Msg(format!("homeadam (CUDA): {e}"))
+}
+
+fn core_err(e: homeadam_core::Error) -> candle_core::Error {
+    candle_core::Error::Msg(format!("homeadam (CUDA): {e}"))
+}
+
+/// The core's storage type of a candle dtype the optimizer steps.
+fn storage_dtype(dtype: candle_core::DType) -> Option<Dtype> {
+    match dtype {
+        candle_core::DType::F32 => Some(Dtype::F32),
+        candle_core::DType::BF16 => Some(Dtype::BF16),
+        candle_core::DType::F16 => Some(Dtype::F16),
+        _ => None,
+    }
+}
+
+/// The device address of a contiguous CUDA tensor's first element.
+pub(crate) fn device_address(t: &Tensor, what: &str) -> Result<u64> {
+    let (storage, layout) = t.storage_and_layout();
+    let Stored::Cuda(cuda) = &*storage else {
+        bail!("homeadam: {what} is on {:?}, not on a CUDA device", t.device());
+    };
+    let Some((start, _)) = layout.contiguous_offsets() else {
+        bail!("homeadam: {what} is not contiguous");
+    };
+    let stream = cuda.device.cuda_stream();
+    // The guard of `device_ptr` orders candle's later work after this read; every launch
+    // that uses the address goes to the same stream.
+    let (base, size) = match &cuda.slice {
+        CudaStorageSlice::F32(s) => (s.device_ptr(&stream).0, 4),
+        CudaStorageSlice::BF16(s) => (s.device_ptr(&stream).0, 2),
+        CudaStorageSlice::F16(s) => (s.device_ptr(&stream).0, 2),
+        _ => bail!(
+            "homeadam: {what} has dtype {:?}, expected f32, bf16 or f16",
+            t.dtype()
+        ),
+    };
+    Ok(base + (start * size) as u64)
+}
+
+/// The kernels' table and which variables it holds.
+struct Table {
+    opt: CudaOptimizer,
+    /// Indices of the table's variables among the adapter's, in table order.
+    active: Vec<usize>,
+}
+
+/// The optimizer's side of the variables on one CUDA device.
+pub(crate) struct DeviceState {
+    stream: Arc<CudaStream>,
+    dtypes: Dtypes,
+    slots: usize,
+    /// Per variable, its state as bytes (at least one, so that every variable has an address).
+    buffers: Vec<CudaSlice<u8>>,
+    table: Option<Table>,
+}
+
+impl DeviceState {
+    /// The state of `params`, all on the CUDA device of the first and of one dtype.
+    pub(crate) fn new(params: &[Param], slots: usize, state: Dtype) -> Result<Self> {
+        let Some(first) = params.first() else {
+            bail!("homeadam: no variable to place on a CUDA device");
+        };
+        let device = first.var.device();
+        let stream = device.as_cuda_device()?.cuda_stream();
+        let dtype = first.var.dtype();
+        let Some(param) = storage_dtype(dtype) else {
+            bail!(
+                "homeadam: {} has dtype {dtype:?}: expected f32, bf16 or f16",
+                first.name
+            );
+        };
+        let mut buffers = Vec::with_capacity(params.len());
+        for p in params {
+            if !p.var.device().same_device(device) {
+                bail!(
+                    "homeadam: {} is on {:?} and {} on {:?}: one optimizer steps one device",
+                    first.name,
+                    device.location(),
+                    p.name,
+                    p.var.device().location()
+                );
+            }
+            if p.var.dtype() != dtype {
+                bail!(
+                    "homeadam: {} is {:?} and {} {:?}: on CUDA every variable of one optimizer \
+                     has the same dtype",
+                    first.name,
+                    dtype,
+                    p.name,
+                    p.var.dtype()
+                );
+            }
+            let bytes = slots * p.var.elem_count() * state.size();
+            buffers.push(stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| {
+                candle_core::Error::Msg(format!("homeadam: optimizer state of {}: {e}", p.name))
+            })?);
+        }
+        Ok(DeviceState {
+            stream,
+            dtypes: Dtypes {
+                param,
+                grad: param,
+                state,
+            },
+            slots,
+            buffers,
+            table: None,
+        })
+    }
+
+    /// The core optimizer of the table (t, the config), once built.
+    pub(crate) fn core(&self) -> Option<&Optimizer> {
+        self.table.as_ref().map(|t| t.opt.core())
+    }
+
+    /// Sets η of the table's optimizer, if built (the adapter's core holds it otherwise).
+    pub(crate) fn set_lr(&mut self, lr: f64) -> Result<()> {
+        match &mut self.table {
+            Some(t) => t.opt.set_lr(lr).map_err(cuda_err),
+            None => Ok(()),
+        }
+    }
+
+    /// Forgets the table: the next step builds it from the adapter's core (after a load).
+    pub(crate) fn reset_table(&mut self) {
+        self.table = None;
+    }
+
+    /// Copies the table's per-tensor telemetry (ρ, home elements, SWATS's Λ) into `aux`.
+    pub(crate) fn read_aux(&self, aux: &mut [TensorAux]) -> Result<()> {
+        if let Some(t) = &self.table {
+            let telemetry = t.opt.tensor_telemetry().map_err(cuda_err)?;
+            for (&k, a) in t.active.iter().zip(telemetry) {
+                aux[k] = a;
+            }
+        }
+        Ok(())
+    }
+
+    /// One step over the variables `active` (index, contiguous gradient on this device);
+    /// `host` is the adapter's core, the model-wide state before the table is first built.
+    /// Returns the report and ‖g‖₂ when clipping to `max_norm`.
+    pub(crate) fn step(
+        &mut self,
+        host: &Optimizer,
+        params: &[Param],
+        active: &[(usize, Tensor)],
+        aux: &mut [TensorAux],
+        max_norm: Option<f64>,
+    ) -> Result<(StepReport, Option<f64>)> {
+        let mut tensors = Vec::with_capacity(active.len());
+        let mut grads = Vec::with_capacity(active.len());
+        for (k, grad) in active {
+            let p = &params[*k];
+            let param = device_address(p.var.as_tensor(), &p.name)?;
+            let grad = device_address(grad, &format!("the gradient of {}", p.name))?;
+            let state = self.buffers[*k].device_ptr(&self.stream).0;
+            tensors.push(DeviceTensor::new(param, grad, state, p.var.elem_count()).in_group(p.group));
+            grads.push(grad);
+        }
+        let indices: Vec<usize> = active.iter().map(|(k, _)| *k).collect();
+        let current = self.table.as_ref().is_some_and(|t| {
+            t.active == indices
+                && t.opt
+                    .tensors()
+                    .iter()
+                    .zip(&tensors)
+                    .all(|(a, b)| a.param == b.param && a.state == b.state)
+        });
+        if !current {
+            self.rebuild(host, params, &tensors, indices, aux)?;
+        }
+        let Some(table) = self.table.as_mut() else {
+            bail!("homeadam (CUDA): no tensor table after building it");
+        };
+        // SAFETY: every address is a live buffer of this stream's device: the gradients are
+        // held by the caller's GradStore until this returns, and the stream frees them only
+        // after the launches queued here.
+        unsafe { table.opt.set_grads(&grads) }.map_err(cuda_err)?;
+        let norm = match max_norm {
+            Some(_) => Some(table.opt.grad_norm().map_err(cuda_err)?),
+            None => None,
+        };
+        let scale = match (max_norm, norm) {
+            (Some(c), Some(norm)) => clip_scale(norm, c),
+            _ => 1.0,
+        };
+        let report = table.opt.step(scale).map_err(cuda_err)?;
+        Ok((report, norm))
+    }
+
+    /// Builds the table over `tensors`, carrying the model-wide state over from the old table
+    /// (or from `host` before the first build).
+    fn rebuild(
+        &mut self,
+        host: &Optimizer,
+        params: &[Param],
+        tensors: &[DeviceTensor],
+        active: Vec<usize>,
+        aux: &mut [TensorAux],
+    ) -> Result<()> {
+        self.read_aux(aux)?;
+        let core = self.core().unwrap_or(host).clone();
+        // SAFETY: the addresses are candle's buffers of the variables (held by `params` for
+        // the adapter's life; a moved storage makes the next step build again) and this
+        // state's buffers, all on the stream's device, pairwise distinct (checked by the
+        // adapter).
+        let mut opt =
+            unsafe { CudaOptimizer::new(*core.config(), self.dtypes, tensors, self.stream.clone()) }
+                .map_err(cuda_err)?;
+        if core.step_count() > 0 || core.swats_sgd_lr().is_some() {
+            let states = self.download(params)?;
+            let bytes = checkpoint(&core, params, &states, aux, &active)?;
+            opt.load_state(&bytes).map_err(cuda_err)?;
+        }
+        self.table = Some(Table { opt, active });
+        Ok(())
+    }
+
+    /// Every variable's state, copied to the host.
+    pub(crate) fn download(&self, params: &[Param]) -> Result<States> {
+        let mut host = Vec::with_capacity(self.buffers.len());
+        for (p, buffer) in params.iter().zip(&self.buffers) {
+            let len = self.slots * p.var.elem_count() * self.dtypes.state.size();
+            let bytes = if len == 0 {
+                Vec::new()
+            } else {
+                self.stream
+                    .clone_dtoh(&buffer.slice(..len))
+                    .map_err(|e| candle_core::Error::Msg(format!("homeadam: {e}")))?
+            };
+            host.push(bytes);
+        }
+        self.stream
+            .synchronize()
+            .map_err(|e| candle_core::Error::Msg(format!("homeadam: {e}")))?;
+        Ok(match self.dtypes.state {
+            Dtype::F32 => States::F32(host.iter().map(|b| from_bytes(b)).collect()),
+            Dtype::BF16 => States::BF16(host.iter().map(|b| from_bytes(b)).collect()),
+            Dtype::F16 => States::F16(host.iter().map(|b| from_bytes(b)).collect()),
+        })
+    }
+
+    /// Replaces every variable's state with `states` (of the state type, one per variable).
+    pub(crate) fn upload(&mut self, states: &States) -> Result<()> {
+        let bytes: Vec<Vec<u8>> = match states {
+            States::F32(s) => s.iter().map(|v| to_bytes(v)).collect(),
+            States::BF16(s) => s.iter().map(|v| to_bytes(v)).collect(),
+            States::F16(s) => s.iter().map(|v| to_bytes(v)).collect(),
+        };
+        for (bytes, buffer) in bytes.iter().zip(&mut self.buffers) {
+            if !bytes.is_empty() {
+                let mut view = buffer.slice_mut(..bytes.len());
+                self.stream
+                    .memcpy_htod(bytes, &mut view)
+                    .map_err(|e| candle_core::Error::Msg(format!("homeadam: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The core checkpoint of the variables `active` (indices into `params`), to load into a new
+/// table.
+fn checkpoint(
+    core: &Optimizer,
+    params: &[Param],
+    states: &States,
+    aux: &[TensorAux],
+    active: &[usize],
+) -> Result<Vec<u8>> {
+    fn typed<S: Storage>(
+        core: &Optimizer,
+        params: &[Param],
+        states: &[Vec<S>],
+        aux: &[TensorAux],
+        active: &[usize],
+    ) -> Result<Vec<u8>> {
+        let views: Vec<TensorState<'_, S>> = active
+            .iter()
+            .map(|&k| TensorState {
+                numel: params[k].var.elem_count(),
+                state: &states[k],
+                aux: &aux[k],
+            })
+            .collect();
+        let mut bytes = vec![0; core.state_bytes(views.iter().map(|v| v.numel), S::DTYPE)];
+        core.save_state(&views, &mut SliceSink::new(&mut bytes))
+            .map_err(core_err)?;
+        Ok(bytes)
+    }
+    match states {
+        States::F32(s) => typed(core, params, s, aux, active),
+        States::BF16(s) => typed(core, params, s, aux, active),
+        States::F16(s) => typed(core, params, s, aux, active),
+    }
+}
+
+fn from_bytes<S: Storage>(bytes: &[u8]) -> Vec<S> {
+    let size = S::DTYPE.size();
+    bytes
+        .chunks_exact(size)
+        .map(|c| {
+            let mut word = [0u8; 4];
+            word[..size].copy_from_slice(c);
+            S::from_bits32(u32::from_le_bytes(word))
+        })
+        .collect()
+}
+
+fn to_bytes<S: Storage>(values: &[S]) -> Vec<u8> {
+    let size = S::DTYPE.size();
+    values
+        .iter()
+        .flat_map(|v| v.to_bits32().to_le_bytes().into_iter().take(size))
+        .collect()
+}

@@ -1,0 +1,557 @@
+//! [`ExactSum`]: exact sums of products of `f32`, rounded once.
+
+/// An exact sum of products of `f32`, rounded once.
+///
+/// The product of two finite `f32` is an integer M < 2^48 (the product of the two 24-bit
+/// significands) times 2^E with −298 ≤ E ≤ 208, so every such product is a whole multiple of
+/// 2^−298 below 2^256. `ExactSum` holds Σ of them as one fixed-point integer, exactly: the
+/// sum does not depend on the order of the additions or on how partial sums are merged, so
+/// every backend (the core's fast path and scalar reference, CUDA with integer atomics, an MCU)
+/// gets the same bits from [`ExactSum::to_f64`], which rounds once, to nearest even.
+///
+/// # Format (mirrored by `backends/cuda/kernels/homeadam_exact.h`)
+///
+/// [`ExactSum::LIMBS`] = 18 signed 64-bit limbs hold 32-bit digits
+/// ([`ExactSum::DIGIT_BITS`]): the value is Σ_k limb_k · 2^(32k + [`ExactSum::LSB_EXP`]), with
+/// `LSB_EXP` = −298. A product M·2^E, shifted to s = E + 298 ∈ [0, 506], adds M·2^(s mod 32)
+/// (< 2^80) as three digits (< 2^32, < 2^32, < 2^16) to limbs ⌊s/32⌋ to ⌊s/32⌋ + 2 ≤ 17, with
+/// the product's sign. Carries are lazy: a limb absorbs 2^30 additions before
+/// [`ExactSum::normalize`] moves each limb's bits above 32 into the next (leaving limbs 0…16 in
+/// [0, 2^32) and the sign in limb 17). Limb 17 weighs 2^246: a sum of n products below 2^256
+/// stays below n · 2^10 there, exact for n < 2^53. Integer limbs add modulo 2^64, so merging
+/// up to 2^31 normalized accumulators limb by limb (the device's atomics) is exact too.
+///
+/// Non-finite products set a flag instead ([`ExactSum::NAN`], [`ExactSum::POS_INF`],
+/// [`ExactSum::NEG_INF`]; merged by OR), so that the result is what an `f64` sum in any order
+/// gives: NaN if a product is NaN (NaN, or ∞ · 0) or if +∞ and −∞ both occur, else ±∞.
+///
+/// The raw form ([`ExactSum::to_words`], [`ExactSum::from_words`]) is [`ExactSum::WORDS`]
+/// `u64` words: the 18 limbs (two's complement), then the flags.
+///
+/// ```
+/// use homeadam_core::ExactSum;
+///
+/// let mut sum = ExactSum::new();
+/// sum.add_product(1e30, 1e30);
+/// sum.add_square(3.0);
+/// sum.add_product(-1e30, 1e30); // cancels the first product exactly
+/// assert_eq!(sum.to_f64(), 9.0);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct ExactSum {
+    limbs: [i64; ExactSum::LIMBS],
+    /// Additions since the last normalization: each limb is below (pending + 1) · 2^32.
+    pending: u32,
+    flags: u64,
+}
+
+impl Default for ExactSum {
+    fn default() -> Self {
+        ExactSum::new()
+    }
+}
+
+impl ExactSum {
+    /// Limbs of the fixed-point integer.
+    pub const LIMBS: usize = 18;
+    /// Bits of the digit each limb holds once normalized.
+    pub const DIGIT_BITS: u32 = 32;
+    /// Bit 0 of limb 0 weighs 2^LSB_EXP: the smallest product of two `f32`,
+    /// 2^−149 · 2^−149.
+    pub const LSB_EXP: i32 = -298;
+    /// `u64` words of the raw form: the limbs, then the flags.
+    pub const WORDS: usize = ExactSum::LIMBS + 1;
+    /// Flag: a product was NaN.
+    pub const NAN: u64 = 1;
+    /// Flag: a product was +∞.
+    pub const POS_INF: u64 = 2;
+    /// Flag: a product was −∞.
+    pub const NEG_INF: u64 = 4;
+
+    /// Additions a limb absorbs between normalizations (each adds less than 2^32).
+    const MAX_PENDING: u32 = 1 << 30;
+
+    /// Zero.
+    pub const fn new() -> Self {
+        ExactSum {
+            limbs: [0; ExactSum::LIMBS],
+            pending: 0,
+            flags: 0,
+        }
+    }
+
+    /// Adds a · b, exactly.
+    #[inline]
+    pub fn add_product(&mut self, a: f32, b: f32) {
+        let (Some((ma, ea)), Some((mb, eb))) = (significand(a), significand(b)) else {
+            self.flags |= nonfinite_flag(a as f64 * b as f64);
+            return;
+        };
+        let m = ma as u64 * mb as u64;
+        if m == 0 {
+            return;
+        }
+        if self.pending == Self::MAX_PENDING {
+            self.normalize();
+        }
+        self.pending += 1;
+        let shift = (ea + eb - Self::LSB_EXP) as u32;
+        let (k, r) = ((shift / Self::DIGIT_BITS) as usize, shift % Self::DIGIT_BITS);
+        let lo = (m << r) as u32 as i64;
+        let high = m >> (Self::DIGIT_BITS - r);
+        let (mid, hi) = (high as u32 as i64, (high >> 32) as i64);
+        if (a.to_bits() ^ b.to_bits()) >> 31 == 0 {
+            self.limbs[k] += lo;
+            self.limbs[k + 1] += mid;
+            self.limbs[k + 2] += hi;
+        } else {
+            self.limbs[k] -= lo;
+            self.limbs[k + 1] -= mid;
+            self.limbs[k + 2] -= hi;
+        }
+    }
+
+    /// Adds a², exactly.
+    #[inline]
+    pub fn add_square(&mut self, a: f32) {
+        self.add_product(a, a);
+    }
+
+    /// Adds the sum `other`, exactly.
+    pub fn merge(&mut self, other: &ExactSum) {
+        self.normalize();
+        let mut other = *other;
+        other.normalize();
+        for (a, b) in self.limbs.iter_mut().zip(other.limbs) {
+            *a += b;
+        }
+        self.pending = 1;
+        self.flags |= other.flags;
+    }
+
+    /// Moves each limb's bits above the digit into the next limb: limbs 0…16 end in
+    /// [0, 2^32), the top limb holds the sign. The value is unchanged.
+    pub fn normalize(&mut self) {
+        for k in 0..Self::LIMBS - 1 {
+            let carry = self.limbs[k] >> Self::DIGIT_BITS;
+            self.limbs[k] &= 0xffff_ffff;
+            self.limbs[k + 1] += carry;
+        }
+        self.pending = 0;
+    }
+
+    /// The flags of the non-finite products added ([`ExactSum::NAN`] …).
+    pub fn flags(&self) -> u64 {
+        self.flags
+    }
+
+    /// The raw form, normalized (see the format above).
+    pub fn to_words(&self) -> [u64; ExactSum::WORDS] {
+        let mut x = *self;
+        x.normalize();
+        let mut words = [0u64; ExactSum::WORDS];
+        for (w, l) in words.iter_mut().zip(x.limbs) {
+            *w = l as u64;
+        }
+        words[Self::LIMBS] = x.flags;
+        words
+    }
+
+    /// A sum from its raw form, normalized or not (e.g. the limb-wise sum of at most 2^31
+    /// normalized accumulators, as a device accumulates them).
+    pub fn from_words(words: &[u64; ExactSum::WORDS]) -> Self {
+        let mut x = ExactSum::new();
+        for (l, &w) in x.limbs.iter_mut().zip(words) {
+            *l = w as i64;
+        }
+        x.flags = words[Self::LIMBS];
+        x.normalize();
+        x
+    }
+
+    /// The sum rounded once to the nearest `f64` (ties to even); an exact zero is +0. With
+    /// non-finite products: NaN, or ±∞, as an `f64` sum of them. A sum beyond `f64`'s range
+    /// would round to ±∞; no sum of fewer than 2^53 products of `f32` comes near it.
+    pub fn to_f64(&self) -> f64 {
+        if self.flags & Self::NAN != 0 || self.flags & (Self::POS_INF | Self::NEG_INF) == 6 {
+            return f64::NAN;
+        }
+        if self.flags != 0 {
+            return if self.flags == Self::POS_INF {
+                f64::INFINITY
+            } else {
+                f64::NEG_INFINITY
+            };
+        }
+        let mut x = *self;
+        x.normalize();
+        // Two's complement digits of the value, the top limb split in two.
+        let top = x.limbs[Self::LIMBS - 1];
+        let mut digits = [0u32; ExactSum::LIMBS + 1];
+        for (d, &l) in digits.iter_mut().zip(&x.limbs[..Self::LIMBS - 1]) {
+            *d = l as u32;
+        }
+        digits[Self::LIMBS - 1] = top as u32;
+        digits[Self::LIMBS] = (top >> 32) as u32;
+        let negative = top < 0;
+        if negative {
+            let mut carry = true;
+            for d in digits.iter_mut() {
+                let (v, c) = (!*d).overflowing_add(carry as u32);
+                *d = v;
+                carry = c;
+            }
+        }
+        let Some(h) = digits.iter().rposition(|&d| d != 0) else {
+            return 0.0;
+        };
+        // The value is the integer `digits` times 2^LSB_EXP; bit `msb` is its leading one.
+        let msb = 32 * h as i32 + 31 - digits[h].leading_zeros() as i32;
+        let (window, sticky) = bits_below(&digits, msb);
+        let mut mantissa = window >> 11;
+        let rest = window & 0x7ff;
+        let mut exp = msb + Self::LSB_EXP;
+        if rest > 0x400 || (rest == 0x400 && (sticky || mantissa & 1 == 1)) {
+            mantissa += 1;
+            if mantissa == 1 << 53 {
+                mantissa >>= 1;
+                exp += 1;
+            }
+        }
+        let sign = (negative as u64) << 63;
+        // exp ≥ −298: never subnormal.
+        let biased = exp + 1023;
+        if biased > 2046 {
+            return f64::from_bits(sign | f64::INFINITY.to_bits());
+        }
+        f64::from_bits(sign | (biased as u64) << 52 | (mantissa & ((1 << 52) - 1)))
+    }
+}
+
+/// x = m · 2^e with m < 2^24 an integer, for finite x (the sign apart).
+#[inline(always)]
+fn significand(x: f32) -> Option<(u32, i32)> {
+    let bits = x.to_bits();
+    let exp = (bits >> 23 & 0xff) as i32;
+    let man = bits & 0x7f_ffff;
+    match exp {
+        0xff => None,
+        0 => Some((man, -149)),
+        _ => Some((man | 0x80_0000, exp - 150)),
+    }
+}
+
+fn nonfinite_flag(product: f64) -> u64 {
+    if product.is_nan() {
+        ExactSum::NAN
+    } else if product > 0.0 {
+        ExactSum::POS_INF
+    } else {
+        ExactSum::NEG_INF
+    }
+}
+
+/// The 64 bits of `digits` whose top one is bit `msb` (shifted in zeros below bit 0), and
+/// whether any bit below them is set.
+fn bits_below(digits: &[u32], msb: i32) -> (u64, bool) {
+    let low = msb - 63;
+    let (mut window, mut sticky) = (0u64, false);
+    for (i, &d) in digits.iter().enumerate() {
+        let shift = 32 * i as i32 - low;
+        if shift >= 64 {
+            break;
+        } else if shift >= 0 {
+            window |= (d as u64) << shift;
+        } else if shift > -32 {
+            window |= d as u64 >> -shift;
+            sticky |= d & ((1u32 << -shift) - 1) != 0;
+        } else {
+            sticky |= d != 0;
+        }
+    }
+    (window, sticky)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec::Vec;
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            crate::backend::mix64(self.0)
+        }
+        /// Ordinary, tiny, subnormal, huge and zero values of both signs.
+        fn value(&mut self) -> f32 {
+            let r = self.next();
+            let sign = ((r >> 63) as u32) << 31;
+            let man = (r >> 8) as u32 & 0x7f_ffff;
+            let exp = match r % 10 {
+                0..=4 => 100 + (r >> 40) % 50,
+                5 => 0,
+                6 => 1 + (r >> 40) % 20,
+                7 => 230 + (r >> 40) % 25,
+                8 => (r >> 40) % 255,
+                _ => return 0.0,
+            } as u32;
+            f32::from_bits(sign | exp << 23 | man)
+        }
+    }
+
+    /// A signed big integer, Σ products · 2^298, as sign and base-2^32 magnitude: a reference
+    /// written without limbs, carries or windows.
+    #[derive(Clone, Default)]
+    struct Big {
+        negative: bool,
+        mag: Vec<u32>,
+    }
+
+    fn cmp_mag(a: &[u32], b: &[u32]) -> core::cmp::Ordering {
+        let len = a.len().max(b.len());
+        for i in (0..len).rev() {
+            let (x, y) = (a.get(i).copied().unwrap_or(0), b.get(i).copied().unwrap_or(0));
+            if x != y {
+                return x.cmp(&y);
+            }
+        }
+        core::cmp::Ordering::Equal
+    }
+
+    fn add_mag(a: &[u32], b: &[u32]) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut carry = 0u64;
+        for i in 0..a.len().max(b.len()) + 1 {
+            let s = a.get(i).copied().unwrap_or(0) as u64 + b.get(i).copied().unwrap_or(0) as u64 + carry;
+            out.push(s as u32);
+            carry = s >> 32;
+        }
+        out
+    }
+
+    /// a − b for |a| ≥ |b|.
+    fn sub_mag(a: &[u32], b: &[u32]) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut borrow = 0i64;
+        for (i, &x) in a.iter().enumerate() {
+            let s = x as i64 - b.get(i).copied().unwrap_or(0) as i64 - borrow;
+            out.push(s.rem_euclid(1 << 32) as u32);
+            borrow = (s < 0) as i64;
+        }
+        out
+    }
+
+    impl Big {
+        /// x · 2^298 for an f64 multiple of 2^−298.
+        fn of(x: f64) -> Big {
+            let bits = x.to_bits();
+            let exp = (bits >> 52 & 0x7ff) as i32;
+            let man = bits & ((1 << 52) - 1);
+            let (m, e) = if exp == 0 {
+                (man, -1074)
+            } else {
+                (man | 1 << 52, exp - 1075)
+            };
+            let shift = e + 298;
+            assert!(m == 0 || shift >= 0 || m.trailing_zeros() as i32 >= -shift);
+            let mut mag = std::vec![0u32; 40];
+            let (m, shift) = if shift < 0 {
+                (m >> (-shift).min(63), 0)
+            } else {
+                (m, shift as usize)
+            };
+            let wide = (m as u128) << (shift % 32);
+            for j in 0..3 {
+                mag[shift / 32 + j] = (wide >> (32 * j)) as u32;
+            }
+            Big {
+                negative: x < 0.0,
+                mag,
+            }
+        }
+
+        fn add(&self, o: &Big) -> Big {
+            if self.negative == o.negative {
+                return Big {
+                    negative: self.negative,
+                    mag: add_mag(&self.mag, &o.mag),
+                };
+            }
+            match cmp_mag(&self.mag, &o.mag) {
+                core::cmp::Ordering::Less => Big {
+                    negative: o.negative,
+                    mag: sub_mag(&o.mag, &self.mag),
+                },
+                _ => Big {
+                    negative: self.negative,
+                    mag: sub_mag(&self.mag, &o.mag),
+                },
+            }
+        }
+
+        fn neg(&self) -> Big {
+            Big {
+                negative: !self.negative,
+                mag: self.mag.clone(),
+            }
+        }
+
+        fn is_zero(&self) -> bool {
+            self.mag.iter().all(|&d| d == 0)
+        }
+    }
+
+    /// Checks that `r` is the correctly rounded `exact`: |exact − r| ≤ ulp(r)/2, ties to an
+    /// even significand.
+    fn assert_rounds(exact: &Big, r: f64) {
+        if exact.is_zero() {
+            assert_eq!(r.to_bits(), 0, "zero sum gave {r:e}");
+            return;
+        }
+        let diff = exact.add(&Big::of(r).neg());
+        if diff.is_zero() {
+            return;
+        }
+        // half an ulp of r, times 2^298: ulp = 2^(exp(r) − 52).
+        let e = ((r.to_bits() >> 52 & 0x7ff) as i32) - 1075 + 298 - 1;
+        assert!(e >= 0, "inexact result {r:e} below the format's resolution");
+        let mut half = std::vec![0u32; 40];
+        half[e as usize / 32] = 1 << (e % 32);
+        // Below a power of two the ulp under r is half as large.
+        let power_of_two = r.to_bits() & ((1 << 52) - 1) == 0;
+        let toward_zero = diff.negative != (r < 0.0);
+        if power_of_two && toward_zero && e > 0 {
+            half = std::vec![0u32; 40];
+            half[(e - 1) as usize / 32] = 1 << ((e - 1) % 32);
+        }
+        match cmp_mag(&diff.mag, &half) {
+            core::cmp::Ordering::Less => {}
+            core::cmp::Ordering::Equal => assert_eq!(r.to_bits() & 1, 0, "tie not to even: {r:e}"),
+            core::cmp::Ordering::Greater => panic!("{r:e} is not the nearest f64 to the exact sum"),
+        }
+    }
+
+    fn exact_and_sum(pairs: &[(f32, f32)]) -> (Big, ExactSum) {
+        let mut big = Big::default();
+        let mut sum = ExactSum::new();
+        for &(a, b) in pairs {
+            big = big.add(&Big::of(a as f64 * b as f64));
+            sum.add_product(a, b);
+        }
+        (big, sum)
+    }
+
+    #[test]
+    fn random_sums_round_once_and_ignore_order() {
+        let mut rng = Rng(1);
+        for case in 0..300 {
+            let n = 1 + (rng.next() % 200) as usize;
+            let mut pairs: Vec<(f32, f32)> = (0..n).map(|_| (rng.value(), rng.value())).collect();
+            if case % 3 == 0 {
+                // Huge cancellation: every product again with its sign flipped, and one tiny rest.
+                let negated: Vec<(f32, f32)> = pairs.iter().map(|&(a, b)| (-a, b)).collect();
+                pairs.extend(negated);
+                pairs.push((f32::from_bits(1), rng.value()));
+            }
+            let (big, sum) = exact_and_sum(&pairs);
+            let r = sum.to_f64();
+            assert_rounds(&big, r);
+            for _ in 0..3 {
+                for i in (1..pairs.len()).rev() {
+                    pairs.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+                }
+                let split = (rng.next() as usize) % pairs.len();
+                let (mut a, b) = (exact_and_sum(&pairs[..split]).1, exact_and_sum(&pairs[split..]).1);
+                a.merge(&b);
+                assert_eq!(
+                    a.to_f64().to_bits(),
+                    r.to_bits(),
+                    "case {case}: order changed the sum"
+                );
+                assert_eq!(a.to_words(), sum.to_words());
+            }
+        }
+    }
+
+    #[test]
+    fn ties_round_to_even_and_extremes_are_exact() {
+        // 1 + 2^−53 is a tie between 1 and 1 + 2^−52: even is 1.
+        let mut s = ExactSum::new();
+        s.add_product(1.0, 1.0);
+        s.add_product(2f32.powi(-53), 1.0);
+        assert_eq!(s.to_f64(), 1.0);
+        s.add_product(f32::from_bits(1), f32::from_bits(1)); // 2^−298 breaks the tie upward
+        assert_eq!(s.to_f64(), 1.0 + f64::EPSILON);
+        let mut s = ExactSum::new();
+        s.add_product(f32::MAX, f32::MAX);
+        s.add_product(f32::MAX, -f32::MAX);
+        s.add_product(f32::from_bits(1), -f32::from_bits(1));
+        assert_eq!(s.to_f64(), -(2f64.powi(-298)));
+        let mut s = ExactSum::new();
+        for _ in 0..1000 {
+            s.add_product(f32::MAX, f32::MAX);
+        }
+        assert_eq!(s.to_f64(), 1000.0 * (f32::MAX as f64 * f32::MAX as f64));
+        assert_eq!(ExactSum::new().to_f64().to_bits(), 0);
+    }
+
+    #[test]
+    fn many_additions_normalize_without_overflow() {
+        let mut s = ExactSum::new();
+        let n = (ExactSum::MAX_PENDING as u64) * 2 + 5;
+        for _ in 0..n {
+            s.add_product(-1.999_999_9, 1.999_999_9);
+        }
+        let p = -1.999_999_9f32 as f64 * 1.999_999_9f32 as f64;
+        assert_eq!(s.to_f64(), p * n as f64);
+    }
+
+    #[test]
+    fn non_finite_products_flag_as_an_f64_sum_would() {
+        let sum = |pairs: &[(f32, f32)]| {
+            let mut s = ExactSum::new();
+            for &(a, b) in pairs {
+                s.add_product(a, b);
+            }
+            s.to_f64()
+        };
+        let inf = f32::INFINITY;
+        assert_eq!(sum(&[(1.0, 2.0), (inf, 1.0)]), f64::INFINITY);
+        assert_eq!(sum(&[(inf, -1.0), (3.0, 1.0)]), f64::NEG_INFINITY);
+        assert!(sum(&[(inf, 1.0), (-inf, 1.0)]).is_nan());
+        assert!(sum(&[(inf, 0.0)]).is_nan());
+        assert!(sum(&[(f32::NAN, 1.0), (inf, 1.0)]).is_nan());
+        let mut a = ExactSum::new();
+        a.add_square(-inf);
+        let mut b = ExactSum::new();
+        b.add_product(inf, -1.0);
+        a.merge(&b);
+        assert!(a.to_f64().is_nan());
+        assert_eq!(ExactSum::from_words(&a.to_words()).flags(), 7 & !ExactSum::NAN);
+    }
+
+    #[test]
+    fn raw_words_sum_limb_by_limb() {
+        let mut rng = Rng(7);
+        let parts: Vec<ExactSum> = (0..50)
+            .map(|_| {
+                let mut s = ExactSum::new();
+                for _ in 0..20 {
+                    s.add_product(rng.value(), rng.value());
+                }
+                s
+            })
+            .collect();
+        let mut words = [0u64; ExactSum::WORDS];
+        let mut merged = ExactSum::new();
+        for p in &parts {
+            for (w, x) in words.iter_mut().zip(p.to_words()) {
+                *w = w.wrapping_add(x);
+            }
+            merged.merge(p);
+        }
+        assert_eq!(ExactSum::from_words(&words).to_words(), merged.to_words());
+    }
+}

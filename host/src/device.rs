@@ -1,0 +1,134 @@
+//! `--device`: where the runner's models, minibatches, losses and metrics live.
+//!
+//! `cpu`, `cuda` (CUDA device 0) or `cuda:N`. CUDA needs a `homeadam` built with the `cuda`
+//! feature; without it, `--device cuda` is an error that says how to build one.
+
+use std::fmt;
+use std::str::FromStr;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{Device, DeviceLocation};
+
+/// A parsed `--device` value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceSpec {
+    /// The CPU.
+    #[default]
+    Cpu,
+    /// The CUDA device of this ordinal.
+    Cuda(usize),
+}
+
+impl FromStr for DeviceSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(DeviceSpec::Cpu),
+            "cuda" => Ok(DeviceSpec::Cuda(0)),
+            _ => match s.strip_prefix("cuda:") {
+                // `usize::from_str` also takes a leading `+`: only digits name a device.
+                Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => n
+                    .parse()
+                    .map(DeviceSpec::Cuda)
+                    .map_err(|_| format!("{s:?}: CUDA device number out of range")),
+                Some(_) => Err(format!(
+                    "{s:?}: a CUDA device is `cuda` or `cuda:N` with N its number (e.g. cuda:0)"
+                )),
+                None => Err(format!("unknown device {s:?} (known: cpu, cuda, cuda:N)")),
+            },
+        }
+    }
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Cpu => f.write_str("cpu"),
+            DeviceSpec::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl DeviceSpec {
+    /// The candle device: an error if this build has no CUDA support, or the CUDA device
+    /// cannot be opened (no such device, no driver).
+    pub fn open(self) -> Result<Device> {
+        match self {
+            DeviceSpec::Cpu => Ok(Device::Cpu),
+            DeviceSpec::Cuda(_) if !cfg!(feature = "cuda") => bail!(
+                "--device {self}: this homeadam was built without the `cuda` feature and trains on \
+                 the CPU only; build one that trains on CUDA with \
+                 `cargo build --release -p homeadam-host --features cuda` (needs a CUDA toolkit), or \
+                 with `cargo xtask build-cuda` on a machine without one"
+            ),
+            DeviceSpec::Cuda(n) => {
+                Device::new_cuda(n).with_context(|| format!("--device {self}: cannot open CUDA device {n}"))
+            }
+        }
+    }
+}
+
+/// The name of `device` in the `--device` syntax (`cpu`, `cuda:0`), for logs and checkpoints.
+pub fn name(device: &Device) -> String {
+    match device.location() {
+        DeviceLocation::Cpu => DeviceSpec::Cpu.to_string(),
+        DeviceLocation::Cuda { gpu_id } => DeviceSpec::Cuda(gpu_id).to_string(),
+        DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cpu_cuda_and_numbered_devices() {
+        assert_eq!("cpu".parse(), Ok(DeviceSpec::Cpu));
+        assert_eq!("cuda".parse(), Ok(DeviceSpec::Cuda(0)));
+        assert_eq!("cuda:0".parse(), Ok(DeviceSpec::Cuda(0)));
+        assert_eq!("cuda:1".parse(), Ok(DeviceSpec::Cuda(1)));
+        assert_eq!("cuda:12".parse(), Ok(DeviceSpec::Cuda(12)));
+        for spec in [DeviceSpec::Cpu, DeviceSpec::Cuda(0), DeviceSpec::Cuda(3)] {
+            assert_eq!(spec.to_string().parse(), Ok(spec));
+        }
+    }
+
+    #[test]
+    fn bad_device_strings_are_clear_errors() {
+        for bad in ["cuda:x", "cuda:", "cuda:-1", "cuda:+1", "cuda: 1", "cuda:1.0"] {
+            let err = bad.parse::<DeviceSpec>().unwrap_err();
+            assert!(err.contains(bad) && err.contains("cuda:N"), "{bad}: {err}");
+        }
+        let err = "cuda:99999999999999999999999".parse::<DeviceSpec>().unwrap_err();
+        assert!(err.contains("out of range"), "{err}");
+        for bad in ["gpu", "", "CPU", "cuda0", "metal", " cpu"] {
+            let err = bad.parse::<DeviceSpec>().unwrap_err();
+            assert!(
+                err.contains("unknown device") && err.contains("cpu, cuda, cuda:N"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_cpu_opens_and_is_named_cpu() {
+        let device = DeviceSpec::Cpu.open().unwrap();
+        assert!(device.is_cpu());
+        assert_eq!(name(&device), "cpu");
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn cuda_without_the_feature_says_how_to_build_it() {
+        for spec in [DeviceSpec::Cuda(0), DeviceSpec::Cuda(1)] {
+            let err = format!("{:#}", spec.open().unwrap_err());
+            assert!(err.contains(&format!("--device {spec}")), "{err}");
+            assert!(
+                err.contains("cargo build --release -p homeadam-host --features cuda"),
+                "{err}"
+            );
+            assert!(err.contains("cargo xtask build-cuda"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! `cargo xtask build-cuda`: the CUDA host (`homeadam-host --features cuda`) built on a machine
+//! with neither a GPU nor a CUDA toolkit; the binary's absolute path is the last line of stdout.
+//!
+//! 1. The CUDA 13.0 compiler from PyPI into `target/cuda-toolkit`, whose `nvidia/cu13` is a
+//!    toolkit tree (`bin`, `include`, `lib`, `nvvm`). The wheels are pinned: unpinned, pip mixes
+//!    in newer parts whose PTX a CUDA 13.0 driver rejects.
+//! 2. Link-only stubs in its `lib/stubs` of the libraries the GPU machine provides
+//!    ([`cuda_stubs`]). libcudart is the wheel's own: candle's kernel library calls runtime
+//!    internals that cudarc does not bind.
+//! 3. `cargo build --release -p homeadam-host --features cuda` in `target/cuda/sm_XX`: candle's
+//!    cudarc binds CUDA 13.0 and links these libraries, the workspace's loads NVRTC 12.9 at run
+//!    time (homeadam-cuda's tests), and one build takes one cudarc; its own target dir also keeps
+//!    the workspace's build lock free. `cargo xtask test` also runs clippy there ([`clippy`]).
+//!
+//! `CUDA_COMPUTE_CAP` (default 89, the RTX 4090; 90 for H100/H200) picks the architecture of
+//! candle's kernels. Steps 1 and 2 are skipped when done. At run time the binary needs the
+//! driver's libcuda.so.1 and the CUDA 13 libraries on the loader path (README, "Training on a
+//! GPU").
+
+use std::path::{Path, PathBuf};
+use std::process::{exit, Command};
+
+use crate::{cuda_stubs, run};
+
+/// The wheels nvcc needs: the compiler, NVVM, its headers, the runtime (headers and libcudart)
+/// and CCCL (headers of candle's kernels).
+const WHEELS: &[&str] = &[
+    "nvidia-cuda-nvcc==13.0.88",
+    "nvidia-nvvm==13.0.88",
+    "nvidia-cuda-crt==13.0.88",
+    "nvidia-cuda-runtime==13.0.96",
+    "nvidia-cuda-cccl==13.0.85",
+];
+
+/// The CUDA version of cudarc's bindings, as `CUDARC_CUDA_VERSION` spells it: the wheels' 13.0.
+const CUDARC_CUDA_VERSION: &str = "13000";
+
+/// The architecture of candle's kernels when `CUDA_COMPUTE_CAP` is not set (RTX 4090).
+const DEFAULT_COMPUTE_CAP: &str = "89";
+
+pub(crate) fn fail(message: &str) -> ! {
+    eprintln!("xtask: build-cuda: {message}");
+    exit(1)
+}
+
+/// The workspace root (this crate's parent).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// Builds the CUDA host and returns the binary's absolute path (`cargo xtask build-cuda` prints
+/// it last).
+pub(crate) fn build() -> PathBuf {
+    cargo_with_toolkit(
+        "CUDA host",
+        &["build", "--release", "-p", "homeadam-host", "--features", "cuda"],
+    );
+    let binary = target_dir().join("release/homeadam");
+    if !binary.is_file() {
+        fail(&format!("{} was not built", binary.display()));
+    }
+    binary
+}
+
+/// Clippy on the code behind the `cuda` features, which the workspace's clippy does not see.
+pub(crate) fn clippy() {
+    cargo_with_toolkit(
+        "clippy (cuda features)",
+        &[
+            "clippy",
+            "--release",
+            "-p",
+            "homeadam-host",
+            "-p",
+            "homeadam-candle",
+            "--features",
+            "homeadam-host/cuda,homeadam-candle/cuda",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    );
+}
+
+/// `CUDA_COMPUTE_CAP`, or [`DEFAULT_COMPUTE_CAP`].
+fn compute_cap() -> String {
+    std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| DEFAULT_COMPUTE_CAP.into())
+}
+
+/// The target dir of the CUDA builds, one per compute capability: switching rebuilds candle's
+/// kernels and all that depends on them.
+fn target_dir() -> PathBuf {
+    root().join("target/cuda").join(format!("sm_{}", compute_cap()))
+}
+
+/// The variables cudarc's build reads for a toolkit's root, besides `CUDA_HOME`.
+const OTHER_ROOT_VARS: &[&str] = &["CUDA_PATH", "CUDA_ROOT", "CUDA_TOOLKIT_ROOT_DIR", "CUDNN_LIB"];
+
+/// Runs `cargo ARGS` in [`target_dir`] with the toolkit (installed first) and no other; exits on
+/// failure.
+fn cargo_with_toolkit(name: &str, args: &[&str]) {
+    let root = root();
+    let prefix = root.join("target/cuda-toolkit");
+    let cuda = prefix.join("nvidia/cu13");
+    install(&prefix, &cuda, &cudarc_source(&root));
+
+    let compute_cap = compute_cap();
+    let path = match std::env::var_os("PATH") {
+        Some(old) => {
+            let dirs = std::iter::once(cuda.join("bin")).chain(std::env::split_paths(&old));
+            std::env::join_paths(dirs).unwrap_or_else(|e| fail(&format!("PATH: {e}")))
+        }
+        None => cuda.join("bin").into_os_string(),
+    };
+    let mut cargo = Command::new("cargo");
+    cargo
+        .current_dir(&root)
+        .args(args)
+        .env("CARGO_TARGET_DIR", target_dir())
+        .env("PATH", path)
+        // cudarc's link search (`lib`, `lib/stubs`) and cudaforge's nvcc.
+        .env("CUDA_HOME", &cuda)
+        .env("NVCC", cuda.join("bin/nvcc"))
+        .env("CUDARC_CUDA_VERSION", CUDARC_CUDA_VERSION)
+        .env("CUDA_COMPUTE_CAP", &compute_cap);
+    for var in OTHER_ROOT_VARS {
+        cargo.env_remove(var);
+    }
+    println!(
+        "\n== xtask: {name}: CUDA_COMPUTE_CAP={compute_cap} CARGO_TARGET_DIR={} cargo {}",
+        target_dir().display(),
+        args.join(" ")
+    );
+    let start = std::time::Instant::now();
+    let status = cargo
+        .status()
+        .unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
+    if !status.success() {
+        fail(&format!("{name} failed ({status})"));
+    }
+    println!("== xtask: {name} ok ({:.0} s)", start.elapsed().as_secs_f64());
+}
+
+/// The source folder of the cudarc that candle's `cuda` feature resolves to.
+fn cudarc_source(root: &Path) -> PathBuf {
+    let out = Command::new("cargo")
+        .current_dir(root)
+        .args(["metadata", "--format-version", "1", "--features"])
+        .arg("homeadam-host/cuda")
+        .output()
+        .unwrap_or_else(|e| fail(&format!("cannot run cargo metadata: {e}")));
+    if !out.status.success() {
+        fail(&format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| fail(&format!("cargo metadata: {e}")));
+    let dirs: Vec<PathBuf> = metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"] == "cudarc")
+        .filter_map(|p| p["manifest_path"].as_str())
+        .filter_map(|m| Path::new(m).parent().map(Path::to_path_buf))
+        .collect();
+    match dirs.as_slice() {
+        [dir] => dir.clone(),
+        _ => fail(&format!("expected one cudarc in the build, found {dirs:?}")),
+    }
+}
+
+/// Installs the wheels and the stubs into `prefix` unless its record says they are there.
+fn install(prefix: &Path, cuda: &Path, cudarc: &Path) {
+    let record = prefix.join("installed.txt");
+    let expected = format!(
+        "{}\nstubs from {}: {}\n",
+        WHEELS.join("\n"),
+        cudarc.display(),
+        cuda_stubs::STUBS
+            .iter()
+            .map(|s| s.soname)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    if std::fs::read_to_string(&record).is_ok_and(|r| r == expected) {
+        println!("== xtask: CUDA toolkit in {} (installed)", cuda.display());
+        return;
+    }
+    // pip --target does not replace what an earlier, different install left.
+    if prefix.exists() {
+        std::fs::remove_dir_all(prefix)
+            .unwrap_or_else(|e| fail(&format!("cannot remove {}: {e}", prefix.display())));
+    }
+    let target = prefix.to_string_lossy();
+    run(
+        "CUDA 13.0 compiler wheels",
+        "python3",
+        &[
+            &[
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--target",
+                &target,
+            ],
+            WHEELS,
+        ]
+        .concat(),
+    );
+    let lib = cuda.join("lib");
+    // The name the linker looks for (`-lcudart`); the wheel has only the soname.
+    std::os::unix::fs::symlink("libcudart.so.13", lib.join("libcudart.so"))
+        .unwrap_or_else(|e| fail(&format!("libcudart.so link: {e}")));
+    let stubs = lib.join("stubs");
+    std::fs::create_dir_all(&stubs)
+        .unwrap_or_else(|e| fail(&format!("cannot create {}: {e}", stubs.display())));
+    for stub in cuda_stubs::STUBS {
+        cuda_stubs::build(stub, &stubs, cudarc);
+    }
+    std::fs::write(&record, expected)
+        .unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", record.display())));
+}
