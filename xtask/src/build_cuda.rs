@@ -100,9 +100,8 @@ fn target_dir() -> PathBuf {
 /// The variables cudarc's build reads for a toolkit's root, besides `CUDA_HOME`.
 const OTHER_ROOT_VARS: &[&str] = &["CUDA_PATH", "CUDA_ROOT", "CUDA_TOOLKIT_ROOT_DIR", "CUDNN_LIB"];
 
-/// Runs `cargo ARGS` in [`target_dir`] with the toolkit (installed first) and no other; exits on
-/// failure.
-fn cargo_with_toolkit(name: &str, args: &[&str]) {
+/// `cargo ARGS` in [`target_dir`] with the toolkit (installed first) and no other.
+fn toolkit_cargo(name: &str, args: &[&str]) -> Command {
     let root = root();
     let prefix = root.join("target/cuda-toolkit");
     let cuda = prefix.join("nvidia/cu13");
@@ -135,14 +134,78 @@ fn cargo_with_toolkit(name: &str, args: &[&str]) {
         target_dir().display(),
         args.join(" ")
     );
+    cargo
+}
+
+/// Runs `cargo ARGS` as [`toolkit_cargo`] sets it up; exits on failure.
+fn cargo_with_toolkit(name: &str, args: &[&str]) {
     let start = std::time::Instant::now();
-    let status = cargo
+    let status = toolkit_cargo(name, args)
         .status()
         .unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
     if !status.success() {
         fail(&format!("{name} failed ({status})"));
     }
     println!("== xtask: {name} ok ({:.0} s)", start.elapsed().as_secs_f64());
+}
+
+/// `cargo xtask gpu-bundle`: what `scripts/gpu-check.sh` runs on a GPU machine without Rust,
+/// stripped and gzipped into `target/gpu-bundle` (returned): the CUDA host `homeadam`, and the
+/// test binaries `candle-gpu` (homeadam-candle's `gpu`) and `host-resume` (homeadam-host's
+/// `resume`), built with the same features as the host so that candle's kernels build once.
+pub(crate) fn bundle() -> PathBuf {
+    let host = build();
+    let args = [
+        "test",
+        "--release",
+        "-p",
+        "homeadam-host",
+        "-p",
+        "homeadam-candle",
+        "--features",
+        "homeadam-host/cuda,homeadam-candle/cuda",
+        "--test",
+        "gpu",
+        "--test",
+        "resume",
+        "--no-run",
+        "--message-format",
+        "json",
+    ];
+    let out = toolkit_cargo("GPU test binaries", &args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
+    if !out.status.success() {
+        fail(&format!("GPU test binaries failed ({})", out.status));
+    }
+    let executable = |package: &str, test: &str| -> PathBuf {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|m| {
+                m["target"]["name"] == test && m["package_id"].as_str().is_some_and(|id| id.contains(package))
+            })
+            .and_then(|m| m["executable"].as_str().map(PathBuf::from))
+            .unwrap_or_else(|| fail(&format!("no test binary {package}/{test} in cargo's output")))
+    };
+    let dir = root().join("target/gpu-bundle");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).unwrap_or_else(|e| fail(&format!("{}: {e}", dir.display())));
+    }
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| fail(&format!("{}: {e}", dir.display())));
+    for (name, binary) in [
+        ("homeadam", host),
+        ("candle-gpu", executable("homeadam-candle", "gpu")),
+        ("host-resume", executable("homeadam-host", "resume")),
+    ] {
+        let copy = dir.join(name);
+        std::fs::copy(&binary, &copy).unwrap_or_else(|e| fail(&format!("{}: {e}", binary.display())));
+        let copy = copy.to_string_lossy();
+        run(&format!("strip {name}"), "strip", &[&copy]);
+        run(&format!("gzip {name}"), "gzip", &["-6", &copy]);
+    }
+    dir
 }
 
 /// The source folder of the cudarc that candle's `cuda` feature resolves to.

@@ -8,6 +8,7 @@
 //! - `cargo xtask fuzz [SECONDS]`: every fuzz target for SECONDS (default 60), see [`fuzz`].
 //! - `cargo xtask build-cuda`: the host with `--features cuda` on a machine without a CUDA
 //!   toolkit, see [`build_cuda`]; prints the binary's path last.
+//! - `cargo xtask gpu-bundle`: that host and the GPU test binaries, for `scripts/gpu-check.sh`.
 
 mod bench;
 mod build_cuda;
@@ -161,13 +162,15 @@ fn count(line: &str, what: &str) -> u64 {
         .unwrap_or(0)
 }
 
-const USAGE: &str = "usage: cargo xtask <test|bench|setup|fuzz [SECONDS]|build-cuda>
+const USAGE: &str = "usage: cargo xtask <test|bench|setup|fuzz [SECONDS]|build-cuda|gpu-bundle>
   test        fmt, clippy, no_std builds, all tests, the CUDA host build, a short fuzz pass
   bench       step benchmarks next to PyTorch fused AdamW, as a table
   setup       install the toolchains, components and targets the checks need
   fuzz        every fuzz target for SECONDS (default 60)
   build-cuda  the host with --features cuda (CUDA 13.0 from PyPI, no GPU needed; CUDA_COMPUTE_CAP,
-              default 89); prints the binary's path last";
+              default 89); prints the binary's path last
+  gpu-bundle  build-cuda and the GPU test binaries, stripped and gzipped into target/gpu-bundle for
+              scripts/gpu-check.sh on a GPU machine (prints the folder last)";
 
 fn usage() -> ! {
     eprintln!("{USAGE}");
@@ -180,6 +183,7 @@ fn main() {
         Some("setup") => setup(),
         Some("bench") => bench::bench(),
         Some("build-cuda") => println!("{}", build_cuda::build().display()),
+        Some("gpu-bundle") => println!("{}", build_cuda::bundle().display()),
         Some("fuzz") => match std::env::args().nth(2).map(|s| s.parse()) {
             None => fuzz::fuzz(60),
             Some(Ok(seconds)) if seconds > 0 => fuzz::fuzz(seconds),

@@ -297,3 +297,64 @@ fn mixed_devices_and_dtypes_are_clear_errors() {
     let e = VarOptimizer::from_named(vars, config).err().expect("refused");
     assert!(e.to_string().contains("same dtype"), "{e}");
 }
+
+/// A timing, not a check (`--ignored` runs it): one AdamW step over 64 M parameters in 16
+/// tensors with fresh gradient buffers, whose addresses the optimizer refreshes (what
+/// [`VarOptimizer`] does), against the copies that persistent gradient buffers would add
+/// (every gradient copied into a buffer of fixed address before the step), in one run.
+#[test]
+#[ignore]
+fn pointer_refresh_versus_persistent_gradient_buffers() {
+    let Some(gpu) = cuda() else { return };
+    const TENSORS: usize = 16;
+    const NUMEL: usize = 4 << 20;
+    const STEPS: usize = 50;
+    let vars: Vec<(String, Var)> = (0..TENSORS)
+        .map(|k| {
+            let t = Tensor::randn(0f32, 0.1, (NUMEL / 1024, 1024), &gpu).unwrap();
+            (format!("layer{k}.weight"), Var::from_tensor(&t).unwrap())
+        })
+        .collect();
+    let persistent: Vec<Var> = vars
+        .iter()
+        .map(|(_, v)| Var::zeros(v.shape(), DType::F32, &gpu).unwrap())
+        .collect();
+    // Gradients as a backward pass leaves them: new buffers every step (a few sets, cycled).
+    let fresh: Vec<Vec<Tensor>> = (0..4)
+        .map(|_| {
+            vars.iter()
+                .map(|(_, v)| Tensor::randn(0f32, 1e-3, v.shape(), &gpu).unwrap())
+                .collect()
+        })
+        .collect();
+    let mut store = vars[0].1.as_tensor().sum_all().unwrap().backward().unwrap();
+    let mut opt =
+        VarOptimizer::from_named(vars.clone(), OptimConfig::new(Config::named("adamw").unwrap())).unwrap();
+    let mut time = |copy: bool| {
+        gpu.synchronize().unwrap();
+        let start = std::time::Instant::now();
+        for step in 0..STEPS {
+            for (((_, var), g), buffer) in vars.iter().zip(&fresh[step % 4]).zip(&persistent) {
+                let grad = if copy {
+                    buffer.set(g).unwrap();
+                    buffer.as_tensor().clone()
+                } else {
+                    g.clone()
+                };
+                store.insert(var.as_tensor(), grad);
+            }
+            opt.step_with_report(&store).unwrap();
+        }
+        gpu.synchronize().unwrap();
+        start.elapsed().as_secs_f64() * 1e3 / STEPS as f64
+    };
+    time(false);
+    let refresh = time(false);
+    let persistent = time(true);
+    eprintln!(
+        "gpu: AdamW step over {} M parameters: pointer refresh {refresh:.3} ms, with copies into \
+         persistent buffers {persistent:.3} ms (× {:.2})",
+        TENSORS * NUMEL >> 20,
+        persistent / refresh
+    );
+}
