@@ -354,7 +354,7 @@ fn pointer_refresh_versus_persistent_gradient_buffers() {
     eprintln!(
         "gpu: AdamW step over {} M parameters: pointer refresh {refresh:.3} ms, with copies into \
          persistent buffers {persistent:.3} ms (× {:.2})",
-        TENSORS * NUMEL >> 20,
+        (TENSORS * NUMEL) >> 20,
         persistent / refresh
     );
 }
