@@ -65,24 +65,27 @@ pub(crate) fn build() -> PathBuf {
     binary
 }
 
+/// The packages whose `cuda` features the clippy pass and the GPU test binaries select: one
+/// feature set, so candle's kernels build once for both.
+const CUDA_PACKAGES: &[&str] = &[
+    "-p",
+    "homeadam-host",
+    "-p",
+    "homeadam-candle",
+    "--features",
+    "homeadam-host/cuda,homeadam-candle/cuda",
+];
+
 /// Clippy on the code behind the `cuda` features, which the workspace's clippy does not see.
 pub(crate) fn clippy() {
     cargo_with_toolkit(
         "clippy (cuda features)",
         &[
-            "clippy",
-            "--release",
-            "-p",
-            "homeadam-host",
-            "-p",
-            "homeadam-candle",
-            "--features",
-            "homeadam-host/cuda,homeadam-candle/cuda",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ],
+            &["clippy", "--release"],
+            CUDA_PACKAGES,
+            &["--all-targets", "--", "-D", "warnings"],
+        ]
+        .concat(),
     );
 }
 
@@ -156,22 +159,19 @@ fn cargo_with_toolkit(name: &str, args: &[&str]) {
 pub(crate) fn bundle() -> PathBuf {
     let host = build();
     let args = [
-        "test",
-        "--release",
-        "-p",
-        "homeadam-host",
-        "-p",
-        "homeadam-candle",
-        "--features",
-        "homeadam-host/cuda,homeadam-candle/cuda",
-        "--test",
-        "gpu",
-        "--test",
-        "resume",
-        "--no-run",
-        "--message-format",
-        "json",
-    ];
+        &["test", "--release"],
+        CUDA_PACKAGES,
+        &[
+            "--test",
+            "gpu",
+            "--test",
+            "resume",
+            "--no-run",
+            "--message-format",
+            "json",
+        ],
+    ]
+    .concat();
     let out = toolkit_cargo("GPU test binaries", &args)
         .stderr(std::process::Stdio::inherit())
         .output()

@@ -14,17 +14,15 @@ use std::sync::Arc;
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use candle_core::cuda::CudaStorageSlice;
 use candle_core::{bail, Result, Storage as Stored, Tensor};
-use homeadam_core::{Dtype, Optimizer, SliceSink, StepReport, Storage, TensorAux, TensorState};
+use homeadam_core::{Dtype, Optimizer, StepReport, Storage, TensorAux};
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes};
 
 use super::adapter::{Param, States};
 use super::clip::clip_scale;
+use super::state::write_core;
 
-fn cuda_err(e: homeadam_cuda::Error) -> candle_core::Error {
-    candle_core::Error::Msg(format!("homeadam (CUDA): {e}"))
-}
-
-fn core_err(e: homeadam_core::Error) -> candle_core::Error {
+/// An error of homeadam-cuda, the core or the CUDA driver, as candle's.
+fn cuda_err(e: impl std::fmt::Display) -> candle_core::Error {
     candle_core::Error::Msg(format!("homeadam (CUDA): {e}"))
 }
 
@@ -250,15 +248,11 @@ impl DeviceState {
             let bytes = if len == 0 {
                 Vec::new()
             } else {
-                self.stream
-                    .clone_dtoh(&buffer.slice(..len))
-                    .map_err(|e| candle_core::Error::Msg(format!("homeadam: {e}")))?
+                self.stream.clone_dtoh(&buffer.slice(..len)).map_err(cuda_err)?
             };
             host.push(bytes);
         }
-        self.stream
-            .synchronize()
-            .map_err(|e| candle_core::Error::Msg(format!("homeadam: {e}")))?;
+        self.stream.synchronize().map_err(cuda_err)?;
         Ok(match self.dtypes.state {
             Dtype::F32 => States::F32(host.iter().map(|b| from_bytes(b)).collect()),
             Dtype::BF16 => States::BF16(host.iter().map(|b| from_bytes(b)).collect()),
@@ -276,9 +270,7 @@ impl DeviceState {
         for (bytes, buffer) in bytes.iter().zip(&mut self.buffers) {
             if !bytes.is_empty() {
                 let mut view = buffer.slice_mut(..bytes.len());
-                self.stream
-                    .memcpy_htod(bytes, &mut view)
-                    .map_err(|e| candle_core::Error::Msg(format!("homeadam: {e}")))?;
+                self.stream.memcpy_htod(bytes, &mut view).map_err(cuda_err)?;
             }
         }
         Ok(())
@@ -294,31 +286,14 @@ fn checkpoint(
     aux: &[TensorAux],
     active: &[usize],
 ) -> Result<Vec<u8>> {
-    fn typed<S: Storage>(
-        core: &Optimizer,
-        params: &[Param],
-        states: &[Vec<S>],
-        aux: &[TensorAux],
-        active: &[usize],
-    ) -> Result<Vec<u8>> {
-        let views: Vec<TensorState<'_, S>> = active
-            .iter()
-            .map(|&k| TensorState {
-                numel: params[k].var.elem_count(),
-                state: &states[k],
-                aux: &aux[k],
-            })
-            .collect();
-        let mut bytes = vec![0; core.state_bytes(views.iter().map(|v| v.numel), S::DTYPE)];
-        core.save_state(&views, &mut SliceSink::new(&mut bytes))
-            .map_err(core_err)?;
-        Ok(bytes)
-    }
+    let mut bytes = Vec::new();
+    let which = active.iter().copied();
     match states {
-        States::F32(s) => typed(core, params, s, aux, active),
-        States::BF16(s) => typed(core, params, s, aux, active),
-        States::F16(s) => typed(core, params, s, aux, active),
-    }
+        States::F32(s) => write_core(core, params, s, aux, which, &mut bytes),
+        States::BF16(s) => write_core(core, params, s, aux, which, &mut bytes),
+        States::F16(s) => write_core(core, params, s, aux, which, &mut bytes),
+    }?;
+    Ok(bytes)
 }
 
 fn from_bytes<S: Storage>(bytes: &[u8]) -> Vec<S> {

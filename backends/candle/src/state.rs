@@ -39,7 +39,7 @@ fn core_err(e: homeadam_core::Error) -> candle_core::Error {
     candle_core::Error::Msg(format!("homeadam optimizer state: {e}"))
 }
 
-/// Appends the core checkpoint of every variable, lent as it is (no copy).
+/// Appends the core checkpoint of every variable, lent as it is (no copy), after its length.
 fn save_core<S: Storage>(
     opt: &Optimizer,
     params: &[Param],
@@ -47,17 +47,31 @@ fn save_core<S: Storage>(
     aux: &[TensorAux],
     out: &mut Vec<u8>,
 ) -> Result<()> {
-    let views: Vec<_> = params
-        .iter()
-        .zip(states.iter().zip(aux))
-        .map(|(p, (state, aux))| TensorState {
-            numel: p.var.elem_count(),
-            state,
-            aux,
+    let at = out.len();
+    out.extend_from_slice(&[0; 8]);
+    write_core(opt, params, states, aux, 0..params.len(), out)?;
+    let len = (out.len() - at - 8) as u64;
+    out[at..at + 8].copy_from_slice(&len.to_le_bytes());
+    Ok(())
+}
+
+/// Appends the core checkpoint of the variables `which` (indices into `params`, in order).
+pub(crate) fn write_core<S: Storage>(
+    opt: &Optimizer,
+    params: &[Param],
+    states: &[Vec<S>],
+    aux: &[TensorAux],
+    which: impl Iterator<Item = usize>,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let views: Vec<_> = which
+        .map(|k| TensorState {
+            numel: params[k].var.elem_count(),
+            state: &states[k],
+            aux: &aux[k],
         })
         .collect();
     let len = opt.state_bytes(views.iter().map(|v| v.numel), S::DTYPE);
-    out.extend_from_slice(&(len as u64).to_le_bytes());
     let start = out.len();
     out.resize(start + len, 0);
     let mut sink = SliceSink::new(&mut out[start..]);

@@ -91,9 +91,9 @@ fn loss(vars: &[(String, Var)], step: u64) -> Tensor {
     candle_nn::loss::nll(&logp, &labels).unwrap()
 }
 
-fn flat(var: &Var) -> Vec<u32> {
-    var.as_tensor()
-        .flatten_all()
+/// The bits of a tensor's elements, widened to f32 (exactly).
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.flatten_all()
         .unwrap()
         .to_dtype(DType::F32)
         .unwrap()
@@ -102,6 +102,10 @@ fn flat(var: &Var) -> Vec<u32> {
         .iter()
         .map(|v| v.to_bits())
         .collect()
+}
+
+fn flat(var: &Var) -> Vec<u32> {
+    bits(var.as_tensor())
 }
 
 /// The CPU run: per step the gradients (None for a variable without one) and the parameters
@@ -148,17 +152,6 @@ fn upload(vars: &[(String, Var)], grads: &[Option<Tensor>]) -> GradStore {
     for ((_, var), g) in vars.iter().zip(grads) {
         if let (Some(want), Some(got)) = (g, store.get(var)) {
             let got = got.to_device(&Device::Cpu).unwrap();
-            let bits = |t: &Tensor| {
-                t.flatten_all()
-                    .unwrap()
-                    .to_dtype(DType::F32)
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.to_bits())
-                    .collect::<Vec<_>>()
-            };
             assert_eq!(bits(want), bits(&got), "the uploaded gradient is not exact");
         }
     }

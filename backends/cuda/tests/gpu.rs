@@ -177,6 +177,26 @@ fn same_report(a: &StepReport, b: &StepReport) -> bool {
         && a.swats_switched == b.swats_switched
 }
 
+/// One step of the core's scalar reference over the case's tensors in their groups.
+fn reference_step<P: Storage, G: Storage, S: Storage>(
+    core: &mut Optimizer,
+    case: &Case,
+    params: &mut [Vec<P>],
+    grads: &[Vec<G>],
+    states: &mut [Vec<S>],
+    auxes: &mut [TensorAux],
+) -> StepReport {
+    let mut model: Vec<Tensor<'_, P, G, S>> = params
+        .iter_mut()
+        .zip(grads)
+        .zip(states.iter_mut().zip(auxes.iter_mut()))
+        .zip(&case.groups)
+        .map(|(((p, g), (s, a)), &group)| Tensor::new(p, g, s, a).in_group(group))
+        .collect();
+    core.step_reference(&mut model, case.grad_scale)
+        .expect("core step")
+}
+
 /// Steps the case on the core and on the device; compares after every step; round-trips a
 /// checkpoint in the middle.
 fn run<P: Storage, G: Storage, S: Storage>(case: &Case, stream: &Arc<CudaStream>) -> u64 {
@@ -224,17 +244,7 @@ fn run<P: Storage, G: Storage, S: Storage>(case: &Case, stream: &Arc<CudaStream>
                 stream.memcpy_htod(&bytes(g), d).expect("grad upload");
             }
         }
-        let expected = {
-            let mut model: Vec<Tensor<'_, P, G, S>> = params
-                .iter_mut()
-                .zip(&grads)
-                .zip(states.iter_mut().zip(auxes.iter_mut()))
-                .zip(&case.groups)
-                .map(|(((p, g), (s, a)), &group)| Tensor::new(p, g, s, a).in_group(group))
-                .collect();
-            core.step_reference(&mut model, case.grad_scale)
-                .expect("core step")
-        };
+        let expected = reference_step(&mut core, case, &mut params, &grads, &mut states, &mut auxes);
         let got = cuda.step(case.grad_scale).expect("cuda step");
         assert!(
             same_report(&expected, &got),
@@ -535,17 +545,7 @@ fn norm_and_new_grads<G: Storage>(stream: &Arc<CudaStream>) {
             expected.to_bits() == got.to_bits() || (expected.is_nan() && got.is_nan()),
             "row {r}: core ‖g‖ {expected:e}, cuda {got:e}"
         );
-        let report = {
-            let mut model: Vec<Tensor<'_, f32, G, f32>> = params
-                .iter_mut()
-                .zip(row)
-                .zip(states.iter_mut().zip(auxes.iter_mut()))
-                .zip(&case.groups)
-                .map(|(((p, g), (s, a)), &group)| Tensor::new(p, g, s, a).in_group(group))
-                .collect();
-            core.step_reference(&mut model, case.grad_scale)
-                .expect("core step")
-        };
+        let report = reference_step(&mut core, &case, &mut params, row, &mut states, &mut auxes);
         let got = cuda.step(case.grad_scale).expect("cuda step");
         assert!(
             same_report(&report, &got),
