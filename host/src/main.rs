@@ -7,7 +7,8 @@ use anyhow::{bail, Result};
 use candle_core::Device;
 use clap::{Args, Parser, Subcommand};
 use homeadam_host::device::DeviceSpec;
-use homeadam_host::preset::ALL_OPTIMIZERS;
+use homeadam_host::models::VggVariant;
+use homeadam_host::preset::{departures_markdown, DecayMask, Preset, ALL_OPTIMIZERS};
 use homeadam_host::train::experiments::{BuildOptions, Experiment};
 use homeadam_host::train::run::RunSettings;
 use homeadam_host::train::runner::{outcome, run_experiment, ExperimentRun, Outcome};
@@ -72,6 +73,13 @@ enum Command {
         /// A CPU-sized VGG (widths / 16).
         #[arg(long)]
         small: bool,
+        /// VGG16 without (`plain`) or with (`bn`) batch norm (default: the preset's).
+        #[arg(long, value_enum)]
+        vgg: Option<VggVariant>,
+        /// Decay every parameter (`all`, as Alg. 1–3) or all but biases and normalisation
+        /// parameters (`no-bias-norm`) (default: the preset's).
+        #[arg(long, value_enum)]
+        decay_mask: Option<DecayMask>,
         /// Comma-separated optimizer names, or `all`.
         #[arg(long, default_value = "all")]
         optimizers: String,
@@ -92,6 +100,14 @@ enum Command {
         quiet: bool,
         #[command(flatten)]
         device: DeviceArg,
+    },
+    /// Print every preset's protocol: each choice, its value and its source (the paper's line,
+    /// or our reason).
+    Presets {
+        /// Print only the departures from the paper (every `ours:` choice), as the Markdown list
+        /// the README carries.
+        #[arg(long)]
+        departures: bool,
     },
     /// Redraw the figures of a run directory from its CSVs and print its summary.
     Plot {
@@ -149,9 +165,33 @@ struct TrainArgs {
     /// Also record the training loss, home share and ρ every N steps (`iterations.csv`).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     log_every: Option<u64>,
-    /// Seed of initialisation and data order.
+    /// Also evaluate the test subset every N steps: its loss and accuracy or perplexity in
+    /// `iterations.csv`.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    eval_every: Option<u64>,
+    /// Predictions (images or tokens) of the test subset `--eval-every` evaluates: the leading
+    /// test minibatches holding at least N (default: the preset's).
+    #[arg(long, value_parser = positive)]
+    eval_subset: Option<usize>,
+    /// Also evaluate the training split after every epoch in eval mode (no dropout or
+    /// augmentation): `clean_train_*` columns of `metrics.csv`.
+    #[arg(long)]
+    eval_train: bool,
+    /// Seed of initialisation and data order (the first, with `--seeds`).
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Runs per optimizer, with seeds `--seed`, `--seed`+1, …, each in
+    /// `RUN_DIR/<optimizer>/seed-<s>/` (default: the preset's, 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    seeds: Option<u64>,
+    /// Decay every parameter (`all`, as Alg. 1–3) or all but biases and normalisation
+    /// parameters (`no-bias-norm`) (default: the preset's).
+    #[arg(long, value_enum)]
+    decay_mask: Option<DecayMask>,
+    /// VGG16 without (`plain`) or with (`bn`) batch norm, cifar10-vgg16 only (default: the
+    /// preset's).
+    #[arg(long, value_enum)]
+    vgg: Option<VggVariant>,
     #[command(flatten)]
     device: DeviceArg,
     /// No progress bars.
@@ -220,15 +260,18 @@ fn quick(
     device: Device,
 ) -> Result<()> {
     let build = BuildOptions {
-        seed,
         data_dir: None,
         small: true,
         batch_size: None,
+        vgg: None,
         device,
     };
     let digits = ExperimentRun {
         experiment: Experiment::DigitsMlp,
         optimizers: optimizer_list(optimizers)?,
+        seed,
+        seeds: None,
+        decay_mask: None,
         settings: RunSettings {
             epochs,
             max_batches: None,
@@ -236,6 +279,9 @@ fn quick(
             checkpoint_every: None,
             resume: false,
             log_every: None,
+            eval_every: None,
+            eval_subset: None,
+            eval_train: false,
             progress: true,
         },
         build,
@@ -262,6 +308,20 @@ fn quick(
             "wikitext2-quick: 2-layer Transformer LM, trained on WikiText-2 valid, tested on test",
             &run_experiment(&run)?,
         );
+    }
+    Ok(())
+}
+
+fn presets(departures: bool) -> Result<()> {
+    if departures {
+        print!("{}", departures_markdown()?);
+        return Ok(());
+    }
+    for experiment in Preset::experiments() {
+        println!("{experiment}:");
+        for c in Preset::load(experiment)?.protocol_choices()? {
+            println!("  {} = {}\n      {}", c.key, c.value, c.source);
+        }
     }
     Ok(())
 }
@@ -296,6 +356,9 @@ fn train(a: TrainArgs) -> Result<()> {
     let run = ExperimentRun {
         experiment,
         optimizers: optimizer_list(&a.optimizers)?,
+        seed: a.seed,
+        seeds: a.seeds,
+        decay_mask: a.decay_mask,
         settings: RunSettings {
             epochs: a.epochs,
             max_batches: a.max_batches,
@@ -305,13 +368,16 @@ fn train(a: TrainArgs) -> Result<()> {
             checkpoint_every: a.checkpoint_every,
             resume: a.resume,
             log_every: a.log_every,
+            eval_every: a.eval_every,
+            eval_subset: a.eval_subset,
+            eval_train: a.eval_train,
             progress: !a.quiet,
         },
         build: BuildOptions {
-            seed: a.seed,
             data_dir: a.data_dir,
             small: a.small,
             batch_size: a.batch_size,
+            vgg: a.vgg,
             device,
         },
     };
@@ -341,6 +407,8 @@ fn main() -> ExitCode {
             experiment,
             data_dir,
             small,
+            vgg,
+            decay_mask,
             optimizers,
             epochs,
             replace,
@@ -353,6 +421,8 @@ fn main() -> ExitCode {
                 experiment,
                 data_dir,
                 small,
+                vgg,
+                decay_mask,
                 optimizers: optimizer_list(&optimizers)?,
                 epochs,
                 seed,
@@ -362,6 +432,7 @@ fn main() -> ExitCode {
                 device: device.open()?,
             })
         }),
+        Command::Presets { departures } => presets(departures),
         Command::Plot { run_dir } => {
             outcome(&run_dir).map(|o| print_outcome(&run_dir.display().to_string(), &o))
         }

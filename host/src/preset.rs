@@ -1,7 +1,14 @@
-//! Hyper-parameter presets, one JSON file per experiment in `host/presets/`, embedded in the
-//! binary. Each optimizer entry cites the paper's line(s) it comes from in `source`:
-//! `homeadam.tex:N` is line N of the paper's LaTeX source as distributed by arXiv
-//! (arXiv:2603.02649v1, file `homeadam.tex`).
+//! Presets, one JSON file per experiment in `host/presets/`, embedded in the binary: the
+//! optimizers' hyper-parameters, each entry citing the paper's line(s) it comes from in
+//! `source`, and the experiment's protocol: every choice the runner makes besides the
+//! hyper-parameters (model variant, augmentation, schedule, sequence length, decay masking,
+//! seeds, evaluation, …), each with its source. `homeadam.tex:N` is line N of the paper's
+//! LaTeX source as distributed by arXiv (arXiv:2603.02649v1, file `homeadam.tex`).
+//!
+//! A protocol choice's `source` is either `paper, homeadam.tex:N…` (the paper states it) or
+//! `ours: REASON` (the paper leaves it open, or we depart from it). The `ours:` choices of
+//! every preset are the runner's departures from the paper: [`departures_markdown`] lists them,
+//! and the README's list is that text (a test checks it).
 
 use std::collections::BTreeMap;
 
@@ -9,6 +16,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use homeadam_core::Config;
 use homeadam_replay::HyperParams;
 use serde::Deserialize;
+
+use crate::models::VggVariant;
 
 /// The experiments with a preset, and their files.
 const FILES: [(&str, &str); 6] = [
@@ -28,6 +37,213 @@ const FILES: [(&str, &str); 6] = [
     ),
     ("digits_quick", include_str!("../presets/digits_quick.json")),
 ];
+
+/// The prefix of a source the paper states.
+const PAPER: &str = "paper, homeadam.tex:";
+/// The prefix of a source we chose.
+const OURS: &str = "ours: ";
+
+/// One protocol choice: its value and where it comes from (`paper, homeadam.tex:N…` or
+/// `ours: REASON`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Choice<T> {
+    /// The value.
+    pub value: T,
+    /// Where it comes from.
+    pub source: String,
+}
+
+impl<T> Choice<T> {
+    /// Whether the paper states it (`false`: our choice).
+    pub fn is_paper(&self) -> bool {
+        self.source.starts_with(PAPER)
+    }
+}
+
+/// Which parameters weight decay applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum DecayMask {
+    /// Every parameter, as Alg. 1–3 decay all of θ.
+    All,
+    /// All but biases and normalisation parameters (`homeadam_candle::is_no_decay`), the
+    /// library's default.
+    NoBiasNorm,
+}
+
+impl DecayMask {
+    /// `OptimConfig::decay_all`.
+    pub fn decay_all(self) -> bool {
+        self == DecayMask::All
+    }
+}
+
+/// Image augmentation of the training split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Augmentation {
+    /// None.
+    None,
+    /// A random crop of the image's size from the image zero-padded by 4 pixels, then a
+    /// horizontal flip with probability ½.
+    Pad4CropFlip,
+}
+
+impl Augmentation {
+    /// The random crop's padding, if any augmentation.
+    pub fn padding(self) -> Option<usize> {
+        match self {
+            Augmentation::None => None,
+            Augmentation::Pad4CropFlip => Some(4),
+        }
+    }
+}
+
+/// The language models' learning-rate schedule (only a constant rate is implemented).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LrSchedule {
+    /// η_t = η.
+    Constant,
+}
+
+/// When MIAdam leaves its integrated phase: `switch_step` of the core's config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum MiAdamSwitch {
+    /// After this many epochs: `switch_step` = epochs × minibatches per epoch (of the run).
+    Epochs(u64),
+    /// After this many steps.
+    Steps(u64),
+}
+
+impl MiAdamSwitch {
+    /// `switch_step` for epochs of `steps_per_epoch` minibatches.
+    pub fn switch_step(self, steps_per_epoch: u64) -> u64 {
+        match self {
+            MiAdamSwitch::Epochs(e) => e.saturating_mul(steps_per_epoch),
+            MiAdamSwitch::Steps(s) => s,
+        }
+    }
+}
+
+/// A word-level vocabulary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Vocabulary {
+    /// `None`: every word of the training split; `Some(n)`: its `n` most frequent words (the
+    /// others read as `<unk>`).
+    pub max_words: Option<usize>,
+}
+
+/// Every choice of an experiment's protocol. Optional keys belong to one kind of experiment:
+/// images (`augmentation`, `normalisation`), language models (`sequence_length`, `vocabulary`,
+/// `batching` and the architecture's `attention_mask`, `norm_position`, `activation`,
+/// `embedding_scale`, `weight_tying`), VGG (`vgg`); [`Preset::load`] checks that each preset has
+/// all of its kind's.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Protocol {
+    /// Where the optimizers' hyper-parameters come from.
+    pub hyperparameters: Choice<String>,
+    /// The network.
+    pub model: Choice<String>,
+    /// How the network departs from the paper's, if it does.
+    #[serde(default)]
+    pub model_adaptation: Option<Choice<String>>,
+    /// VGG16 with or without batch norm (`--vgg` overrides).
+    #[serde(default)]
+    pub vgg: Option<Choice<VggVariant>>,
+    /// Augmentation of the training images.
+    #[serde(default)]
+    pub augmentation: Option<Choice<Augmentation>>,
+    /// Normalisation of the images.
+    #[serde(default)]
+    pub normalisation: Option<Choice<String>>,
+    /// Tokens per window of a language model.
+    #[serde(default)]
+    pub sequence_length: Option<Choice<usize>>,
+    /// The language model's vocabulary.
+    #[serde(default)]
+    pub vocabulary: Option<Choice<Vocabulary>>,
+    /// How the token stream is cut into minibatches.
+    #[serde(default)]
+    pub batching: Option<Choice<String>>,
+    /// The language model's attention mask.
+    #[serde(default)]
+    pub attention_mask: Option<Choice<String>>,
+    /// Where the language model's layer norms sit.
+    #[serde(default)]
+    pub norm_position: Option<Choice<String>>,
+    /// The language model's feed-forward activation.
+    #[serde(default)]
+    pub activation: Option<Choice<String>>,
+    /// The factor on the language model's token embeddings.
+    #[serde(default)]
+    pub embedding_scale: Option<Choice<String>>,
+    /// Whether the language model's output layer shares the embedding's weights.
+    #[serde(default)]
+    pub weight_tying: Option<Choice<String>>,
+    /// The learning-rate schedule.
+    pub lr_schedule: Choice<LrSchedule>,
+    /// Which parameters are decayed (`--decay-mask` overrides).
+    pub decay_mask: Choice<DecayMask>,
+    /// How HomeAdam(W)'s threshold τ was chosen (the values are in the entries).
+    pub tau: Choice<String>,
+    /// MIAdam's switch step.
+    pub miadam_switch: Choice<MiAdamSwitch>,
+    /// Which HomeAdam(W) (Alg. 2 global, Alg. 3 element-wise) the runs use.
+    pub homeadam: Choice<String>,
+    /// Runs per optimizer (`--seeds` overrides).
+    pub seeds: Choice<u64>,
+    /// What the epoch rows measure, and on what.
+    pub eval: Choice<String>,
+    /// Predictions (examples or tokens) of the test subset that `--eval-every` evaluates
+    /// (`--eval-subset` overrides).
+    pub eval_subset: Choice<usize>,
+}
+
+/// The kinds of experiment, by the protocol keys they need.
+const IMAGE_KEYS: [&str; 2] = ["augmentation", "normalisation"];
+const TEXT_KEYS: [&str; 8] = [
+    "sequence_length",
+    "vocabulary",
+    "batching",
+    "attention_mask",
+    "norm_position",
+    "activation",
+    "embedding_scale",
+    "weight_tying",
+];
+
+/// A choice as written, for listing: its value as JSON and its source.
+#[derive(Deserialize)]
+struct RawChoice {
+    value: serde_json::Value,
+    source: String,
+}
+
+/// Refuses a source that is neither `paper, homeadam.tex:N…` nor `ours: REASON`.
+fn check_source(key: &str, source: &str) -> Result<()> {
+    let paper = source
+        .strip_prefix(PAPER)
+        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+    let ours = source.strip_prefix(OURS).is_some_and(|r| !r.trim().is_empty());
+    if !(paper || ours) {
+        bail!("protocol choice {key:?}: source {source:?} must start with \"{PAPER}N\" or \"{OURS}\" and a reason");
+    }
+    Ok(())
+}
+
+/// The `protocol` object of a preset file, key by key.
+fn raw_protocol(text: &str) -> Result<BTreeMap<String, RawChoice>> {
+    #[derive(Deserialize)]
+    struct File {
+        protocol: BTreeMap<String, RawChoice>,
+    }
+    Ok(serde_json::from_str::<File>(text)?.protocol)
+}
 
 /// One optimizer's entry: the shared hyper-parameter keys ([`HyperParams`]; absent keys keep
 /// [`Config::named`]'s values, `lr` is required) and where the values come from.
@@ -76,11 +292,11 @@ pub struct Preset {
     pub batch_size: usize,
     /// Where the experiment's settings come from.
     pub source: String,
-    /// How τ was chosen.
-    pub tau_choice: String,
     /// Remarks (why a preset is not the paper's).
     #[serde(default)]
     pub note: Option<String>,
+    /// Every other choice of the protocol, with its source.
+    pub protocol: Protocol,
     /// Per optimizer, by the core's config name.
     pub optimizers: BTreeMap<String, OptimizerPreset>,
 }
@@ -91,26 +307,64 @@ impl Preset {
         FILES.iter().map(|(name, _)| *name)
     }
 
-    /// The preset of `experiment`, e.g. `"cifar10_vgg16"`.
+    fn text(experiment: &str) -> Result<&'static str> {
+        match FILES.iter().find(|(name, _)| *name == experiment) {
+            Some((_, text)) => Ok(text),
+            None => {
+                let known: Vec<_> = Self::experiments().collect();
+                bail!(
+                    "no preset for experiment {experiment:?} (known: {})",
+                    known.join(", ")
+                )
+            }
+        }
+    }
+
+    /// The preset of `experiment`, e.g. `"cifar10_vgg16"`: parsed, every source checked, every
+    /// protocol key of its kind (images or language models) present, and MIAdam's switch step
+    /// given once (in the protocol, not in an entry).
     pub fn load(experiment: &str) -> Result<Preset> {
-        let Some((_, text)) = FILES.iter().find(|(name, _)| *name == experiment) else {
-            let known: Vec<_> = Self::experiments().collect();
-            bail!(
-                "no preset for experiment {experiment:?} (known: {})",
-                known.join(", ")
-            );
-        };
-        let preset: Preset =
-            serde_json::from_str(text).with_context(|| format!("preset {experiment}.json"))?;
+        let text = Self::text(experiment)?;
+        let context = || format!("preset {experiment}.json");
+        let preset: Preset = serde_json::from_str(text).with_context(context)?;
         if preset.experiment != experiment {
             bail!("preset {experiment}.json names itself {:?}", preset.experiment);
+        }
+        let raw = raw_protocol(text).with_context(context)?;
+        for (key, choice) in &raw {
+            check_source(key, &choice.source).with_context(context)?;
+        }
+        let has = |keys: &[&str]| keys.iter().map(|k| raw.contains_key(*k)).collect::<Vec<_>>();
+        let (image, text_keys) = (has(&IMAGE_KEYS), has(&TEXT_KEYS));
+        let all_or_none = |v: &[bool]| v.iter().all(|&b| b) || v.iter().all(|&b| !b);
+        let image_kind = image.iter().all(|&b| b);
+        let text_kind = text_keys.iter().all(|&b| b);
+        if !(all_or_none(&image) && all_or_none(&text_keys) && image_kind != text_kind) {
+            bail!(
+                "preset {experiment}.json: the protocol must have every key of images ({}) or every \
+                 key of language models ({}), not a mix",
+                IMAGE_KEYS.join(", "),
+                TEXT_KEYS.join(", ")
+            );
+        }
+        if let Some(e) = preset
+            .optimizers
+            .get("miadam")
+            .filter(|e| e.hyper.switch_step.is_some())
+        {
+            bail!(
+                "preset {experiment}.json: miadam's switch_step belongs in the protocol's \
+                 miadam_switch, not in the entry ({})",
+                e.source
+            );
         }
         Ok(preset)
     }
 
     /// The validated core config of optimizer `name` (a core config name, e.g. `"homeadamw-ew"`
-    /// or `"sgdm"`): [`Config::named`] with the entry's keys overlaid.
-    pub fn config(&self, name: &str) -> Result<Config> {
+    /// or `"sgdm"`): [`Config::named`] with the entry's keys overlaid, and MIAdam's switch step
+    /// from the protocol for epochs of `steps_per_epoch` minibatches.
+    pub fn config(&self, name: &str, steps_per_epoch: u64) -> Result<Config> {
         let Some(p) = self.optimizers.get(name) else {
             let known: Vec<_> = self.optimizers.keys().map(String::as_str).collect();
             bail!(
@@ -119,10 +373,78 @@ impl Preset {
                 known.join(", ")
             );
         };
-        p.hyper
+        let mut hyper = p.hyper.clone();
+        if name == "miadam" {
+            let switch = self.protocol.miadam_switch.value;
+            hyper.switch_step = Some(switch.switch_step(steps_per_epoch));
+        }
+        hyper
             .config(name)
             .map_err(|e| anyhow!("preset {}, optimizer {name}: {e:#}", self.experiment))
     }
+
+    /// Every protocol choice as written, by key.
+    pub fn protocol_choices(&self) -> Result<Vec<WrittenChoice>> {
+        Ok(raw_protocol(Self::text(&self.experiment)?)?
+            .into_iter()
+            .map(|(key, c)| WrittenChoice {
+                key,
+                value: match c.value {
+                    serde_json::Value::String(s) => s,
+                    v => v.to_string(),
+                },
+                source: c.source,
+            })
+            .collect())
+    }
+}
+
+/// A protocol choice as its file writes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrittenChoice {
+    /// The choice's key, e.g. `decay_mask`.
+    pub key: String,
+    /// Its value: a string's text, else its JSON.
+    pub value: String,
+    /// Its source.
+    pub source: String,
+}
+
+/// The runner's departures from the paper: every `ours:` protocol choice of every preset, as a
+/// Markdown list, one item per (choice, value, reason) with the presets that make it, by choice
+/// name. The README's list "Where the runner departs from the paper" is this text.
+pub fn departures_markdown() -> Result<String> {
+    // Each choice with its reason in place of its source, and the presets that make it.
+    let mut items: Vec<(WrittenChoice, Vec<&str>)> = Vec::new();
+    let mut all = Vec::new();
+    for experiment in Preset::experiments() {
+        for c in Preset::load(experiment)?.protocol_choices()? {
+            if let Some(reason) = c.source.strip_prefix(OURS) {
+                let source = reason.to_string();
+                all.push((WrittenChoice { source, ..c }, experiment));
+            }
+        }
+    }
+    // A stable sort by key keeps the presets' order within a choice.
+    all.sort_by(|a, b| a.0.key.cmp(&b.0.key));
+    for (choice, experiment) in all {
+        match items.iter_mut().find(|(c, _)| *c == choice) {
+            Some((_, presets)) => presets.push(experiment),
+            None => items.push((choice, vec![experiment])),
+        }
+    }
+    Ok(items
+        .iter()
+        .map(|(c, presets)| {
+            format!(
+                "- **{}** `{}` ({}): {}\n",
+                c.key,
+                c.value,
+                presets.join(", "),
+                c.source
+            )
+        })
+        .collect())
 }
 
 /// Every optimizer of the paper, plus the element-wise HomeAdam(W), by the core's names: the
@@ -153,7 +475,7 @@ mod tests {
             let preset = Preset::load(experiment).unwrap();
             assert_eq!(preset.optimizers.len(), ALL_OPTIMIZERS.len(), "{experiment}");
             for name in ALL_OPTIMIZERS {
-                let c = preset.config(name).unwrap_or_else(|e| panic!("{e:#}"));
+                let c = preset.config(name, 100).unwrap_or_else(|e| panic!("{e:#}"));
                 assert_eq!(c.name(), name);
                 assert!(!preset.optimizers[name].source.is_empty());
             }
@@ -164,7 +486,7 @@ mod tests {
     fn paper_values_arrive_in_the_config() {
         let c = Preset::load("cifar10_vgg16")
             .unwrap()
-            .config("homeadamw")
+            .config("homeadamw", 782)
             .unwrap();
         assert_eq!(
             (c.lr, c.eps, c.beta2, c.weight_decay, c.tau),
@@ -172,12 +494,14 @@ mod tests {
         );
         let c = Preset::load("wikitext2_transformer")
             .unwrap()
-            .config("miadam")
+            .config("miadam", 1865)
             .unwrap();
         assert_eq!((c.lr, c.beta2, c.kappa), (1e-6, 0.99, 0.999));
+        // The 5-epoch rule: 5 × 1,865 windows of 32 × 35 tokens per WikiText-2 epoch.
+        assert_eq!(c.switch_step, 9325);
         let c = Preset::load("tinyimagenet_resnet34")
             .unwrap()
-            .config("sgdm")
+            .config("sgdm", 1563)
             .unwrap();
         assert_eq!((c.lr, c.momentum), (4e-4, 0.9));
     }
@@ -206,10 +530,108 @@ mod tests {
         let err = Preset::load("mnist").unwrap_err().to_string();
         assert!(err.contains("cifar10_vgg16"), "{err}");
         let preset = Preset::load("digits_quick").unwrap();
-        let err = preset.config("adamax").unwrap_err().to_string();
+        let err = preset.config("adamax", 45).unwrap_err().to_string();
         assert!(
             err.contains("unknown optimizer \"adamax\"") && err.contains("homeadamw-ew"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn every_protocol_choice_has_a_source_and_the_paper_presets_decay_everything() {
+        for experiment in Preset::experiments() {
+            let preset = Preset::load(experiment).unwrap();
+            let p = &preset.protocol;
+            let quick = experiment.ends_with("_quick");
+            // Alg. 1–3 decay all of θ; the offline runs keep the library default.
+            let expected = if quick {
+                DecayMask::NoBiasNorm
+            } else {
+                DecayMask::All
+            };
+            assert_eq!(p.decay_mask.value, expected, "{experiment}");
+            assert_eq!(p.decay_mask.is_paper(), !quick, "{experiment}");
+            assert_eq!(p.seeds.value, 1, "{experiment}");
+            assert!(p.eval_subset.value > 0, "{experiment}");
+            let choices = preset.protocol_choices().unwrap();
+            assert!(choices.len() >= 12, "{experiment}: {choices:?}");
+            for c in &choices {
+                check_source(&c.key, &c.source).unwrap();
+            }
+            // The paper presets take MIAdam's switch from the data (5 epochs), the offline ones
+            // keep their step counts (so `homeadam quick` is unchanged).
+            let switch = |steps| preset.config("miadam", steps).unwrap().switch_step;
+            match (experiment, p.miadam_switch.value) {
+                ("digits_quick", MiAdamSwitch::Steps(57)) => assert_eq!(switch(45), 57),
+                ("wikitext2_quick", MiAdamSwitch::Steps(100)) => assert_eq!(switch(80), 100),
+                (_, MiAdamSwitch::Epochs(5)) if !quick => assert_eq!(switch(782), 3910),
+                (e, s) => panic!("{e}: {s:?}"),
+            }
+        }
+        let vgg = Preset::load("cifar10_vgg16").unwrap().protocol.vgg.unwrap();
+        assert_eq!(vgg.value, VggVariant::Plain);
+        // The Transformer implements only these (transformer.rs): the presets must say so.
+        for experiment in [
+            "wikitext2_transformer",
+            "wikitext103_transformer",
+            "wikitext2_quick",
+        ] {
+            let p = Preset::load(experiment).unwrap().protocol;
+            let text = |c: Option<Choice<String>>| c.unwrap().value;
+            assert_eq!(text(p.attention_mask), "causal");
+            assert_eq!(text(p.norm_position), "post-norm");
+            assert_eq!(text(p.activation), "relu");
+            assert_eq!(text(p.embedding_scale), "sqrt(d_model)");
+            assert_eq!(text(p.weight_tying), "none");
+            assert_eq!(p.lr_schedule.value, LrSchedule::Constant);
+        }
+    }
+
+    #[test]
+    fn bad_sources_and_mixed_kinds_are_refused() {
+        for ok in [
+            "paper, homeadam.tex:655",
+            "paper, homeadam.tex:1643-1652",
+            "ours: because",
+        ] {
+            check_source("k", ok).unwrap();
+        }
+        for bad in [
+            "homeadam.tex:655",
+            "paper, line 3",
+            "ours:",
+            "ours: ",
+            "Ours: x",
+            "",
+        ] {
+            let err = check_source("k", bad).unwrap_err().to_string();
+            assert!(err.contains("\"k\"") && err.contains("ours: "), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn departures_list_every_ours_choice_once_with_its_presets() {
+        let md = departures_markdown().unwrap();
+        assert!(md.lines().all(|l| l.starts_with("- **")), "{md}");
+        for experiment in Preset::experiments() {
+            for WrittenChoice { key, value, source } in
+                Preset::load(experiment).unwrap().protocol_choices().unwrap()
+            {
+                let line = md.lines().find(|l| {
+                    l.starts_with(&format!("- **{key}** `{value}` (")) && l.ends_with(&source[OURS.len()..])
+                });
+                match source.strip_prefix(OURS) {
+                    Some(_) => assert!(
+                        line.is_some_and(|l| l.contains(experiment)),
+                        "{experiment}/{key} missing from the departures"
+                    ),
+                    None => assert!(line.is_none(), "{experiment}/{key} is the paper's"),
+                }
+            }
+        }
+        assert!(
+            md.contains("- **decay_mask** `no-bias-norm` (wikitext2_quick, digits_quick)"),
+            "{md}"
         );
     }
 }

@@ -310,6 +310,8 @@ fn stability_runs_on_cifar10_batches() {
         "2",
         "--replace",
         "3",
+        "--vgg",
+        "bn",
         "--quiet",
     ];
     homeadam(&args, &out);

@@ -1,4 +1,4 @@
-//! The networks the experiments train, on candle (f32): a digits MLP, batch-norm VGG16
+//! The networks the experiments train, on candle (f32): a digits MLP, VGG16 (plain or batch-norm)
 //! (CIFAR-10), ResNet34 (Tiny-ImageNet) and a Transformer-encoder language model (WikiText).
 //!
 //! Every initial value is drawn from the project's [`Rng`] (candle's CPU device
@@ -25,7 +25,7 @@ pub mod vgg;
 pub use mlp::{Mlp, MlpConfig};
 pub use resnet::{ResNet, ResNetConfig, ResNetStem};
 pub use transformer::{TransformerConfig, TransformerLm};
-pub use vgg::{Vgg, VggConfig};
+pub use vgg::{Vgg, VggConfig, VggVariant};
 
 /// One saved variable: its name, shape and values (row-major).
 #[derive(Clone, Debug, PartialEq)]

@@ -31,8 +31,8 @@ pub trait CsvRow: Sized {
     fn kind_of_header(header: &str) -> Option<Self::Kind>;
     /// The row's key: strictly increasing down a file.
     fn key(&self) -> u64;
-    /// The row's fields, in header order.
-    fn fields(&self) -> Vec<Field>;
+    /// The row's fields for a file of `kind`, in header order.
+    fn fields(&self, kind: Self::Kind) -> Vec<Field>;
     /// Builds a row from its fields (as many as the header has), or says what is wrong.
     fn parse(fields: &[&str], kind: Self::Kind) -> Result<Self, String>;
     /// Checks a row's values for `kind` (ranges), or says what is wrong.
@@ -303,7 +303,7 @@ impl<R: CsvRow> CsvWriter<R> {
         row.validate(self.kind)
             .map_err(|e| anyhow!("{}: {e}", self.path.display()))?;
         let mut line = String::new();
-        for (i, field) in row.fields().into_iter().enumerate() {
+        for (i, field) in row.fields(self.kind).into_iter().enumerate() {
             if i > 0 {
                 line.push(',');
             }

@@ -4,11 +4,13 @@
 //! `RUN_DIR/figures/`:
 //!
 //! - `curves.png` — the paper's Figures 2–5: training loss, training accuracy (%) or perplexity,
-//!   test loss, test accuracy (%) or perplexity, per epoch;
+//!   test loss, test accuracy (%) or perplexity, per epoch (and the clean training evaluation's
+//!   loss and accuracy or perplexity, when a run recorded it with `--eval-train`);
 //! - `home.png` — the share of home (SGDM) updates (%) and ρ = min v̂ per epoch, when some
 //!   optimizer recorded them;
 //! - `iterations.png` — training loss, home share and ρ per iteration, when some optimizer wrote
-//!   `iterations.csv`;
+//!   `iterations.csv`, and the test subset's loss and accuracy or perplexity when it was
+//!   evaluated (`--eval-every`): the per-iteration panels of Figures 4–5;
 //! - `stability.png` — the stability experiment: ‖θ(S) − θ(S⁽ⁱ⁾)‖, both loss gaps and the
 //!   generalization gap per epoch, when some optimizer wrote `stability.csv`.
 //!
@@ -16,7 +18,9 @@
 //! factor of ten (the axis label then says so), else on a linear one.
 //!
 //! Each optimizer keeps its colour, line style (solid or dashed) and marker in every figure; the
-//! legend sits under the panels. Non-finite values (a diverged run) and, on log scales,
+//! legend sits under the panels and says which HomeAdam(W) rule a line is (Alg. 2, global;
+//! Alg. 3, element-wise). An optimizer run with several seeds is drawn as the mean over its
+//! seeds, in a band from their smallest to their largest value. Non-finite values (a diverged run) and, on log scales,
 //! non-positive ones are left out: the line breaks there. Text uses the bundled DejaVu Sans
 //! (`host/assets/`, Bitstream Vera licence). Each PNG is written to a temporary file and renamed,
 //! so a reader never sees half a figure.
@@ -104,11 +108,36 @@ enum Scale {
     Log,
 }
 
-/// One optimizer's line in a panel: its index in the run (its style) and its points; a NaN y
-/// breaks the line.
+/// One optimizer's line in a panel: its index in the run (its style), its points (the mean
+/// over its seeds) and, with several seeds, the band (x, smallest, largest); a NaN y breaks the
+/// line and the band.
 struct Series {
     optimizer: usize,
     points: Vec<(f64, f64)>,
+    band: Vec<(f64, f64, f64)>,
+}
+
+/// Per x (in increasing order), the values the seeds recorded there: each seed's `value`, or
+/// NaN where it recorded none (a line break). Seeds that did not reach an x leave it out.
+fn values_by_x<R>(
+    seeds: &[&[R]],
+    x: impl Fn(&R) -> f64,
+    value: impl Fn(&R) -> Option<f64>,
+) -> Vec<(f64, Vec<f64>)> {
+    let mut all: Vec<(f64, f64)> = seeds
+        .iter()
+        .flat_map(|rows| rows.iter().map(|r| (x(r), value(r).unwrap_or(f64::NAN))))
+        .collect();
+    // A stable sort keeps the seeds' order at each x.
+    all.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut out: Vec<(f64, Vec<f64>)> = Vec::new();
+    for (x, v) in all {
+        match out.last_mut() {
+            Some((last, values)) if *last == x => values.push(v),
+            _ => out.push((x, vec![v])),
+        }
+    }
+    out
 }
 
 /// One chart of a figure.
@@ -128,7 +157,7 @@ impl Panel {
     #[allow(clippy::too_many_arguments)]
     fn build<R>(
         run: &Run,
-        rows: impl Fn(&OptimizerRun) -> &[R],
+        rows: impl Fn(&OptimizerRun) -> Vec<&[R]>,
         x: impl Fn(&R) -> f64,
         value: impl Fn(&R) -> Option<f64>,
         scale_by: f64,
@@ -142,21 +171,47 @@ impl Panel {
             .iter()
             .enumerate()
             .filter_map(|(optimizer, opt)| {
-                let rows = rows(opt);
-                if !rows.iter().any(|r| value(r).is_some()) {
+                let seeds = rows(opt);
+                if !seeds.iter().flat_map(|r| r.iter()).any(|r| value(r).is_some()) {
                     return None;
                 }
-                let points = rows
+                let by_x = values_by_x(&seeds, &x, &value);
+                // The mean of one value is that value exactly: one seed draws what it recorded.
+                let points = by_x
                     .iter()
-                    .map(|r| (x(r), value(r).map_or(f64::NAN, |v| v * scale_by)))
+                    .map(|(x, v)| (*x, v.iter().sum::<f64>() / v.len() as f64 * scale_by))
                     .collect();
-                Some(Series { optimizer, points })
+                let band = if seeds.len() > 1 {
+                    by_x.iter()
+                        .map(|(x, v)| {
+                            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+                            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                            if v.iter().all(|y| y.is_finite()) {
+                                (*x, lo * scale_by, hi * scale_by)
+                            } else {
+                                (*x, f64::NAN, f64::NAN)
+                            }
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                Some(Series {
+                    optimizer,
+                    points,
+                    band,
+                })
             })
             .collect();
         let positive = finite_bounds(
             series
                 .iter()
-                .flat_map(|s| s.points.iter().map(|p| p.1))
+                .flat_map(|s| {
+                    s.points
+                        .iter()
+                        .map(|p| p.1)
+                        .chain(s.band.iter().flat_map(|b| [b.1, b.2]))
+                })
                 .filter(|&y| y > 0.0),
         );
         let scale = match (scale, positive) {
@@ -166,9 +221,11 @@ impl Panel {
         let mut y_label = y_label.to_string();
         if scale == Scale::Log {
             y_label.push_str(" (log scale)");
-            for point in series.iter_mut().flat_map(|s| s.points.iter_mut()) {
-                // Non-positive values have no place on a log axis: they break the line.
-                point.1 = if point.1 > 0.0 { point.1.log10() } else { f64::NAN };
+            // Non-positive values have no place on a log axis: they break the line.
+            let log = |y: f64| if y > 0.0 { y.log10() } else { f64::NAN };
+            for s in series.iter_mut() {
+                s.points.iter_mut().for_each(|p| p.1 = log(p.1));
+                s.band.iter_mut().for_each(|b| (b.1, b.2) = (log(b.1), log(b.2)));
             }
         }
         Panel {
@@ -239,7 +296,8 @@ pub fn draw_run_figures(run: &Run, out_dir: &Path) -> Result<Vec<PathBuf>> {
         }
         fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
         let path = out_dir.join(file);
-        let names: Vec<&str> = run.optimizers.iter().map(|o| o.name.as_str()).collect();
+        let labels: Vec<String> = run.optimizers.iter().map(|o| label(&o.name)).collect();
+        let names: Vec<&str> = labels.iter().map(String::as_str).collect();
         draw_figure(&path, &title, &names, &panels)?;
         written.push(path);
     }
@@ -250,16 +308,27 @@ fn epoch_of(r: &EpochRecord) -> f64 {
     f64::from(r.epoch)
 }
 
-fn epochs(o: &OptimizerRun) -> &[EpochRecord] {
-    &o.epochs
+fn epochs(o: &OptimizerRun) -> Vec<&[EpochRecord]> {
+    o.seeds.iter().map(|s| &s.epochs[..]).collect()
 }
 
-fn iterations(o: &OptimizerRun) -> &[IterationRecord] {
-    &o.iterations
+fn iterations(o: &OptimizerRun) -> Vec<&[IterationRecord]> {
+    o.seeds.iter().map(|s| &s.iterations[..]).collect()
 }
 
-fn stability(o: &OptimizerRun) -> &[StabilityRecord] {
-    &o.stability
+fn stability(o: &OptimizerRun) -> Vec<&[StabilityRecord]> {
+    vec![&o.stability[..]]
+}
+
+/// The legend's name of an optimizer: its folder name, and for HomeAdam(W) which algorithm of
+/// the paper it runs.
+fn label(name: &str) -> String {
+    let rule = match name {
+        "homeadam" | "homeadamw" => "Alg. 2, global",
+        "homeadam-ew" | "homeadamw-ew" => "Alg. 3, element-wise",
+        _ => return name.to_string(),
+    };
+    format!("{name} ({rule})")
 }
 
 fn curve_panels(run: &Run, task: Task) -> Vec<Panel> {
@@ -313,6 +382,28 @@ fn curve_panels(run: &Run, task: Task) -> Vec<Panel> {
             &format!("test {quality}{unit}"),
             quality_scale,
         ),
+        Panel::build(
+            run,
+            epochs,
+            epoch_of,
+            |r| r.clean_train_loss,
+            1.0,
+            "Training loss (eval mode)",
+            "epoch",
+            "train loss, evaluated",
+            Scale::Linear,
+        ),
+        Panel::build(
+            run,
+            epochs,
+            epoch_of,
+            |r| r.clean_train_quality,
+            percent,
+            &format!("Training {quality} (eval mode)"),
+            "epoch",
+            &format!("train {quality}{unit}, evaluated"),
+            quality_scale,
+        ),
     ]
 }
 
@@ -345,6 +436,12 @@ fn home_panels(run: &Run) -> Vec<Panel> {
 
 fn iteration_panels(run: &Run) -> Vec<Panel> {
     let step = |r: &IterationRecord| r.step as f64;
+    let task = run.task.unwrap_or(Task::LanguageModel);
+    let (quality_scale, percent, unit) = match task {
+        Task::Classification => (Scale::Linear, 100.0, " (%)"),
+        Task::LanguageModel => (Scale::Log, 1.0, ""),
+    };
+    let quality = task.quality_name();
     vec![
         Panel::build(
             run,
@@ -378,6 +475,28 @@ fn iteration_panels(run: &Run) -> Vec<Panel> {
             "iteration",
             "ρ = min v (bias-corrected)",
             Scale::Log,
+        ),
+        Panel::build(
+            run,
+            iterations,
+            step,
+            |r| r.test_loss,
+            1.0,
+            "Test loss (test subset)",
+            "iteration",
+            "test loss",
+            Scale::Linear,
+        ),
+        Panel::build(
+            run,
+            iterations,
+            step,
+            |r| r.test_quality,
+            percent,
+            &format!("Test {quality} (test subset)"),
+            "iteration",
+            &format!("test {quality}{unit}"),
+            quality_scale,
         ),
     ]
 }
@@ -562,8 +681,14 @@ fn draw_panel<DB: DrawingBackend>(
     panel: &Panel,
 ) -> Result<()> {
     let all = || panel.series.iter().flat_map(|s| s.points.iter());
+    let band_ys = || {
+        panel
+            .series
+            .iter()
+            .flat_map(|s| s.band.iter().flat_map(|b| [b.1, b.2]))
+    };
     let x_range = axis_range(finite_bounds(all().map(|p| p.0)), 0.02, 1.0);
-    let y_range = axis_range(finite_bounds(all().map(|p| p.1)), 0.05, 0.0);
+    let y_range = axis_range(finite_bounds(all().map(|p| p.1).chain(band_ys())), 0.05, 0.0);
     let y_span = y_range.end - y_range.start;
     let mut chart = ChartBuilder::on(area)
         .caption(&panel.title, (FONT, 24))
@@ -588,6 +713,23 @@ fn draw_panel<DB: DrawingBackend>(
         .light_line_style(BLACK.mix(0.04))
         .draw()
         .map_err(plot_err)?;
+    for series in &panel.series {
+        let colour = line_style(series.optimizer).colour.mix(0.15).filled();
+        let segments = series
+            .band
+            .split(|b| !(b.0.is_finite() && b.1.is_finite() && b.2.is_finite()))
+            .filter(|seg| !seg.is_empty());
+        for segment in segments {
+            let outline: Vec<(f64, f64)> = segment
+                .iter()
+                .map(|b| (b.0, b.1))
+                .chain(segment.iter().rev().map(|b| (b.0, b.2)))
+                .collect();
+            chart
+                .draw_series(std::iter::once(Polygon::new(outline, colour)))
+                .map_err(plot_err)?;
+        }
+    }
     for series in &panel.series {
         let style = line_style(series.optimizer);
         let stroke = style.colour.stroke_width(2);

@@ -5,10 +5,13 @@
 //! ```text
 //! RUN_DIR/
 //!   <optimizer>/metrics.csv     one row per finished epoch      (metrics::MetricsWriter)
-//!   <optimizer>/iterations.csv  one row every N steps, LM runs  (metrics::IterationWriter)
+//!   <optimizer>/iterations.csv  one row every N steps           (metrics::IterationWriter)
 //!   <optimizer>/stability.csv   the stability experiment        (stability::StabilityWriter)
 //!   figures/*.png               figures::draw_figures(RUN_DIR)
 //! ```
+//!
+//! A run of several seeds (`--seeds N`) puts each seed's `metrics.csv` and `iterations.csv` in
+//! `<optimizer>/seed-<s>/`; figures and table then show the mean over the seeds and its spread.
 //!
 //! Writers append one row per call straight to the file, so a killed run keeps its finished
 //! epochs; `resume` cuts the rows after the resumed epoch so a resumed run has no duplicates.
@@ -24,9 +27,10 @@ pub mod table;
 
 pub use figures::{draw_figures, draw_run_figures};
 pub use metrics::{
-    read_iterations, read_metrics, EpochRecord, IterationRecord, IterationWriter, MetricsWriter, Task,
+    read_iterations, read_metrics, EpochRecord, IterationColumns, IterationRecord, IterationWriter,
+    MetricsColumns, MetricsWriter, Task,
 };
-pub use run::{load_run, optimizer_file, OptimizerRun, Run};
+pub use run::{load_run, optimizer_file, OptimizerRun, Run, SeedRun};
 pub use stability::{read_stability, StabilityRecord, StabilityWriter};
 pub use table::SummaryTable;
 

@@ -48,7 +48,7 @@ impl CsvRow for StabilityRecord {
         u64::from(self.epoch)
     }
 
-    fn fields(&self) -> Vec<Field> {
+    fn fields(&self, (): ()) -> Vec<Field> {
         vec![
             Field::Int(self.key()),
             Field::Float(self.param_distance),

@@ -1,8 +1,12 @@
 //! The summary table of a run (what `homeadam quick` prints): per optimizer, the last epoch's
 //! train loss, train accuracy / perplexity, test loss, test accuracy / perplexity, the share of
 //! home steps over the run and the run's wall time. As aligned text or as Markdown.
+//!
+//! An optimizer run with several seeds shows, in a `seeds` column, how many, and in every cell
+//! `mean ± s`: the mean over its seeds and their sample standard deviation
+//! s = √(Σ (x − mean)² / (n − 1)), at the last epoch every seed finished.
 
-use super::metrics::Task;
+use super::metrics::{EpochRecord, Task};
 use super::run::Run;
 
 /// A rendered summary: column headers and one row of cells per optimizer.
@@ -25,18 +29,45 @@ fn number(value: f64, decimals: usize) -> String {
     }
 }
 
+/// A column's cell over seeds: the value itself for one seed, `mean ± s` for several; `-`
+/// when no seed has it.
+fn cell(values: &[f64], show: impl Fn(f64) -> String) -> String {
+    match values {
+        [] => MISSING.to_string(),
+        [v] => show(*v),
+        _ => {
+            let n = values.len() as f64;
+            let mean = values.iter().sum::<f64>() / n;
+            let s = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+            format!("{} ± {}", show(mean), show(s))
+        }
+    }
+}
+
+/// A seed's share of home updates over its epochs (every epoch has the same number of steps),
+/// if its rule takes the home branch.
+fn home_share(epochs: &[EpochRecord]) -> Option<f64> {
+    let shares: Vec<f64> = epochs.iter().filter_map(|e| e.home_share).collect();
+    (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
+}
+
 impl SummaryTable {
     /// Summarises `run`. Accuracies and the home share are shown in percent; the home share is the
     /// mean of the epochs' shares (every epoch has the same number of steps), `-` for rules that
-    /// never take the home branch; the time is the sum of the epochs' seconds.
+    /// never take the home branch; the time is the sum of the epochs' seconds. With several
+    /// seeds, the row is over the epochs every seed finished.
     pub fn from_run(run: &Run) -> Self {
         let task = run.task.unwrap_or(Task::Classification);
         let quality = match task {
             Task::Classification => "acc (%)",
             Task::LanguageModel => "ppl",
         };
-        let headers = [
-            "optimizer".to_string(),
+        let several = run.optimizers.iter().any(|o| o.seeds.len() > 1);
+        let mut headers = vec!["optimizer".to_string()];
+        if several {
+            headers.push("seeds".to_string());
+        }
+        headers.extend([
             "epochs".to_string(),
             "train loss".to_string(),
             format!("train {quality}"),
@@ -44,7 +75,7 @@ impl SummaryTable {
             format!("test {quality}"),
             "home steps (%)".to_string(),
             "time (s)".to_string(),
-        ];
+        ]);
         let show_quality = |q: f64| match task {
             Task::Classification => number(100.0 * q, 2),
             Task::LanguageModel => number(q, 2),
@@ -53,34 +84,34 @@ impl SummaryTable {
             .optimizers
             .iter()
             .map(|opt| {
-                let mut row = vec![opt.name.clone(), opt.epochs.len().to_string()];
-                match opt.epochs.last() {
-                    Some(last) => row.extend([
-                        number(last.train_loss, 4),
-                        show_quality(last.train_quality),
-                        number(last.test_loss, 4),
-                        show_quality(last.test_quality),
-                    ]),
-                    None => row.extend(std::iter::repeat_n(MISSING.to_string(), 4)),
+                let finished = opt.seeds.iter().map(|s| s.epochs.len()).min().unwrap_or(0);
+                let common: Vec<&[EpochRecord]> = opt.seeds.iter().map(|s| &s.epochs[..finished]).collect();
+                let over = |f: &dyn Fn(&[EpochRecord]) -> Option<f64>| -> Vec<f64> {
+                    common.iter().filter_map(|e| f(e)).collect()
+                };
+                let last = |f: fn(&EpochRecord) -> f64| over(&|e: &[EpochRecord]| e.last().map(f));
+                let mut row = vec![opt.name.clone()];
+                if several {
+                    row.push(opt.seeds.len().to_string());
                 }
-                let shares: Vec<f64> = opt.epochs.iter().filter_map(|e| e.home_share).collect();
-                row.push(if shares.is_empty() {
-                    MISSING.to_string()
-                } else {
-                    number(100.0 * shares.iter().sum::<f64>() / shares.len() as f64, 1)
-                });
-                row.push(if opt.epochs.is_empty() {
-                    MISSING.to_string()
-                } else {
-                    number(opt.epochs.iter().map(|e| e.seconds).sum(), 1)
-                });
+                row.push(finished.to_string());
+                row.extend([
+                    cell(&last(|e| e.train_loss), |v| number(v, 4)),
+                    cell(&last(|e| e.train_quality), show_quality),
+                    cell(&last(|e| e.test_loss), |v| number(v, 4)),
+                    cell(&last(|e| e.test_quality), show_quality),
+                    cell(&over(&home_share), |v| number(100.0 * v, 1)),
+                    cell(
+                        &over(&|e: &[EpochRecord]| {
+                            (!e.is_empty()).then(|| e.iter().map(|r| r.seconds).sum())
+                        }),
+                        |v| number(v, 1),
+                    ),
+                ]);
                 row
             })
             .collect();
-        SummaryTable {
-            headers: headers.into(),
-            rows,
-        }
+        SummaryTable { headers, rows }
     }
 
     fn widths(&self) -> Vec<usize> {

@@ -15,12 +15,22 @@ fn record(epoch: u32, loss: f64, acc: f64) -> EpochRecord {
         seconds: 12.5,
         home_share: None,
         rho: Some(1e-9 / f64::from(epoch)),
+        clean_train_loss: None,
+        clean_train_quality: None,
+    }
+}
+
+/// The columns of a `metrics.csv` of `task` without the clean training evaluation.
+fn cols(task: Task) -> MetricsColumns {
+    MetricsColumns {
+        task,
+        clean_train: false,
     }
 }
 
 fn write_metrics(dir: &Path, optimizer: &str, task: Task, rows: &[EpochRecord]) -> PathBuf {
     let path = optimizer_file(dir, optimizer, run::METRICS_FILE);
-    let mut w = MetricsWriter::create(&path, task).unwrap();
+    let mut w = MetricsWriter::create(&path, cols(task)).unwrap();
     for r in rows {
         w.append(r).unwrap();
     }
@@ -72,7 +82,7 @@ fn resume_cuts_rows_after_the_resumed_epoch_and_a_torn_line() {
     text.push_str("6,0.4,0.");
     fs::write(&path, &text).unwrap();
 
-    let mut w = MetricsWriter::resume(&path, Task::Classification, 10).unwrap();
+    let mut w = MetricsWriter::resume(&path, cols(Task::Classification), 10).unwrap();
     assert_eq!(w.last_key(), Some(5));
     w.append(&record(6, 0.5, 0.6)).unwrap();
     let (_, back) = read_metrics(&path).unwrap();
@@ -82,7 +92,7 @@ fn resume_cuts_rows_after_the_resumed_epoch_and_a_torn_line() {
     );
 
     // Resumed from the checkpoint of epoch 3: epochs 4.. are recomputed, not duplicated.
-    let mut w = MetricsWriter::resume(&path, Task::Classification, 3).unwrap();
+    let mut w = MetricsWriter::resume(&path, cols(Task::Classification), 3).unwrap();
     assert!(
         w.append(&record(3, 0.1, 0.9)).is_err(),
         "epoch 3 is already there"
@@ -94,9 +104,9 @@ fn resume_cuts_rows_after_the_resumed_epoch_and_a_torn_line() {
 
     // Resuming a missing file creates it; resuming as another task is refused.
     let fresh = dir.path().join("new/metrics.csv");
-    MetricsWriter::resume(&fresh, Task::LanguageModel, 7).unwrap();
+    MetricsWriter::resume(&fresh, cols(Task::LanguageModel), 7).unwrap();
     assert_eq!(read_metrics(&fresh).unwrap(), (Task::LanguageModel, vec![]));
-    let e = err_of(MetricsWriter::resume(&path, Task::LanguageModel, 3));
+    let e = err_of(MetricsWriter::resume(&path, cols(Task::LanguageModel), 3));
     assert!(e.contains("Classification"), "{e}");
 }
 
@@ -104,7 +114,7 @@ fn resume_cuts_rows_after_the_resumed_epoch_and_a_torn_line() {
 fn writer_rejects_bad_rows() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.csv");
-    let mut w = MetricsWriter::create(&path, Task::Classification).unwrap();
+    let mut w = MetricsWriter::create(&path, cols(Task::Classification)).unwrap();
     w.append(&record(2, 1.0, 0.5)).unwrap();
     assert!(err_of(w.append(&record(2, 1.0, 0.5))).contains("does not come after"));
     assert!(err_of(w.append(&record(3, 1.0, 87.5))).contains("percentage"));
@@ -154,16 +164,18 @@ fn iterations_and_stability_round_trip() {
             train_loss: 5.0 / i as f64,
             home_share: (i % 2 == 0).then_some(0.5),
             rho: Some(1e-12),
+            test_loss: None,
+            test_quality: None,
         })
         .collect();
-    let mut w = IterationWriter::create(&path, ()).unwrap();
+    let mut w = IterationWriter::create(&path, None).unwrap();
     for r in &rows {
         w.append(r).unwrap();
     }
-    assert_eq!(read_iterations(&path).unwrap(), rows);
-    let mut w = IterationWriter::resume(&path, (), 250).unwrap();
+    assert_eq!(read_iterations(&path).unwrap(), (None, rows.clone()));
+    let mut w = IterationWriter::resume(&path, None, 250).unwrap();
     w.append(&rows[2]).unwrap();
-    assert_eq!(read_iterations(&path).unwrap(), rows[..3]);
+    assert_eq!(read_iterations(&path).unwrap(), (None, rows[..3].to_vec()));
 
     let path = dir.path().join("stability.csv");
     let rows: Vec<StabilityRecord> = (1..=3)
@@ -222,6 +234,8 @@ fn classification_run(dir: &Path) {
                     seconds: 40.0,
                     home_share: (*name == "HomeAdamW").then_some(0.2 + 0.02 * t.sin()),
                     rho: (*name != "AdamW").then_some(1e-8 * (-t / 3.0).exp()),
+                    clean_train_loss: None,
+                    clean_train_quality: None,
                 };
                 if *name == "AdamW-srf" && e > 20 {
                     r.train_loss = if e > 25 { f64::INFINITY } else { f64::NAN };
@@ -274,12 +288,14 @@ fn figures_of_a_single_epoch_language_model_run() {
         r.home_share = (k == 0).then_some(0.01);
         write_metrics(dir.path(), name, Task::LanguageModel, &[r]);
         let path = optimizer_file(dir.path(), name, run::ITERATIONS_FILE);
-        let mut w = IterationWriter::create(&path, ()).unwrap();
+        let mut w = IterationWriter::create(&path, None).unwrap();
         w.append(&IterationRecord {
             step: 200,
             train_loss: 6.5,
             home_share: None,
             rho: None,
+            test_loss: None,
+            test_quality: None,
         })
         .unwrap();
     }
@@ -306,19 +322,24 @@ fn figures_of_a_language_model_run_use_log_scales() {
                     seconds: 100.0,
                     home_share: (*name == "HomeAdam").then_some(0.9 / f64::from(e)),
                     rho: (*name != "SGDM").then_some(1e-6 * (-f64::from(e) / 4.0).exp()),
+                    clean_train_loss: None,
+                    clean_train_quality: None,
                 }
             })
             .collect();
         write_metrics(dir.path(), name, Task::LanguageModel, &rows);
         let path = optimizer_file(dir.path(), name, run::ITERATIONS_FILE);
-        let mut w = IterationWriter::create(&path, ()).unwrap();
+        let mut w = IterationWriter::create(&path, Some(Task::LanguageModel)).unwrap();
         for i in 1..=200u64 {
             let t = i as f64;
+            let test = (i % 4 == 0).then_some(8.0 * (-t / 40.0).exp() + 4.7);
             w.append(&IterationRecord {
                 step: 500 * i,
                 train_loss: 8.0 * (-t / (30.0 + 10.0 * k as f64)).exp() + 4.5 + 0.1 * (t * 0.7).sin(),
                 home_share: (*name == "HomeAdam").then_some((1.0 / t).min(1.0)),
                 rho: (*name != "SGDM").then_some(1e-6 * (-t / 20.0).exp()),
+                test_loss: test,
+                test_quality: test.map(f64::exp),
             })
             .unwrap();
         }
@@ -410,4 +431,124 @@ fn summary_table_text_and_markdown() {
     assert!(md_lines[0].starts_with("| optimizer"));
     assert!(md_lines[1].starts_with("| :--") && md_lines[1].ends_with(": |"));
     assert!(md_lines.iter().all(|l| l.starts_with('|') && l.ends_with('|')));
+}
+
+#[test]
+fn clean_training_and_test_subset_columns_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("metrics.csv");
+    let columns = MetricsColumns {
+        task: Task::Classification,
+        clean_train: true,
+    };
+    let mut r = record(1, 0.5, 0.8);
+    (r.clean_train_loss, r.clean_train_quality) = (Some(0.4), Some(0.85));
+    MetricsWriter::create(&path, columns).unwrap().append(&r).unwrap();
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with(
+        "epoch,train_loss,train_acc,test_loss,test_acc,seconds,home_share,rho,clean_train_loss,clean_train_acc\n"
+    ));
+    assert_eq!(read_metrics(&path).unwrap(), (Task::Classification, vec![r]));
+    let mut bad = record(2, 0.5, 0.8);
+    bad.clean_train_quality = Some(85.0);
+    let mut w = MetricsWriter::resume(&path, columns, 1).unwrap();
+    assert!(err_of(w.append(&bad)).contains("clean_train_acc"));
+    // A run without --eval-train resumed with it is refused, not mixed.
+    assert!(MetricsWriter::resume(&path, cols(Task::Classification), 1).is_err());
+
+    let path = dir.path().join("iterations.csv");
+    let row = |step, test: Option<f64>| IterationRecord {
+        step,
+        train_loss: 1.0,
+        home_share: None,
+        rho: None,
+        test_loss: test,
+        test_quality: test.map(|t| t / 10.0),
+    };
+    let mut w = IterationWriter::create(&path, Some(Task::Classification)).unwrap();
+    w.append(&row(10, None)).unwrap();
+    w.append(&row(20, Some(2.0))).unwrap();
+    assert!(err_of(w.append(&row(30, Some(20.0)))).contains("test_acc"));
+    let text = fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        text,
+        "step,train_loss,home_share,rho,test_loss,test_acc\n10,1,,,,\n20,1,,,2,0.2\n"
+    );
+    let (columns, rows) = read_iterations(&path).unwrap();
+    assert_eq!(
+        (columns, rows),
+        (
+            Some(Task::Classification),
+            vec![row(10, None), row(20, Some(2.0))]
+        )
+    );
+}
+
+/// Writes `seeds` runs of `name` under `dir/name/seed-<s>/`, seed s shifted by `0.1 · s`.
+fn seed_runs(dir: &Path, name: &str, seeds: u64, epochs: u32) {
+    for s in 0..seeds {
+        let rows: Vec<EpochRecord> = (1..=epochs)
+            .map(|e| record(e, 2.0 / f64::from(e) + 0.1 * s as f64, 0.5 + 0.01 * s as f64))
+            .collect();
+        let path = dir.join(name).join(format!("seed-{s}")).join(run::METRICS_FILE);
+        let mut w = MetricsWriter::create(&path, cols(Task::Classification)).unwrap();
+        rows.iter().for_each(|r| w.append(r).unwrap());
+        let mut w = IterationWriter::create(
+            &path.with_file_name(run::ITERATIONS_FILE),
+            Some(Task::Classification),
+        )
+        .unwrap();
+        for i in 1..=20u64 {
+            let test = Some(1.0 / i as f64 + 0.05 * s as f64);
+            w.append(&IterationRecord {
+                step: 10 * i,
+                train_loss: 1.0 / i as f64 + 0.1 * s as f64,
+                home_share: None,
+                rho: None,
+                test_loss: test,
+                test_quality: Some(0.5),
+            })
+            .unwrap();
+        }
+    }
+}
+
+#[test]
+fn seeds_load_as_one_optimizer_with_mean_and_spread() {
+    let dir = tempfile::tempdir().unwrap();
+    seed_runs(dir.path(), "adamw", 3, 5);
+    seed_runs(dir.path(), "homeadamw", 2, 4);
+    let run = load_run(dir.path()).unwrap();
+    assert_eq!(run.task, Some(Task::Classification));
+    let seeds: Vec<Option<u64>> = run.optimizers[0].seeds.iter().map(|s| s.seed).collect();
+    assert_eq!(seeds, [Some(0), Some(1), Some(2)]);
+
+    let table = SummaryTable::from_run(&run);
+    assert_eq!(table.headers[..3], ["optimizer", "seeds", "epochs"]);
+    // adamw's last train loss: 0.4, 0.5, 0.6: mean 0.5, sample std 0.1.
+    assert_eq!(table.rows[0][..4], ["adamw", "3", "5", "0.5000 ± 0.1000"]);
+    assert_eq!(table.rows[1][..3], ["homeadamw", "2", "4"]);
+
+    let written = draw_figures(dir.path()).unwrap();
+    let names: Vec<String> = written
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["curves.png", "home.png", "iterations.png"]);
+    for path in &written {
+        assert_figure(path);
+    }
+    // The band: pixels of the first optimizer's colour at 15 % over white, (221, 235, 244).
+    let image = image::open(&written[0]).unwrap().to_rgb8();
+    let near = |p: &image::Rgb<u8>| {
+        p.0.iter()
+            .zip([221u8, 235, 244])
+            .all(|(&a, b)| a.abs_diff(b) <= 2)
+    };
+    let band = image.pixels().filter(|p| near(p)).count();
+    assert!(band > 1000, "no band drawn ({band} pixels)");
+
+    // A single run's files next to seed folders are refused.
+    write_metrics(dir.path(), "adamw", Task::Classification, &[record(1, 1.0, 0.5)]);
+    assert!(err_of(load_run(dir.path())).contains("seed-<s>"));
 }

@@ -26,8 +26,12 @@ pub trait TrainData {
     fn task(&self) -> Task;
     /// Minibatches in one training epoch.
     fn train_batches(&self) -> usize;
-    /// Minibatch `index` of epoch `epoch`: a function of (seed, epoch, index) alone.
-    fn train_batch(&self, epoch: u64, index: usize) -> Result<Minibatch>;
+    /// Minibatch `index` of epoch `epoch` of the run with seed `seed` (the seed of the data
+    /// order and augmentation): a function of (seed, epoch, index) alone.
+    fn train_batch(&self, seed: u64, epoch: u64, index: usize) -> Result<Minibatch>;
+    /// Minibatch `index` of the training split for a clean evaluation: in a fixed order, not
+    /// augmented.
+    fn clean_train_batch(&self, index: usize) -> Result<Minibatch>;
     /// Minibatches of the test set (fixed order).
     fn test_batches(&self) -> usize;
     /// Test minibatch `index`.
@@ -41,9 +45,9 @@ pub struct ClassificationData<E: Examples> {
     test: E,
     shape: Vec<usize>,
     batch: usize,
-    seed: u64,
     augment: bool,
-    order: RefCell<Option<EpochOrder>>,
+    /// The last epoch's order, and the seed it was drawn for.
+    order: RefCell<Option<(u64, EpochOrder)>>,
     device: Device,
 }
 
@@ -54,7 +58,6 @@ impl<E: Examples> ClassificationData<E> {
         test: E,
         shape: Vec<usize>,
         batch: usize,
-        seed: u64,
         augment: bool,
         device: &Device,
     ) -> Result<Self> {
@@ -78,11 +81,20 @@ impl<E: Examples> ClassificationData<E> {
             test,
             shape,
             batch,
-            seed,
             augment,
             order: RefCell::new(None),
             device: device.clone(),
         })
+    }
+
+    /// Batch `index` of `set` in file order, not augmented.
+    fn fixed_batch(&self, set: &E, index: usize, what: &str) -> Result<Minibatch> {
+        // A sequential order draws nothing from its seed.
+        let order = EpochOrder::sequential(set.len(), 0, 0);
+        let Some(b) = minibatches(set, &order, self.batch, false, false, index)?.next() else {
+            bail!("the {what} set has no batch {index}");
+        };
+        self.to_batch(b.x, b.labels)
     }
 
     fn to_batch(&self, x: Vec<f32>, labels: Vec<u32>) -> Result<Minibatch> {
@@ -106,16 +118,23 @@ impl<E: Examples> TrainData for ClassificationData<E> {
         self.train.len().div_ceil(self.batch)
     }
 
-    fn train_batch(&self, epoch: u64, index: usize) -> Result<Minibatch> {
+    fn train_batch(&self, seed: u64, epoch: u64, index: usize) -> Result<Minibatch> {
         let mut order = self.order.borrow_mut();
-        if order.as_ref().is_none_or(|o| o.epoch() != epoch) {
-            *order = Some(EpochOrder::shuffled(self.train.len(), self.seed, epoch));
+        if order
+            .as_ref()
+            .is_none_or(|(s, o)| *s != seed || o.epoch() != epoch)
+        {
+            *order = Some((seed, EpochOrder::shuffled(self.train.len(), seed, epoch)));
         }
-        let order = order.as_ref().expect("set above");
+        let (_, order) = order.as_ref().expect("set above");
         let Some(b) = minibatches(&self.train, order, self.batch, false, self.augment, index)?.next() else {
             bail!("epoch {epoch} has no batch {index}");
         };
         self.to_batch(b.x, b.labels)
+    }
+
+    fn clean_train_batch(&self, index: usize) -> Result<Minibatch> {
+        self.fixed_batch(&self.train, index, "training")
     }
 
     fn test_batches(&self) -> usize {
@@ -123,11 +142,7 @@ impl<E: Examples> TrainData for ClassificationData<E> {
     }
 
     fn test_batch(&self, index: usize) -> Result<Minibatch> {
-        let order = EpochOrder::sequential(self.test.len(), self.seed, 0);
-        let Some(b) = minibatches(&self.test, &order, self.batch, false, false, index)?.next() else {
-            bail!("the test set has no batch {index}");
-        };
-        self.to_batch(b.x, b.labels)
+        self.fixed_batch(&self.test, index, "test")
     }
 }
 
@@ -198,7 +213,12 @@ impl TrainData for LanguageData {
         self.count(&self.train)
     }
 
-    fn train_batch(&self, _epoch: u64, index: usize) -> Result<Minibatch> {
+    /// The windows come in order, whatever the seed and epoch (pytorch/examples' order).
+    fn train_batch(&self, _seed: u64, _epoch: u64, index: usize) -> Result<Minibatch> {
+        self.batch(&self.train, index)
+    }
+
+    fn clean_train_batch(&self, index: usize) -> Result<Minibatch> {
         self.batch(&self.train, index)
     }
 
@@ -219,7 +239,7 @@ mod tests {
     fn token_ids_outside_the_vocabulary_are_refused_on_the_host() {
         let ids: Vec<u32> = (0..40).map(|i| i % 10).collect();
         let data = LanguageData::new(&ids, &ids, 10, 2, 5, &Device::Cpu).unwrap();
-        let mb = data.train_batch(0, 0).unwrap();
+        let mb = data.train_batch(0, 0, 0).unwrap();
         assert_eq!(mb.input.dims(), &[2, 5]);
         let mut bad = ids.clone();
         bad[17] = 10;

@@ -4,10 +4,13 @@
 //! |---|---|---|---|
 //! | `digits-mlp` | — (offline) | shipped digits, 80/20 split | MLP 64→128→10 |
 //! | `wikitext2-quick` | — (offline) | shipped WikiText-2 valid (train) / test (first 40,960 tokens) | tiny Transformer LM, 2,000 words |
-//! | `cifar10-vgg16` | Figure 2 | CIFAR-10 (downloaded) | VGG16-BN |
+//! | `cifar10-vgg16` | Figure 2 | CIFAR-10 (downloaded) | VGG16, plain (`--vgg bn`: with batch norm) |
 //! | `tinyimagenet-resnet34` | Figure 3 | Tiny-ImageNet (downloaded) | ResNet34 |
 //! | `wikitext2-transformer` | Figure 4 | WikiText-2 (downloaded) | 8-layer Transformer LM |
 //! | `wikitext103-transformer` | Figure 5 | WikiText-103 (downloaded) | 24-layer Transformer LM |
+//!
+//! Every choice besides the data and the model sizes (augmentation, sequence length,
+//! vocabulary, VGG variant, …) is read from the experiment's preset protocol.
 
 use std::path::PathBuf;
 
@@ -19,18 +22,12 @@ use crate::data::batches::Images;
 use crate::data::wikitext::{self, Corpus, TextSplit, Vocab};
 use crate::data::{cifar10, digits, tiny_imagenet, Normalize, Split};
 use crate::models::{
-    Mlp, MlpConfig, Model, ResNet, ResNetConfig, TransformerConfig, TransformerLm, Vgg, VggConfig,
+    Mlp, MlpConfig, Model, ResNet, ResNetConfig, TransformerConfig, TransformerLm, Vgg, VggConfig, VggVariant,
 };
-use crate::preset::Preset;
+use crate::preset::{Augmentation, Choice, Preset, Vocabulary};
 
-/// Tokens per window of the language models (pytorch/examples' default; the paper gives none).
-pub const BPTT: usize = 35;
-/// The offline LM's vocabulary: the most frequent words of the validation split.
-const QUICK_VOCAB: usize = 2000;
 /// The offline LM's test tokens (the start of the test split), to keep evaluation short.
 const QUICK_TEST_TOKENS: usize = 40_960;
-/// The offline LM's window length.
-const QUICK_BPTT: usize = 32;
 
 /// One experiment of the runner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,7 +36,7 @@ pub enum Experiment {
     DigitsMlp,
     /// Offline: a tiny Transformer LM on the shipped WikiText-2 validation / test splits.
     WikiText2Quick,
-    /// Figure 2: VGG16-BN on CIFAR-10.
+    /// Figure 2: VGG16 (plain or batch-norm) on CIFAR-10.
     Cifar10Vgg16,
     /// Figure 3: ResNet34 on Tiny-ImageNet.
     TinyImageNetResNet34,
@@ -52,8 +49,6 @@ pub enum Experiment {
 /// How to build an experiment.
 #[derive(Clone, Debug)]
 pub struct BuildOptions {
-    /// The seed of initialisation and data order.
-    pub seed: u64,
     /// An offline copy of the dataset (`None`: the cache, downloading what is missing).
     pub data_dir: Option<PathBuf>,
     /// A CPU-sized model instead of the paper's (width 1/16 for the CNNs, the tiny
@@ -61,6 +56,8 @@ pub struct BuildOptions {
     pub small: bool,
     /// Overrides the preset's minibatch size.
     pub batch_size: Option<usize>,
+    /// Overrides the preset's VGG variant (`cifar10-vgg16` only).
+    pub vgg: Option<VggVariant>,
     /// Where tensors live.
     pub device: Device,
 }
@@ -124,6 +121,14 @@ impl Experiment {
     /// Loads the data (downloading it if needed) and builds the model.
     pub fn build(self, o: &BuildOptions) -> Result<Setup> {
         let preset = Preset::load(self.preset_name())?;
+        let protocol = &preset.protocol;
+        if o.vgg.is_some() && self != Experiment::Cifar10Vgg16 {
+            bail!("--vgg applies to cifar10-vgg16, not {}", self.name());
+        }
+        let name = preset.experiment.as_str();
+        let augmentation = || needed(name, "augmentation", &protocol.augmentation).map(|c| c.value);
+        let bptt = || needed(name, "sequence_length", &protocol.sequence_length).map(|c| c.value);
+        let vocabulary = || needed(name, "vocabulary", &protocol.vocabulary).map(|c| c.value);
         let batch = o.batch_size.unwrap_or(preset.batch_size);
         let width = if o.small { 1.0 / 16.0 } else { 1.0 };
         let dev = o.device.clone();
@@ -137,21 +142,32 @@ impl Experiment {
                 // The split's seed is fixed: every run, whatever its seed, tests on the same
                 // images.
                 let (train, test) = digits::split(&all, 0.2, 0)?;
+                let augment = augmentation()? != Augmentation::None;
+                if augment {
+                    bail!("{name}: the digits have no augmentation");
+                }
                 let data =
-                    ClassificationData::new(train, test, vec![digits::FEATURES], batch, o.seed, false, &dev)?;
+                    ClassificationData::new(train, test, vec![digits::FEATURES], batch, augment, &dev)?;
                 let factory: ModelFactory =
                     Box::new(move |seed| Ok(Box::new(Mlp::new(MlpConfig::digits(), seed, &dev)?)));
                 (factory, Box::new(data))
             }
             Experiment::Cifar10Vgg16 => {
                 let dir = o.data_dir.as_deref();
-                let train = Images::new(cifar10::load(dir, Split::Train)?, cifar10::normalization(), 4)?;
+                let aug = augmentation()?;
+                let pad = aug.padding().unwrap_or(0);
+                let train = Images::new(cifar10::load(dir, Split::Train)?, cifar10::normalization(), pad)?;
                 let test = Images::new(cifar10::load(dir, Split::Test)?, cifar10::normalization(), 0)?;
+                let augment = aug != Augmentation::None;
                 let data =
-                    ClassificationData::new(train, test, cifar10::SHAPE.to_vec(), batch, o.seed, true, &dev)?;
+                    ClassificationData::new(train, test, cifar10::SHAPE.to_vec(), batch, augment, &dev)?;
+                let variant = match o.vgg {
+                    Some(v) => v,
+                    None => needed(name, "vgg", &protocol.vgg)?.value,
+                };
                 let config = VggConfig {
                     width,
-                    ..VggConfig::cifar10()
+                    ..VggConfig::cifar10(variant)
                 };
                 let factory: ModelFactory = Box::new(move |seed| Ok(Box::new(Vgg::new(config, seed, &dev)?)));
                 (factory, Box::new(data))
@@ -163,9 +179,11 @@ impl Experiment {
                 let norm: Normalize = train.channel_stats();
                 let shape = vec![train.channels, train.height, train.width];
                 let classes = train.classes;
-                let train = Images::new(train, norm.clone(), 4)?;
+                let aug = augmentation()?;
+                let train = Images::new(train, norm.clone(), aug.padding().unwrap_or(0))?;
                 let test = Images::new(test, norm, 0)?;
-                let data = ClassificationData::new(train, test, shape, batch, o.seed, true, &dev)?;
+                let augment = aug != Augmentation::None;
+                let data = ClassificationData::new(train, test, shape, batch, augment, &dev)?;
                 let config = ResNetConfig {
                     width,
                     classes,
@@ -183,6 +201,9 @@ impl Experiment {
                 };
                 let dir = o.data_dir.as_deref();
                 let train_path = wikitext::locate(corpus, TextSplit::Train, dir)?;
+                if vocabulary()?.max_words.is_some() {
+                    bail!("{name}: a vocabulary of the most frequent words is implemented for wikitext2-quick only");
+                }
                 let vocab = wikitext::vocab_from_file(&train_path)?;
                 let train = wikitext::read_split(&train_path, &vocab)?;
                 let test = wikitext::read_split(&wikitext::locate(corpus, TextSplit::Test, dir)?, &vocab)?;
@@ -191,7 +212,7 @@ impl Experiment {
                     (false, Corpus::WikiText2) => TransformerConfig::wikitext2(vocab.len()),
                     (false, Corpus::WikiText103) => TransformerConfig::wikitext103(vocab.len()),
                 };
-                let data = LanguageData::new(&train.ids, &test.ids, vocab.len(), batch, BPTT, &dev)?;
+                let data = LanguageData::new(&train.ids, &test.ids, vocab.len(), batch, bptt()?, &dev)?;
                 let factory: ModelFactory =
                     Box::new(move |seed| Ok(Box::new(TransformerLm::new(config, seed, &dev)?)));
                 (factory, Box::new(data))
@@ -206,11 +227,14 @@ impl Experiment {
                     std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
                 };
                 let valid = read(TextSplit::Valid)?;
-                let vocab = Vocab::most_frequent(&valid, QUICK_VOCAB);
+                let vocab = match vocabulary()? {
+                    Vocabulary { max_words: Some(n) } => Vocab::most_frequent(&valid, n),
+                    Vocabulary { max_words: None } => Vocab::build(&valid),
+                };
                 let train = wikitext::encode(&valid, &vocab)?;
                 let mut test = wikitext::encode(&read(TextSplit::Test)?, &vocab)?.ids;
                 test.truncate(QUICK_TEST_TOKENS);
-                let data = LanguageData::new(&train.ids, &test, vocab.len(), batch, QUICK_BPTT, &dev)?;
+                let data = LanguageData::new(&train.ids, &test, vocab.len(), batch, bptt()?, &dev)?;
                 let config = TransformerConfig::tiny(vocab.len());
                 let factory: ModelFactory =
                     Box::new(move |seed| Ok(Box::new(TransformerLm::new(config, seed, &dev)?)));
@@ -226,4 +250,12 @@ impl Experiment {
             preset,
         })
     }
+}
+
+/// A protocol choice an experiment of this kind needs ([`Preset::load`] checks that the preset
+/// has it).
+fn needed<'a, T>(preset: &str, key: &str, choice: &'a Option<Choice<T>>) -> Result<&'a Choice<T>> {
+    choice
+        .as_ref()
+        .with_context(|| format!("preset {preset}.json: the protocol has no {key}"))
 }

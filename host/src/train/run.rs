@@ -1,7 +1,15 @@
 //! One optimizer's training run: epochs of minibatches, the test set after each epoch, one row
 //! of `metrics.csv` per epoch, checkpoints every N steps, and `--resume` from the last one.
 //!
-//! Files, under `RUN_DIR/<optimizer>/`: `metrics.csv` and, with `log_every`, `iterations.csv`
+//! Evaluations (eval mode: no dropout, no augmentation, BatchNorm's running statistics; they
+//! change neither the model nor its generator, so they do not change the training run):
+//! after every epoch the whole test split; with `eval_every` every N steps the test subset (the
+//! leading test minibatches holding at least `eval_subset` predictions, in their fixed order);
+//! with `eval_train` after every epoch the training split in file order, not augmented (its
+//! first `max_batches` minibatches when given).
+//!
+//! Files, under the run's folder (`RUN_DIR/<optimizer>/`, or `RUN_DIR/<optimizer>/seed-<s>/` in a
+//! run of several seeds): `metrics.csv` and, with `log_every` or `eval_every`, `iterations.csv`
 //! (see [`crate::report`]),
 //! `checkpoint.bin` (the latest checkpoint, replaced atomically) and `final.bin` (the model and
 //! optimizer after the last epoch, in the same format).
@@ -17,7 +25,7 @@ use super::data::{Minibatch, TrainData};
 use super::scores::{loss_and_correct, PendingScores};
 use crate::models::Model;
 use crate::progress::bar;
-use crate::report::{EpochRecord, IterationRecord, IterationWriter, MetricsWriter, Task};
+use crate::report::{EpochRecord, IterationRecord, IterationWriter, MetricsColumns, MetricsWriter, Task};
 use crate::rng::Rng;
 use homeadam_candle::VarOptimizer;
 
@@ -36,6 +44,13 @@ pub struct RunSettings {
     pub resume: bool,
     /// Append a row to `iterations.csv` every this many steps.
     pub log_every: Option<u64>,
+    /// Evaluate the test subset every this many steps (a row of `iterations.csv` with its test
+    /// loss and accuracy or perplexity).
+    pub eval_every: Option<u64>,
+    /// Predictions (examples or tokens) of the test subset (`None`: the preset's).
+    pub eval_subset: Option<usize>,
+    /// Evaluate the training split after every epoch (`metrics.csv`'s `clean_train_*` columns).
+    pub eval_train: bool,
     /// Draw progress bars.
     pub progress: bool,
 }
@@ -49,28 +64,76 @@ pub struct RunOptions {
     pub optimizer: String,
     /// The seed of the model's initialisation and of the data order.
     pub seed: u64,
+    /// Whether the run is one of several seeds: its folder is then `seed-<seed>` inside the
+    /// optimizer's.
+    pub seed_folder: bool,
+    /// Continue from the run's checkpoint (the runner decides per run; see
+    /// [`super::runner::run_experiment`]).
+    pub resume: bool,
     /// How it goes.
     pub settings: RunSettings,
 }
 
 impl RunOptions {
-    /// `RUN_DIR/<optimizer>`.
+    /// `RUN_DIR/<optimizer>`, or `RUN_DIR/<optimizer>/seed-<seed>`.
     pub fn dir(&self) -> PathBuf {
-        self.settings.out_dir.join(&self.optimizer)
+        let dir = self.settings.out_dir.join(&self.optimizer);
+        if self.seed_folder {
+            dir.join(seed_folder(self.seed))
+        } else {
+            dir
+        }
     }
+}
+
+/// The folder of seed `seed`'s run inside its optimizer's folder.
+pub fn seed_folder(seed: u64) -> String {
+    format!("seed-{seed}")
+}
+
+/// What an evaluation reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvalSet {
+    /// The whole test split.
+    Test,
+    /// The leading test minibatches holding at least this many predictions.
+    TestSubset(usize),
+    /// The first this many minibatches of the training split, in file order, not augmented.
+    Train(usize),
 }
 
 /// Mean loss and accuracy (or perplexity) of `model` over the test set; the scores stay on the
 /// device until the end (or until [`PendingScores`] is full).
 pub fn evaluate(model: &dyn Model, data: &dyn TrainData) -> Result<(f64, f64)> {
+    evaluate_on(model, data, EvalSet::Test)
+}
+
+/// Mean loss and accuracy (or perplexity) of `model` (in eval mode) over `set`; one read of the
+/// device per [`PendingScores`] capacity.
+pub fn evaluate_on(model: &dyn Model, data: &dyn TrainData, set: EvalSet) -> Result<(f64, f64)> {
     let mut sums = EpochProgress::default();
     let mut pending = PendingScores::default();
-    for i in 0..data.test_batches() {
+    let (count, limit) = match set {
+        EvalSet::Test => (data.test_batches(), usize::MAX),
+        EvalSet::TestSubset(n) => (data.test_batches(), n),
+        EvalSet::Train(batches) => (batches.min(data.train_batches()), usize::MAX),
+    };
+    // Counted on the host (each minibatch says how many predictions it scores), so the subset
+    // is fixed without reading the device.
+    let mut taken = 0usize;
+    for i in 0..count {
+        if taken >= limit {
+            break;
+        }
         let Minibatch {
             input,
             target,
             predictions,
-        } = data.test_batch(i)?;
+        } = match set {
+            EvalSet::Train(_) => data.clean_train_batch(i)?,
+            _ => data.test_batch(i)?,
+        };
+        taken += predictions;
         let logits = model.forward(&input, false)?.detach();
         let (loss, correct) = loss_and_correct(&logits, &target)?;
         pending.push(&loss, &correct, predictions)?;
@@ -95,7 +158,7 @@ fn quality(task: Task, mean_loss: f64, correct: u64, seen: u64) -> f64 {
 /// computes in another order and does not reproduce the uninterrupted run's bits).
 fn start(model: &dyn Model, opt: &mut VarOptimizer, o: &RunOptions, device: &str) -> Result<RunMeta> {
     let path = o.dir().join("checkpoint.bin");
-    if !o.settings.resume {
+    if !o.resume {
         return Ok(RunMeta {
             experiment: o.experiment.clone(),
             optimizer: o.optimizer.clone(),
@@ -190,20 +253,28 @@ pub fn train(
     let mut meta = start(model, opt, o, &device)?;
     let s = &o.settings;
     let metrics = dir.join("metrics.csv");
-    let mut writer = if s.resume {
-        MetricsWriter::resume(&metrics, data.task(), meta.epoch)?
-    } else {
-        MetricsWriter::create(&metrics, data.task())?
+    let columns = MetricsColumns {
+        task: data.task(),
+        clean_train: s.eval_train,
     };
-    let mut iterations = match s.log_every {
-        Some(_) if s.resume => Some(IterationWriter::resume(
-            &dir.join("iterations.csv"),
-            (),
+    let mut writer = if o.resume {
+        MetricsWriter::resume(&metrics, columns, meta.epoch)?
+    } else {
+        MetricsWriter::create(&metrics, columns)?
+    };
+    // The test columns exist only with `eval_every`, so that runs without it keep their format.
+    let test_columns = s.eval_every.map(|_| data.task());
+    let iterations_path = dir.join("iterations.csv");
+    let mut iterations = match (s.log_every.or(s.eval_every), o.resume) {
+        (Some(_), true) => Some(IterationWriter::resume(
+            &iterations_path,
+            test_columns,
             meta.step,
         )?),
-        Some(_) => Some(IterationWriter::create(&dir.join("iterations.csv"), ())?),
-        None => None,
+        (Some(_), false) => Some(IterationWriter::create(&iterations_path, test_columns)?),
+        (None, _) => None,
     };
+    let subset = EvalSet::TestSubset(s.eval_subset.unwrap_or(usize::MAX));
     let checkpoint = dir.join("checkpoint.bin");
     let params = model.param_count().max(1) as f64;
     let homeadam = opt.config().core.rule.switch().is_some();
@@ -222,7 +293,7 @@ pub fn train(
         let mut last_read = clock;
         let seconds_before = meta.progress.seconds;
         while (meta.batch as usize) < batches {
-            let mb = data.train_batch(meta.epoch, meta.batch as usize)?;
+            let mb = data.train_batch(o.seed, meta.epoch, meta.batch as usize)?;
             let logits = model.forward(&mb.input, true)?;
             let (loss, correct) = loss_and_correct(&logits, &mb.target)?;
             let grads = loss.backward()?;
@@ -235,8 +306,10 @@ pub fn train(
             meta.rng = model.rng().map_or(0, |r| r.state);
             meta.progress.seconds = seconds_before + clock.elapsed().as_secs_f64();
             pb.inc(1);
-            let log_now = s.log_every.is_some_and(|n| n > 0 && meta.step % n == 0);
-            let checkpoint_now = s.checkpoint_every.is_some_and(|n| n > 0 && meta.step % n == 0);
+            let due = |every: Option<u64>| every.is_some_and(|n| n > 0 && meta.step % n == 0);
+            let eval_now = due(s.eval_every);
+            let log_now = due(s.log_every) || eval_now;
+            let checkpoint_now = due(s.checkpoint_every);
             let bar_now = !pb.is_hidden() && last_read.elapsed() >= BAR_REFRESH;
             if log_now || checkpoint_now || bar_now || pending.is_full() {
                 settle(&mut pending, &mut meta)?;
@@ -249,12 +322,19 @@ pub fn train(
                 ));
             }
             if let Some(writer) = iterations.as_mut().filter(|_| log_now) {
+                let test = if eval_now {
+                    Some(evaluate_on(model, data, subset)?)
+                } else {
+                    None
+                };
                 let w = std::mem::take(&mut meta.window);
                 writer.append(&IterationRecord {
                     step: meta.step,
                     train_loss: w.loss_sum / w.seen.max(1) as f64,
                     home_share: homeadam.then(|| w.home_share_sum / w.steps.max(1) as f64),
                     rho: w.rho_min,
+                    test_loss: test.map(|t| t.0),
+                    test_quality: test.map(|t| t.1),
                 })?;
             }
             if checkpoint_now {
@@ -264,6 +344,11 @@ pub fn train(
         settle(&mut pending, &mut meta)?;
         pb.finish_and_clear();
         let (test_loss, test_quality) = evaluate(model, data)?;
+        let clean = if s.eval_train {
+            Some(evaluate_on(model, data, EvalSet::Train(batches))?)
+        } else {
+            None
+        };
         let p = meta.progress;
         let train_loss = p.loss_sum / p.seen.max(1) as f64;
         let row = EpochRecord {
@@ -275,6 +360,8 @@ pub fn train(
             seconds: seconds_before + clock.elapsed().as_secs_f64(),
             home_share: homeadam.then(|| p.home_share_sum / p.steps.max(1) as f64),
             rho: p.rho_min,
+            clean_train_loss: clean.map(|c| c.0),
+            clean_train_quality: clean.map(|c| c.1),
         };
         writer.append(&row)?;
         rows.push(row);

@@ -13,8 +13,9 @@
 //!
 //! into `RUN_DIR/<optimizer>/stability.csv`, and `RUN_DIR/figures/stability.png`.
 //! S is the training split but its last example, which is the fresh one: offline on the shipped
-//! digits (MLP, S of 1,437), or on CIFAR-10 (VGG16-BN, S of 49,999; augmentation draws depend on
-//! (seed, epoch, position) only, so both runs see the same crops).
+//! digits (MLP, S of 1,437), or on CIFAR-10 (VGG16 of the preset's variant or `--vgg`, S of
+//! 49,999; augmentation draws depend on (seed, epoch, position) only, so both runs see the same
+//! crops). The decay mask is the preset's (or `--decay-mask`).
 
 use std::path::PathBuf;
 
@@ -27,8 +28,8 @@ use super::run::evaluate;
 use crate::data::batches::{Examples, Images};
 use crate::data::digits::{self, FeatureSet};
 use crate::data::{cifar10, ImageSet, Split};
-use crate::models::{Mlp, MlpConfig, Model, Vgg, VggConfig};
-use crate::preset::Preset;
+use crate::models::{Mlp, MlpConfig, Model, Vgg, VggConfig, VggVariant};
+use crate::preset::{DecayMask, Preset};
 use crate::progress::bar;
 use crate::report::{draw_figures, StabilityRecord, StabilityWriter};
 use homeadam_candle::{OptimConfig, VarOptimizer};
@@ -42,6 +43,10 @@ pub struct StabilityOptions {
     pub data_dir: Option<PathBuf>,
     /// A CPU-sized VGG (width / 16).
     pub small: bool,
+    /// Overrides the preset's VGG variant.
+    pub vgg: Option<VggVariant>,
+    /// Overrides the preset's decay mask.
+    pub decay_mask: Option<DecayMask>,
     /// Optimizers by name.
     pub optimizers: Vec<String>,
     /// Epochs.
@@ -150,9 +155,19 @@ pub fn run_stability(o: &StabilityOptions) -> Result<(Vec<StabilitySummary>, Vec
         }
         Experiment::Cifar10Vgg16 => {
             let (s, s_i, test) = cifar_sets(o.data_dir.as_deref(), o.replace)?;
+            let variant = match o.vgg {
+                Some(v) => v,
+                None => {
+                    Preset::load("cifar10_vgg16")?
+                        .protocol
+                        .vgg
+                        .context("preset cifar10_vgg16.json: the protocol has no vgg")?
+                        .value
+                }
+            };
             let config = VggConfig {
                 width: if o.small { 1.0 / 16.0 } else { 1.0 },
-                ..VggConfig::cifar10()
+                ..VggConfig::cifar10(variant)
             };
             let factory: ModelFactory = Box::new(move |seed| Ok(Box::new(Vgg::new(config, seed, &dev)?)));
             lockstep(
@@ -183,21 +198,17 @@ fn lockstep<E: Examples + Clone>(
     let preset = Preset::load(preset)?;
     let dev = &o.device;
     let batch = preset.batch_size;
-    let on_s = ClassificationData::new(
-        s.clone(),
-        test.clone(),
-        shape.clone(),
-        batch,
-        o.seed,
-        augment,
-        dev,
-    )?;
-    let on_s_i = ClassificationData::new(s_i, test, shape.clone(), batch, o.seed, augment, dev)?;
+    let on_s = ClassificationData::new(s.clone(), test.clone(), shape.clone(), batch, augment, dev)?;
+    let on_s_i = ClassificationData::new(s_i, test, shape.clone(), batch, augment, dev)?;
     // The training loss F_S is the mean loss over S, evaluated as a "test set".
-    let s_as_test = ClassificationData::new(s.clone(), s, shape, batch, o.seed, false, dev)?;
+    let s_as_test = ClassificationData::new(s.clone(), s, shape, batch, false, dev)?;
     let mut summaries = Vec::new();
+    let decay = o.decay_mask.unwrap_or(preset.protocol.decay_mask.value);
     for name in &o.optimizers {
-        let config = OptimConfig::new(preset.config(name)?);
+        let config = OptimConfig {
+            decay_all: decay.decay_all(),
+            ..OptimConfig::new(preset.config(name, on_s.train_batches() as u64)?)
+        };
         let models = [new_model(o.seed)?, new_model(o.seed)?];
         let mut opts = [
             VarOptimizer::from_named(models[0].vars(), config.clone())?,
@@ -212,7 +223,7 @@ fn lockstep<E: Examples + Clone>(
         for epoch in 0..o.epochs {
             for b in 0..batches {
                 for (k, data) in [&on_s, &on_s_i].into_iter().enumerate() {
-                    let mb = data.train_batch(epoch, b)?;
+                    let mb = data.train_batch(o.seed, epoch, b)?;
                     let logits = models[k].forward(&mb.input, true)?;
                     let loss = candle_nn::loss::cross_entropy(&logits, &mb.target)?;
                     opts[k].step_with_report(&loss.backward()?)?;
