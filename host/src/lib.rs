@@ -11,4 +11,5 @@ pub mod progress;
 pub mod replay;
 pub mod report;
 pub mod rng;
+pub mod send_samples;
 pub mod train;

@@ -101,6 +101,19 @@ enum Command {
         #[command(flatten)]
         device: DeviceArg,
     },
+    /// Streams the digits fine-tuning set to a board's serial port, framed for the firmware's
+    /// `board` app (firmware/README.md): raw 115,200 baud 8N1, paced for a polling UART.
+    SendSamples {
+        /// The serial port (e.g. /dev/ttyUSB0).
+        #[arg(long)]
+        port: PathBuf,
+        /// The samples: 65-byte records (64 pixels 0..=16, then the label).
+        #[arg(long, default_value = homeadam_host::send_samples::DEFAULT_SAMPLES)]
+        samples: PathBuf,
+        /// Passes over the set (the board saves to flash after each).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+        passes: u32,
+    },
     /// Print every preset's protocol: each choice, its value and its source (the paper's line,
     /// or our reason).
     Presets {
@@ -433,6 +446,23 @@ fn main() -> ExitCode {
             })
         }),
         Command::Presets { departures } => presets(departures),
+        Command::SendSamples {
+            port,
+            samples,
+            passes,
+        } => {
+            use homeadam_host::send_samples::{send_samples, Pace};
+            send_samples(&port, &samples, passes, Pace::BOARD)
+                .map(|sent| {
+                    println!(
+                        "sent {} frames ({} bytes) to {}",
+                        sent.frames,
+                        sent.bytes,
+                        port.display()
+                    )
+                })
+                .map_err(Into::into)
+        }
         Command::Plot { run_dir } => {
             outcome(&run_dir).map(|o| print_outcome(&run_dir.display().to_string(), &o))
         }

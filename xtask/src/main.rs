@@ -1,8 +1,8 @@
 //! Project automation.
 //!
 //! - `cargo xtask test`: every check of the project, as CI runs it (`.ci/run` calls this). It
-//!   installs what it needs (the thumbv7em target, rustfmt, clippy, nightly and cargo-fuzz) and
-//!   stops at the first failing check with its name.
+//!   installs what it needs (the no_std targets of the firmware's boards, rustfmt, clippy,
+//!   nightly, cargo-fuzz and QEMU) and stops at the first failing check with its name.
 //! - `cargo xtask bench`: the core's step benchmarks, PyTorch's fused AdamW on the same sizes in
 //!   the same run, and the table of BENCHMARKS.md.
 //! - `cargo xtask fuzz [SECONDS]`: every fuzz target for SECONDS (default 60), see [`fuzz`].

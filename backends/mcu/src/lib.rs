@@ -8,6 +8,8 @@
 //!   loses the last good state.
 //! - [`SampleReader`]: training samples from any `embedded-io` [`Read`] (a UART, a USB CDC
 //!   link, a sensor driver's buffer).
+//! - [`frame`]: the same samples framed with a CRC for a lossy link (a UART): the host's sender
+//!   encodes, the device's [`FrameReader`] skips and counts bad frames.
 //! - [`RamFlash`]: a NOR flash in RAM with power-cut injection, for tests and emulators.
 //! - [`golden`]: golden vectors from the host core, checked bit for bit on the device.
 //!
@@ -19,12 +21,14 @@
 mod flash;
 #[cfg(feature = "defmt")]
 mod fmt;
+pub mod frame;
 pub mod golden;
 mod ramflash;
 mod samples;
 mod trainer;
 
 pub use flash::{FlashError, FlashStore, SLOT_HEADER};
+pub use frame::FrameReader;
 pub use ramflash::{RamFlash, RamFlashError};
 pub use samples::{ReadError, Sample, SampleReader};
 pub use trainer::{Trainer, TrainerError};

@@ -1,12 +1,12 @@
 //! On-target test: the device's fast path against the host core's reference, bit for bit, on
 //! the golden vectors of `homeadam_mcu::golden`; and the core's square root (the FPU's
-//! `vsqrt.f32` on this target) against libm's software `sqrtf`. Prints `N passed, N failed`.
+//! `vsqrt.f32` on hard-float Arm, libm's `sqrtf` elsewhere) against libm's software `sqrtf`.
+//! Prints `N passed, N failed`.
 #![no_std]
 #![no_main]
 
-use cortex_m_rt::entry;
 use homeadam_core::backend::{mix64, sqrt};
-use homeadam_firmware::{data::GOLDEN, exit};
+use homeadam_firmware::{board::NAME, data::GOLDEN, entry, exit};
 use homeadam_mcu::golden::{check, CASES};
 
 /// Inputs of the square-root check: random bit patterns (denormals, infinities and NaNs
@@ -38,6 +38,7 @@ fn sqrt_mismatches() -> u32 {
 
 #[entry]
 fn main() -> ! {
+    defmt::info!("golden test on {}", NAME);
     let (mut passed, mut failed) = (0u32, 0u32);
     for (k, case) in CASES.iter().enumerate() {
         let name = case.config.name();
@@ -64,7 +65,10 @@ fn main() -> ! {
     match sqrt_mismatches() {
         0 => {
             passed += 1;
-            defmt::info!("sqrt: vsqrt.f32 equals libm sqrtf on {} inputs", SQRT_INPUTS + 8);
+            defmt::info!(
+                "sqrt: the core's sqrt equals libm sqrtf on {} inputs",
+                SQRT_INPUTS + 8
+            );
         }
         n => {
             failed += 1;
