@@ -1,13 +1,13 @@
-//! One optimizer step over 16 M parameters (8 tensors of 2 M), single thread, plus the copy and
-//! triad bandwidth of this machine. `cargo xtask bench` runs this next to PyTorch's fused
+//! One optimizer step over 16 M parameters (8 tensors of 2 M), on one thread (and a few rows on
+//! two: `_t2`), plus the copy and triad bandwidth of this machine. `cargo xtask bench` runs this next to PyTorch's fused
 //! AdamW and writes the table of BENCHMARKS.md.
 
 use std::hint::black_box;
 use std::time::Duration;
 
-use common::Model;
+use common::{Model, Path};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use homeadam_core::{bf16, Config, FiniteCheck, Optimizer, Rule, Storage, Switch};
+use homeadam_core::{bf16, f16, Config, FiniteCheck, Optimizer, Rule, Storage, Switch};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -41,6 +41,16 @@ fn bytes_per_param(config: &Config, p: usize, g: usize, s: usize) -> usize {
 }
 
 fn bench_rule<P: Storage, G: Storage, S: Storage>(c: &mut Criterion, name: &str, config: Config) {
+    bench_threads::<P, G, S>(c, name, config, 1);
+}
+
+/// One row; `threads` > 1 runs the parallel step ([`homeadam_core::Step::with_threads`]).
+fn bench_threads<P: Storage, G: Storage, S: Storage>(
+    c: &mut Criterion,
+    name: &str,
+    config: Config,
+    threads: usize,
+) {
     let mut opt = Optimizer::new(config).unwrap();
     let mut model = model::<P, G, S>(&opt);
     let bytes = bytes_per_param(&config, P::DTYPE.size(), G::DTYPE.size(), S::DTYPE.size());
@@ -51,7 +61,7 @@ fn bench_rule<P: Storage, G: Storage, S: Storage>(c: &mut Criterion, name: &str,
         .measurement_time(Duration::from_secs(4));
     group.throughput(Throughput::Bytes((bytes * PARAMS) as u64));
     group.bench_function(BenchmarkId::from_parameter(format!("{name}/{bytes}B")), |b| {
-        b.iter(|| black_box(model.step(&mut opt, 1.0, false).unwrap()))
+        b.iter(|| black_box(model.step_on(&mut opt, 1.0, Path::Threads(threads)).unwrap()))
     });
     group.finish();
 }
@@ -78,6 +88,14 @@ fn steps(c: &mut Criterion) {
     bench_rule::<bf16, bf16, f32>(c, "homeadamw_ew_bf16p_f32s", config(ew, SkipStep));
     bench_rule::<bf16, bf16, bf16>(c, "homeadamw_ew_bf16p_bf16s", config(ew, SkipStep));
     bench_rule::<bf16, bf16, bf16>(c, "adamw_bf16p_bf16s", config(Rule::AdamW, SkipStep));
+    // The half-precision rows of issue 16: f32 gradients (as mixed-precision training keeps them).
+    bench_rule::<bf16, f32, bf16>(c, "homeadamw_ew_bf16p_bf16s_g32", config(ew, SkipStep));
+    bench_rule::<bf16, f32, f32>(c, "adamw_bf16p_f32s_g32", config(Rule::AdamW, SkipStep));
+    bench_rule::<f16, f16, f32>(c, "homeadamw_ew_f16p_f32s", config(ew, SkipStep));
+    // The parallel step on 2 threads (the rows above are its 1-thread baseline).
+    bench_threads::<f32, f32, f32>(c, "adamw_f32_trust_t2", config(Rule::AdamW, Trust), 2);
+    bench_threads::<f32, f32, f32>(c, "homeadamw_ew_f32_t2", config(ew, SkipStep), 2);
+    bench_threads::<bf16, f32, bf16>(c, "homeadamw_ew_bf16p_bf16s_g32_t2", config(ew, SkipStep), 2);
 }
 
 fn bandwidth(c: &mut Criterion) {

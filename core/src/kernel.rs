@@ -3,14 +3,19 @@
 //! A rule writes its per-element math once, as [`Kernel::element`]. The scalar reference
 //! ([`run_reference`]) applies it one element at a time, loading and storing through the
 //! storage types; the fast path ([`run_fast`]) runs the same function over chunks in a loop
-//! the compiler vectorizes: in place for `f32` tensors, through `f32` staging arrays for the
-//! half types (converted in loops of their own). Both must
+//! the compiler vectorizes: in place for `f32` data, through `f32` staging arrays in L1 for the
+//! half types (converted with the instruction set's conversions, [`crate::simd`]). Both must
 //! give the same bits (property-tested for every rule × storage combination); a backend that
 //! re-implements a rule (CUDA, MCU) is tested against [`run_reference`] too.
 
 use crate::exact::ExactSum;
 use crate::rounding::ParamStore;
-use crate::storage::Storage;
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+use crate::simd::Avx2;
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+use crate::simd::Neon;
+use crate::simd::{Convert, Isa, Portable};
+use crate::storage::{Dtype, Storage};
 use crate::tensor::Tensor;
 
 /// Elements per chunk of the fast path: a multiple of every SIMD width in use.
@@ -42,7 +47,7 @@ impl Elem {
 }
 
 /// A rule's per-element update, with the step's scalars captured in `self`.
-pub(crate) trait Kernel: Copy {
+pub(crate) trait Kernel: Copy + Send + Sync {
     /// State slots used (0 to 3), each one element per parameter.
     const SLOTS: usize;
     /// The slot holding v, whose minimum over the tensor divided by bc2 is ρ.
@@ -122,105 +127,189 @@ pub(crate) fn run_reference<K: Kernel, P: Storage, G: Storage, S: Storage, R: Pa
     result
 }
 
-/// The fast path: chunked loads into `f32` arrays, a vectorizable element loop, chunked stores.
-///
-/// With `std` on x86-64, the same code is also compiled for AVX2 and chosen at run time when
-/// the CPU has it (bit-identical: the same IEEE operations, and Rust never fuses them).
+/// Elements `first .. first + param.len()` of one tensor: what the fast path updates (the
+/// whole tensor, or one thread's share of it).
+pub(crate) struct Part<'a, P, G, S> {
+    pub param: &'a mut [P],
+    pub grad: &'a [G],
+    /// The state slots, each as long as `param`; empty past the rule's slots.
+    pub slots: [&'a mut [S]; 3],
+    /// The tensor's index of `param[0]` (it keys stochastic rounding).
+    pub first: usize,
+}
+
+impl<'a, P, G, S> Part<'a, P, G, S> {
+    /// The whole tensor, whose `state` holds `slots` slots one after the other.
+    pub fn whole(param: &'a mut [P], grad: &'a [G], state: &'a mut [S], slots: usize) -> Self {
+        let n = param.len();
+        let len = |k: usize| if slots > k { n } else { 0 };
+        let (s0, rest) = state.split_at_mut(len(0));
+        let (s1, rest) = rest.split_at_mut(len(1));
+        let s2 = &mut rest[..len(2)];
+        Part {
+            param,
+            grad,
+            slots: [s0, s1, s2],
+            first: 0,
+        }
+    }
+
+    /// Elements before `mid` (at most `len()`) and from `mid` on.
+    #[cfg(feature = "std")]
+    pub fn split_at(self, mid: usize) -> (Self, Self) {
+        let mid = mid.min(self.param.len());
+        let (p0, p1) = self.param.split_at_mut(mid);
+        let (g0, g1) = self.grad.split_at(mid.min(self.grad.len()));
+        let [a, b, c] = self.slots.map(|s| {
+            let at = mid.min(s.len());
+            s.split_at_mut(at)
+        });
+        let head = Part {
+            param: p0,
+            grad: g0,
+            slots: [a.0, b.0, c.0],
+            first: self.first,
+        };
+        let tail = Part {
+            param: p1,
+            grad: g1,
+            slots: [a.1, b.1, c.1],
+            first: self.first + mid,
+        };
+        (head, tail)
+    }
+
+    /// Elements in this part.
+    #[cfg(feature = "std")]
+    pub fn len(&self) -> usize {
+        self.param.len()
+    }
+}
+
+/// The fast path: chunks of [`CHUNK`] elements, each converted into `f32` arrays in L1 where its
+/// storage is not `f32` (in place where it is), updated by a vectorizable element loop, and
+/// converted back. `isa` picks the conversions and the instructions the loop is compiled for.
 pub(crate) fn run_fast<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore>(
     kernel: K,
-    tensor: &mut Tensor<'_, P, G, S>,
+    part: Part<'_, P, G, S>,
     inv_grad_scale: f32,
     store: R,
+    isa: Isa,
 ) -> TensorResult {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, the only requirement of `run_fast_avx2`.
-        return unsafe { run_fast_avx2(kernel, tensor, inv_grad_scale, store) };
+    match isa {
+        #[cfg(all(feature = "std", target_arch = "x86_64"))]
+        // SAFETY: the token exists only where AVX2 and F16C were detected.
+        Isa::Avx2(avx2) => unsafe { run_avx2(kernel, part, inv_grad_scale, store, avx2) },
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        Isa::Neon => run_chunks(kernel, part, inv_grad_scale, store, Neon),
+        Isa::Portable => run_chunks(kernel, part, inv_grad_scale, store, Portable),
     }
-    run_fast_chunks(kernel, tensor, inv_grad_scale, store)
 }
 
+/// [`run_chunks`] compiled for AVX2 and F16C: the element loop runs 8 lanes wide, next to the
+/// conversions (bit-identical: the same IEEE operations; Rust never fuses a multiply and an add).
+///
+/// # Safety
+/// The CPU has AVX2 and F16C (which `avx2` proves).
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
-#[target_feature(enable = "avx2")]
-unsafe fn run_fast_avx2<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore>(
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn run_avx2<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore>(
     kernel: K,
-    tensor: &mut Tensor<'_, P, G, S>,
+    part: Part<'_, P, G, S>,
     inv_grad_scale: f32,
     store: R,
+    avx2: Avx2,
 ) -> TensorResult {
-    run_fast_chunks(kernel, tensor, inv_grad_scale, store)
+    run_chunks(kernel, part, inv_grad_scale, store, avx2)
 }
 
-/// Chooses the driver: all-`f32` tensors are updated in place; others are staged.
+/// `dst` itself for `f32` data, else `buf` holding `dst` converted.
 #[inline(always)]
-fn run_fast_chunks<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore>(
-    kernel: K,
-    tensor: &mut Tensor<'_, P, G, S>,
-    inv_grad_scale: f32,
-    store: R,
-) -> TensorResult {
-    let (param, grad, state) = (&mut *tensor.param, tensor.grad, &mut *tensor.state);
-    match (P::as_f32_mut(param), G::as_f32(grad), S::as_f32_mut(state)) {
-        (Some(param), Some(grad), Some(state)) => run_in_place(kernel, param, grad, state, inv_grad_scale),
-        _ => run_staged(kernel, tensor, inv_grad_scale, store),
+fn stage_mut<'a, T: Storage, C: Convert>(conv: C, dst: &'a mut [T], buf: &'a mut [f32]) -> &'a mut [f32] {
+    if T::DTYPE != Dtype::F32 {
+        conv.load(dst, buf);
+        return buf;
     }
+    T::as_f32_mut(dst).unwrap_or(buf)
 }
 
-/// All-`f32` tensors: chunks updated in place, no copies (staging `f32` data costs ~30 %).
-/// Stochastic rounding of `f32` parameters is the identity, so no store is needed.
+/// `src` itself for `f32` data, else `buf` holding `src` converted.
 #[inline(always)]
-fn run_in_place<K: Kernel>(
+fn stage<'a, T: Storage, C: Convert>(conv: C, src: &'a [T], buf: &'a mut [f32]) -> &'a [f32] {
+    if T::DTYPE != Dtype::F32 {
+        conv.load(src, buf);
+        return buf;
+    }
+    T::as_f32(src).unwrap_or(buf)
+}
+
+/// The chunk loop of [`run_fast`] with the conversions of `conv`.
+#[inline(always)]
+fn run_chunks<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore, C: Convert>(
     kernel: K,
-    param: &mut [f32],
-    grad: &[f32],
-    state: &mut [f32],
+    part: Part<'_, P, G, S>,
     inv_grad_scale: f32,
+    store: R,
+    conv: C,
 ) -> TensorResult {
+    let Part {
+        param,
+        grad,
+        slots: [s0, s1, s2],
+        first,
+    } = part;
     let n = param.len();
     let mut result = TensorResult::new();
-    let slot_len = |k: usize| if K::SLOTS > k { n } else { 0 };
-    let (s0, rest) = state.split_at_mut(slot_len(0));
-    let (s1, rest) = rest.split_at_mut(slot_len(1));
-    let s2 = &mut rest[..slot_len(2)];
-    // The v of one chunk, for the lane-wise minimum; entries past the chunk's end stay +∞.
-    let mut v = [f32::INFINITY; CHUNK];
     let mut v_min = [f32::INFINITY; 8];
     let mut nonfinite = 0u32;
+    // Staging for data that is not `f32`, zeroed once (each chunk overwrites what it reads); the
+    // slots a rule does not use stay unread.
+    let mut pb = [0.0f32; CHUNK];
+    let mut gb = [0.0f32; CHUNK];
+    let mut sb = [[0.0f32; CHUNK]; 3];
     let mut start = 0;
     while start < n {
         let len = CHUNK.min(n - start);
         let end = start + len;
-        let p = &mut param[start..end];
-        let g = &grad[start..end];
-        let c0 = &mut s0[start.min(slot_len(0))..end.min(slot_len(0))];
-        let c1 = &mut s1[start.min(slot_len(1))..end.min(slot_len(1))];
-        let c2 = &mut s2[start.min(slot_len(2))..end.min(slot_len(2))];
+        let [b0, b1, b2] = &mut sb;
+        let slot = |k: usize| K::SLOTS > k;
+        let p = &mut stage_mut(conv, &mut param[start..end], &mut pb[..len])[..len];
+        let g = &stage(conv, &grad[start..end], &mut gb[..len])[..len];
+        let c0 = match slot(0) {
+            true => &mut stage_mut(conv, &mut s0[start..end], &mut b0[..len])[..len],
+            false => &mut b0[..len],
+        };
+        let c1 = match slot(1) {
+            true => &mut stage_mut(conv, &mut s1[start..end], &mut b1[..len])[..len],
+            false => &mut b1[..len],
+        };
+        let c2 = match slot(2) {
+            true => &mut stage_mut(conv, &mut s2[start..end], &mut b2[..len])[..len],
+            false => &mut b2[..len],
+        };
         let mut home = 0u32;
         for i in 0..len {
             let mut s = [0.0f32; 3];
-            if K::SLOTS > 0 {
+            if slot(0) {
                 s[0] = c0[i];
             }
-            if K::SLOTS > 1 {
+            if slot(1) {
                 s[1] = c1[i];
             }
-            if K::SLOTS > 2 {
+            if slot(2) {
                 s[2] = c2[i];
             }
             let gi = g[i] * inv_grad_scale;
             let e = kernel.element(p[i], gi, &mut s);
             p[i] = e.p;
-            if K::SLOTS > 0 {
+            if slot(0) {
                 c0[i] = s[0];
             }
-            if K::SLOTS > 1 {
+            if slot(1) {
                 c1[i] = s[1];
             }
-            if K::SLOTS > 2 {
+            if slot(2) {
                 c2[i] = s[2];
-            }
-            if let Some(r) = K::RHO_SLOT {
-                v[i] = s[r];
             }
             home += e.home as u32;
             nonfinite |= is_nonfinite(gi) as u32;
@@ -230,8 +319,22 @@ fn run_in_place<K: Kernel>(
             }
         }
         result.home += home;
-        if K::RHO_SLOT.is_some() {
-            fold_min(&mut v_min, &mut v, len);
+        if let Some(r) = K::RHO_SLOT {
+            fold_min(&mut v_min, [&*c0, &*c1, &*c2][r]);
+        }
+        if P::DTYPE != Dtype::F32 {
+            store.store_chunk(conv, &pb[..len], &mut param[start..end], first + start);
+        }
+        if S::DTYPE != Dtype::F32 {
+            for (k, (dst, buf)) in [&mut *s0, &mut *s1, &mut *s2]
+                .into_iter()
+                .zip([b0, b1, b2])
+                .enumerate()
+            {
+                if slot(k) {
+                    conv.store(&buf[..len], &mut dst[start..end]);
+                }
+            }
         }
         start = end;
     }
@@ -242,91 +345,18 @@ fn run_in_place<K: Kernel>(
     result
 }
 
-/// Folds `v[..len]` into eight lane minima (order-independent: min is exact).
+/// Folds `v` into eight lane minima (order-independent: min is exact).
 #[inline(always)]
-fn fold_min(v_min: &mut [f32; 8], v: &mut [f32; CHUNK], len: usize) {
-    for x in v[len..].iter_mut() {
-        *x = f32::INFINITY;
-    }
-    for lanes in v.chunks_exact(8) {
-        for (m, &x) in v_min.iter_mut().zip(lanes) {
+fn fold_min(v_min: &mut [f32; 8], v: &[f32]) {
+    let mut lanes = v.chunks_exact(8);
+    for eight in &mut lanes {
+        for (m, &x) in v_min.iter_mut().zip(eight) {
             *m = if x < *m { x } else { *m };
         }
     }
-}
-
-/// Storage types other than `f32`: each chunk is converted into `f32` arrays, updated by a
-/// vectorizable element loop, and converted back, in loops of their own.
-#[inline(always)]
-fn run_staged<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore>(
-    kernel: K,
-    tensor: &mut Tensor<'_, P, G, S>,
-    inv_grad_scale: f32,
-    store: R,
-) -> TensorResult {
-    let n = tensor.param.len();
-    let mut result = TensorResult::new();
-    let mut v_min = [f32::INFINITY; 8];
-    let mut nonfinite = 0u32;
-    // Zeroed once: each chunk overwrites the first `len` entries it reads.
-    let mut pv = [0.0f32; CHUNK];
-    let mut gv = [0.0f32; CHUNK];
-    let mut sv = [[0.0f32; CHUNK]; 3];
-    let mut start = 0;
-    while start < n {
-        let len = CHUNK.min(n - start);
-        let params = &mut tensor.param[start..start + len];
-        for (d, s) in pv.iter_mut().zip(params.iter()) {
-            *d = s.to_f32();
-        }
-        for (d, s) in gv.iter_mut().zip(&tensor.grad[start..start + len]) {
-            *d = s.to_f32() * inv_grad_scale;
-        }
-        for (k, slot) in sv.iter_mut().enumerate().take(K::SLOTS) {
-            let base = k * n + start;
-            for (d, s) in slot.iter_mut().zip(&tensor.state[base..base + len]) {
-                *d = s.to_f32();
-            }
-        }
-        let mut home = 0u32;
-        for i in 0..len {
-            let mut s = [sv[0][i], sv[1][i], sv[2][i]];
-            let e = kernel.element(pv[i], gv[i], &mut s);
-            pv[i] = e.p;
-            sv[0][i] = s[0];
-            if K::SLOTS > 1 {
-                sv[1][i] = s[1];
-            }
-            if K::SLOTS > 2 {
-                sv[2][i] = s[2];
-            }
-            home += e.home as u32;
-            nonfinite |= is_nonfinite(gv[i]) as u32;
-            if K::DOTS {
-                result.step_sq.add_square(e.step);
-                result.step_grad.add_product(e.step, e.grad);
-            }
-        }
-        result.home += home;
-        for (i, (d, s)) in params.iter_mut().zip(pv.iter()).enumerate() {
-            *d = store.store(*s, start + i);
-        }
-        for (k, slot) in sv.iter().enumerate().take(K::SLOTS) {
-            let base = k * n + start;
-            for (d, s) in tensor.state[base..base + len].iter_mut().zip(slot.iter()) {
-                *d = S::from_f32(*s);
-            }
-        }
-        if let Some(r) = K::RHO_SLOT {
-            fold_min(&mut v_min, &mut sv[r], len);
-        }
-        start += len;
+    for (m, &x) in v_min.iter_mut().zip(lanes.remainder()) {
+        *m = if x < *m { x } else { *m };
     }
-    result.nonfinite = nonfinite != 0;
-    result.v_min = v_min
-        .iter()
-        .fold(f32::INFINITY, |a, &b| if b < a { b } else { a });
-    result
 }
 
 /// Whether every unscaled gradient is finite (one read of the gradients, vectorized).

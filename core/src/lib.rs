@@ -14,9 +14,12 @@ mod exact;
 mod kernel;
 mod math;
 mod optimizer;
+#[cfg(feature = "std")]
+mod parallel;
 mod rounding;
 pub mod rules;
 mod scalars;
+mod simd;
 mod storage;
 mod tensor;
 

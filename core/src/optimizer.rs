@@ -7,8 +7,10 @@ use crate::backend::{goes_home, home_first_pass};
 use crate::config::{Config, FiniteCheck, Rule, Switch};
 use crate::error::Error;
 use crate::exact::ExactSum;
-use crate::kernel::{self, Kernel, TensorResult};
-use crate::rounding::{tensor_key, NearestStore, Rounding, StochasticStore};
+use crate::kernel::{self, Kernel, Part, TensorResult};
+#[cfg(feature = "std")]
+use crate::parallel;
+use crate::rounding::{tensor_key, NearestStore, ParamStore, Rounding, StochasticStore};
 use crate::rules::adabelief::AdaBelief;
 use crate::rules::adam::Adam;
 use crate::rules::homeadam::{branch, Home};
@@ -17,6 +19,7 @@ use crate::rules::sgd::Sgd;
 use crate::rules::srf;
 use crate::rules::swats::{self, SwatsAdam, SwatsSgd};
 use crate::scalars::{powi_by_squaring, StepScalars};
+use crate::simd::Isa;
 use crate::storage::Storage;
 use crate::tensor::{Group, StepReport, Tensor, TensorAux};
 
@@ -112,6 +115,21 @@ impl Optimizer {
         step.finish()
     }
 
+    /// [`Optimizer::step`] with each tensor's elements spread over up to `threads` threads
+    /// (`std`; [`Step::with_threads`]). The same bits for any thread count.
+    #[cfg(feature = "std")]
+    pub fn step_parallel<P: Storage, G: Storage, S: Storage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+        grad_scale: f64,
+        threads: usize,
+    ) -> Result<StepReport, Error> {
+        let mut step = self.begin(grad_scale)?.with_threads(threads);
+        step.check(tensors)?;
+        step.update(tensors)?;
+        step.finish()
+    }
+
     /// The same step through the scalar reference: one element at a time. Every fast path
     /// (this crate's, CUDA, MCU) must give the same bits.
     pub fn step_reference<P: Storage, G: Storage, S: Storage>(
@@ -173,6 +191,8 @@ impl Optimizer {
             has_rho: false,
             report: StepReport::applied(t),
             next_swats_lr: None,
+            #[cfg(feature = "std")]
+            threads: 1,
         })
     }
 }
@@ -194,6 +214,8 @@ pub struct Step<'o> {
     has_rho: bool,
     report: StepReport,
     next_swats_lr: Option<f64>,
+    #[cfg(feature = "std")]
+    threads: usize,
 }
 
 /// What a backend that updates the tensors itself (CUDA) tells [`Step::finish_external`].
@@ -224,6 +246,18 @@ pub struct SwatsDots<'a> {
 }
 
 impl Step<'_> {
+    /// Spreads each tensor's elements over up to `threads` threads (`std`): scoped threads,
+    /// started per tensor, for the finite check, the first pass and the fast path's update,
+    /// each with at least 32 K elements (smaller tensors stay on the caller's thread).
+    /// Deterministic: the same bits for any thread count, since every per-tensor result is
+    /// merged exactly (min, integer and exact sums). 0 and 1 mean the caller's thread only,
+    /// the default; [`Step::update_reference`] always runs on the caller's thread.
+    #[cfg(feature = "std")]
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
+        self
+    }
+
     /// t, the step being taken.
     pub fn t(&self) -> u64 {
         self.t
@@ -261,8 +295,7 @@ impl Step<'_> {
             Some(Switch::Global | Switch::Layer) => {
                 for tensor in tensors.iter_mut() {
                     let n = tensor.param.len();
-                    let (v_min, finite) =
-                        home_first_pass(tensor.grad, &tensor.state[n..2 * n], &self.scalars);
+                    let (v_min, finite) = self.first_pass(tensor.grad, &tensor.state[n..2 * n]);
                     self.finite &= finite;
                     tensor.aux.rho = v_min / self.scalars.bc2;
                     if tensor.aux.rho < self.rho {
@@ -275,12 +308,34 @@ impl Step<'_> {
                     if !self.finite {
                         break;
                     }
-                    self.finite = kernel::grads_finite(tensor.grad, inv);
+                    self.finite = self.grads_finite(tensor.grad, inv);
                 }
             }
             _ => {}
         }
         Ok(())
+    }
+
+    /// [`home_first_pass`] of one tensor, over the step's threads.
+    fn first_pass<G: Storage, S: Storage>(&self, grad: &[G], v: &[S]) -> (f32, bool) {
+        let scalars = &self.scalars;
+        #[cfg(feature = "std")]
+        if self.threads > 1 {
+            let pass = |(g, v): (&[G], &[S])| home_first_pass(g, v, scalars);
+            let merge = |a: (f32, bool), b: (f32, bool)| (if b.0 < a.0 { b.0 } else { a.0 }, a.1 && b.1);
+            return parallel::run_split((grad, v), self.threads, pass, merge);
+        }
+        home_first_pass(grad, v, scalars)
+    }
+
+    /// Whether every unscaled gradient of one tensor is finite, over the step's threads.
+    fn grads_finite<G: Storage>(&self, grad: &[G], inv: f32) -> bool {
+        #[cfg(feature = "std")]
+        if self.threads > 1 {
+            let check = |g: &[G]| kernel::grads_finite(g, inv);
+            return parallel::run_split(grad, self.threads, check, |a, b| a && b);
+        }
+        kernel::grads_finite(grad, inv)
     }
 
     /// Updates `tensors` with the fast path (after every tensor was checked); on a skipped
@@ -289,7 +344,7 @@ impl Step<'_> {
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
     ) -> Result<(), Error> {
-        self.update_with::<false, P, G, S>(tensors)
+        self.update_with::<false, P, G, S>(tensors, Isa::detect())
     }
 
     /// [`Step::update`] through the scalar reference.
@@ -297,7 +352,17 @@ impl Step<'_> {
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
     ) -> Result<(), Error> {
-        self.update_with::<true, P, G, S>(tensors)
+        self.update_with::<true, P, G, S>(tensors, Isa::Portable)
+    }
+
+    /// [`Step::update`] with the fast path's portable code only (no explicit SIMD: what a
+    /// `no_std` build runs, or a CPU without the instruction sets the fast path detects). Same
+    /// bits as [`Step::update`]; for tests that cover both on one machine.
+    pub fn update_portable<P: Storage, G: Storage, S: Storage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+    ) -> Result<(), Error> {
+        self.update_with::<false, P, G, S>(tensors, Isa::Portable)
     }
 
     /// Ends the step: counts it (unless skipped) and reports it. Refused, with the step not
@@ -434,6 +499,7 @@ impl Step<'_> {
     fn update_with<const REFERENCE: bool, P: Storage, G: Storage, S: Storage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
+        isa: Isa,
     ) -> Result<(), Error> {
         if self.updated + tensors.len() > self.checked {
             return Err(Error::StepOrder("update of a tensor that was not checked"));
@@ -472,6 +538,9 @@ impl Step<'_> {
                 rounding: config.rounding,
                 key: tensor_key(config.seed, self.t, index),
                 inv: scalars.inv_grad_scale,
+                isa,
+                #[cfg(feature = "std")]
+                threads: self.threads,
             };
             let (result, tensor_has_rho) = dispatch(&config, &scalars, swats_sgd, branch, run, tensor);
             tensor.aux.home_elements = result.home;
@@ -502,12 +571,16 @@ fn home_branch(home: bool) -> u8 {
     }
 }
 
-/// How one tensor is driven: which driver (`REFERENCE` or the fast path), which rounding.
+/// How one tensor is driven: which driver (`REFERENCE` or the fast path with `isa`), which
+/// rounding.
 #[derive(Clone, Copy)]
 struct Run<const REFERENCE: bool> {
     rounding: Rounding,
     key: u64,
     inv: f32,
+    isa: Isa,
+    #[cfg(feature = "std")]
+    threads: usize,
 }
 
 impl<const REFERENCE: bool> Run<REFERENCE> {
@@ -517,16 +590,32 @@ impl<const REFERENCE: bool> Run<REFERENCE> {
         tensor: &mut Tensor<'_, P, G, S>,
     ) -> (TensorResult, bool) {
         let result = match (REFERENCE, self.rounding) {
-            (false, Rounding::Nearest) => kernel::run_fast(kernel, tensor, self.inv, NearestStore),
-            (false, Rounding::Stochastic) => {
-                kernel::run_fast(kernel, tensor, self.inv, StochasticStore { key: self.key })
-            }
+            (false, Rounding::Nearest) => self.fast(kernel, tensor, NearestStore),
+            (false, Rounding::Stochastic) => self.fast(kernel, tensor, StochasticStore { key: self.key }),
             (true, Rounding::Nearest) => kernel::run_reference(kernel, tensor, self.inv, NearestStore),
             (true, Rounding::Stochastic) => {
                 kernel::run_reference(kernel, tensor, self.inv, StochasticStore { key: self.key })
             }
         };
         (result, K::RHO_SLOT.is_some())
+    }
+}
+
+impl<const REFERENCE: bool> Run<REFERENCE> {
+    /// The fast path over `tensor`, its elements spread over the step's threads.
+    fn fast<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore>(
+        self,
+        kernel: K,
+        tensor: &mut Tensor<'_, P, G, S>,
+        store: R,
+    ) -> TensorResult {
+        let part = Part::whole(&mut *tensor.param, tensor.grad, &mut *tensor.state, K::SLOTS);
+        let run = |part| kernel::run_fast(kernel, part, self.inv, store, self.isa);
+        #[cfg(feature = "std")]
+        if self.threads > 1 {
+            return parallel::run_split(part, self.threads, run, TensorResult::merge);
+        }
+        run(part)
     }
 }
 

@@ -11,6 +11,7 @@
 //! bits      = mix64(key ^ element) >> 40            (24 uniform bits)
 //! ```
 
+use crate::simd::Convert;
 use crate::storage::Storage;
 
 /// How stores to parameters round (state always rounds to nearest even).
@@ -47,8 +48,11 @@ pub const fn stochastic_bits(key: u64, element: u64) -> u32 {
 }
 
 /// A parameter store: rounds an `f32` result into `P` for element `index` of the tensor.
-pub(crate) trait ParamStore: Copy {
+pub(crate) trait ParamStore: Copy + Send + Sync {
     fn store<P: Storage>(self, x: f32, index: usize) -> P;
+
+    /// [`ParamStore::store`] over a chunk whose first element is element `first` of the tensor.
+    fn store_chunk<P: Storage, C: Convert>(self, conv: C, src: &[f32], dst: &mut [P], first: usize);
 }
 
 /// Round to nearest even.
@@ -59,6 +63,11 @@ impl ParamStore for NearestStore {
     #[inline(always)]
     fn store<P: Storage>(self, x: f32, _index: usize) -> P {
         P::from_f32(x)
+    }
+
+    #[inline(always)]
+    fn store_chunk<P: Storage, C: Convert>(self, conv: C, src: &[f32], dst: &mut [P], _first: usize) {
+        conv.store(src, dst);
     }
 }
 
@@ -72,5 +81,10 @@ impl ParamStore for StochasticStore {
     #[inline(always)]
     fn store<P: Storage>(self, x: f32, index: usize) -> P {
         P::from_f32_stochastic(x, stochastic_bits(self.key, index as u64))
+    }
+
+    #[inline(always)]
+    fn store_chunk<P: Storage, C: Convert>(self, conv: C, src: &[f32], dst: &mut [P], first: usize) {
+        conv.store_stochastic(src, dst, self.key, first);
     }
 }

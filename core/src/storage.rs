@@ -72,7 +72,7 @@ mod sealed {
 }
 
 /// A storage element type: `f32`, [`half::f16`] or [`half::bf16`]. Sealed.
-pub trait Storage: Copy + Default + PartialEq + sealed::Sealed + 'static {
+pub trait Storage: Copy + Default + PartialEq + Send + Sync + sealed::Sealed + 'static {
     /// The matching [`Dtype`].
     const DTYPE: Dtype;
 

@@ -1,10 +1,10 @@
-//! The fast path equals the scalar reference bit for bit, for every rule × storage combination
-//! × rounding, on random inputs with zeros, denormals, huge values and the odd non-finite one.
+//! The fast path (with this CPU's instruction set and with the portable code) equals the scalar
+//! reference bit for bit, for every rule × storage combination × rounding, on random inputs with zeros, denormals, huge values and the odd non-finite one.
 
 #[macro_use]
 mod common;
 
-use common::{configs, Model};
+use common::{configs, Model, Path, FAST_PATHS};
 use homeadam_core::{bf16, f16, Optimizer, Rounding, Storage};
 use proptest::prelude::*;
 
@@ -88,31 +88,53 @@ fn same<P: Storage, G: Storage, S: Storage>(case: &Case) -> Result<(), TestCaseE
         for rounding in [Rounding::Nearest, Rounding::Stochastic] {
             config.rounding = rounding;
             config.seed = case.seed;
-            let mut fast_opt = Optimizer::new(config).unwrap();
-            let mut ref_opt = fast_opt.clone();
-            let mut fast = Model::<P, G, S>::new(&fast_opt, &case.params);
-            let mut reference = fast.clone();
-            for grads in &case.grads {
-                fast.set_grads(grads);
-                reference.set_grads(grads);
-                let a = fast.step(&mut fast_opt, case.grad_scale, false);
-                let b = reference.step(&mut ref_opt, case.grad_scale, true);
-                let rule = config.rule.name();
-                prop_assert_eq!(format!("{a:?}"), format!("{b:?}"), "report, {}", rule);
-                prop_assert_eq!(fast.param_bits(), reference.param_bits(), "params, {}", rule);
-                prop_assert_eq!(fast.state_bits(), reference.state_bits(), "state, {}", rule);
-                prop_assert_eq!(fast.aux_bits(), reference.aux_bits(), "aux, {}", rule);
-                prop_assert_eq!(&fast_opt, &ref_opt);
+            for &path in FAST_PATHS {
+                let mut fast_opt = Optimizer::new(config).unwrap();
+                let mut ref_opt = fast_opt.clone();
+                let mut fast = Model::<P, G, S>::new(&fast_opt, &case.params);
+                let mut reference = fast.clone();
+                for grads in &case.grads {
+                    fast.set_grads(grads);
+                    reference.set_grads(grads);
+                    let a = fast.step_on(&mut fast_opt, case.grad_scale, path);
+                    let b = reference.step_on(&mut ref_opt, case.grad_scale, Path::Reference);
+                    let rule = config.rule.name();
+                    prop_assert_eq!(format!("{a:?}"), format!("{b:?}"), "report, {} {:?}", rule, path);
+                    prop_assert_eq!(
+                        fast.param_bits(),
+                        reference.param_bits(),
+                        "params, {} {:?}",
+                        rule,
+                        path
+                    );
+                    prop_assert_eq!(
+                        fast.state_bits(),
+                        reference.state_bits(),
+                        "state, {} {:?}",
+                        rule,
+                        path
+                    );
+                    prop_assert_eq!(fast.aux_bits(), reference.aux_bits(), "aux, {} {:?}", rule, path);
+                    prop_assert_eq!(&fast_opt, &ref_opt);
+                }
             }
         }
     }
     Ok(())
 }
 
+/// 32 cases per combination, or `PROPTEST_CASES` (fewer under emulation, e.g. on aarch64).
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(32)
+}
+
 macro_rules! combos {
     ($($name:ident: $p:ty, $g:ty, $s:ty;)*) => {
         proptest! {
-            #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+            #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
             $(
                 #[test]
                 fn $name(c in case()) {

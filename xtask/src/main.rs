@@ -10,6 +10,7 @@
 //!   toolkit, see [`build_cuda`]; prints the binary's path last.
 //! - `cargo xtask gpu-bundle`: that host and the GPU test binaries, for `scripts/gpu-check.sh`.
 
+mod aarch64;
 mod bench;
 mod build_cuda;
 mod cuda;
@@ -95,6 +96,7 @@ fn test() {
     publish::check();
     cuda::test();
     firmware::test();
+    aarch64::test();
     let mut totals = (0, 0);
     run_tests(&["test", "--workspace", "--release"], &mut totals);
     // Again in the debug profile, overflow checks on: no input may panic there either.

@@ -5,6 +5,28 @@ use homeadam_core::{
     Config, Group, Optimizer, Rule, StepReport, Storage, Switch, Tensor, TensorAux, ALL_RULES,
 };
 
+/// The driver of a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// `Step::update`: the fast path with this CPU's instruction set.
+    Fast,
+    /// `Step::update_portable`: the fast path without explicit SIMD.
+    Portable,
+    /// `Step::update_reference`: the scalar reference.
+    Reference,
+    /// `Step::update` with the step spread over this many threads.
+    Threads(usize),
+}
+
+/// The paths every fast-path test compares with the reference: this CPU's instruction set and
+/// the portable code; only the first in unoptimized builds (their run looks for panics with
+/// overflow checks on, and takes minutes: the release run covers both).
+pub const FAST_PATHS: &[Path] = if cfg!(debug_assertions) {
+    &[Path::Fast]
+} else {
+    &[Path::Fast, Path::Portable]
+};
+
 /// One model's tensors, owned.
 #[derive(Clone, Debug)]
 pub struct Model<P, G, S> {
@@ -47,6 +69,17 @@ impl<P: Storage, G: Storage, S: Storage> Model<P, G, S> {
         grad_scale: f64,
         reference: bool,
     ) -> Result<StepReport, homeadam_core::Error> {
+        let path = if reference { Path::Reference } else { Path::Fast };
+        self.step_on(opt, grad_scale, path)
+    }
+
+    /// One step through `path`.
+    pub fn step_on(
+        &mut self,
+        opt: &mut Optimizer,
+        grad_scale: f64,
+        path: Path,
+    ) -> Result<StepReport, homeadam_core::Error> {
         let mut tensors: Vec<Tensor<'_, P, G, S>> = self
             .params
             .iter_mut()
@@ -56,11 +89,18 @@ impl<P: Storage, G: Storage, S: Storage> Model<P, G, S> {
             .zip(&self.groups)
             .map(|((((p, g), s), a), &group)| Tensor::new(p, g, s, a).in_group(group))
             .collect();
-        if reference {
-            opt.step_reference(&mut tensors, grad_scale)
-        } else {
-            opt.step(&mut tensors, grad_scale)
+        let threads = match path {
+            Path::Threads(n) => n,
+            _ => 1,
+        };
+        let mut step = opt.begin(grad_scale)?.with_threads(threads);
+        step.check(&mut tensors)?;
+        match path {
+            Path::Fast | Path::Threads(_) => step.update(&mut tensors)?,
+            Path::Portable => step.update_portable(&mut tensors)?,
+            Path::Reference => step.update_reference(&mut tensors)?,
         }
+        step.finish()
     }
 
     pub fn param_bits(&self) -> Vec<Vec<u32>> {
@@ -151,6 +191,7 @@ pub fn configs() -> Vec<Config> {
 
 /// Calls `$m! { name: P, G, S; … }` with every parameter × gradient × state storage
 /// combination (27), so that each test file makes one test per combination.
+#[cfg(not(homeadam_emulated))]
 macro_rules! every_storage {
     ($m:ident) => {
         $m! {
@@ -181,6 +222,23 @@ macro_rules! every_storage {
             pb16_gb16_s32: bf16, bf16, f32;
             pb16_gb16_s16: bf16, bf16, f16;
             pb16_gb16_sb16: bf16, bf16, bf16;
+        }
+    };
+}
+
+/// Under emulation (`--cfg homeadam_emulated`: `cargo xtask` runs the aarch64 tests in QEMU,
+/// where building and running all 27 costs minutes), each storage type in each position, and
+/// every conversion NEON does itself (bf16 loads and stores of θ, g and the state).
+#[cfg(homeadam_emulated)]
+macro_rules! every_storage {
+    ($m:ident) => {
+        $m! {
+            p32_g32_s32: f32, f32, f32;
+            pb16_gb16_sb16: bf16, bf16, bf16;
+            p16_g16_s16: f16, f16, f16;
+            pb16_g32_s32: bf16, f32, f32;
+            p32_gb16_s16: f32, bf16, f16;
+            p16_g32_sb16: f16, f32, bf16;
         }
     };
 }

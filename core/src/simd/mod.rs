@@ -1,0 +1,214 @@
+//! Conversions between the storage types and `f32` chunks, per instruction set.
+//!
+//! The fast path ([`crate::kernel::run_fast`]) stages each chunk of half-precision data in `f32`
+//! arrays that stay in L1, runs the rule's element loop over them, and converts back. Those
+//! conversions are what bounds the half-precision paths, so each instruction set implements
+//! [`Convert`] with its own instructions; the element loop itself is the rule's portable code,
+//! compiled inside the same `#[target_feature]` function (one pass over the chunk, in L1).
+//!
+//! Every implementation gives the bits of [`Storage::to_f32`], [`Storage::from_f32`] and
+//! [`Storage::from_f32_stochastic`] (tested over every `f16` and sampled `f32` patterns,
+//! NaN payloads included), so every path equals the scalar reference bit for bit.
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+mod x86;
+
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod neon;
+
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+pub(crate) use neon::Neon;
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub(crate) use x86::Avx2;
+
+use crate::rounding::stochastic_bits;
+use crate::storage::Storage;
+
+/// The instruction set the fast path uses for a step, chosen once when the step starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// Plain Rust that the compiler vectorizes for the build's baseline target.
+    Portable,
+    /// x86-64 with AVX2 and F16C, detected at run time.
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    Avx2(Avx2),
+    /// aarch64 NEON, enabled at compile time (every aarch64 target with an FPU).
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    Neon,
+}
+
+impl Isa {
+    /// The best instruction set of this CPU (the portable code where nothing better is known).
+    pub fn detect() -> Isa {
+        #[cfg(all(feature = "std", target_arch = "x86_64"))]
+        if let Some(avx2) = Avx2::detect() {
+            return Isa::Avx2(avx2);
+        }
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        return Isa::Neon;
+        #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
+        Isa::Portable
+    }
+}
+
+/// Converts chunks of one storage type from and to `f32`.
+pub(crate) trait Convert: Copy {
+    /// `dst[i] = src[i].to_f32()`, over `src.len() == dst.len()` elements.
+    fn load<T: Storage>(self, src: &[T], dst: &mut [f32]);
+
+    /// `dst[i] = T::from_f32(src[i])` (round to nearest even).
+    fn store<T: Storage>(self, src: &[f32], dst: &mut [T]);
+
+    /// `dst[i] = T::from_f32_stochastic(src[i], stochastic_bits(key, first + i))`.
+    fn store_stochastic<T: Storage>(self, src: &[f32], dst: &mut [T], key: u64, first: usize);
+}
+
+/// The conversions as plain loops over [`Storage`]'s scalar functions.
+#[derive(Clone, Copy)]
+pub(crate) struct Portable;
+
+impl Convert for Portable {
+    #[inline(always)]
+    fn load<T: Storage>(self, src: &[T], dst: &mut [f32]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = s.to_f32();
+        }
+    }
+
+    #[inline(always)]
+    fn store<T: Storage>(self, src: &[f32], dst: &mut [T]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = T::from_f32(*s);
+        }
+    }
+
+    #[inline(always)]
+    fn store_stochastic<T: Storage>(self, src: &[f32], dst: &mut [T], key: u64, first: usize) {
+        for (i, (d, s)) in dst.iter_mut().zip(src).enumerate() {
+            *d = T::from_f32_stochastic(*s, stochastic_bits(key, (first + i) as u64));
+        }
+    }
+}
+
+/// The raw bits of a slice of a 2-byte storage type; `None` for `f32`.
+#[cfg(any(
+    all(feature = "std", target_arch = "x86_64"),
+    all(target_arch = "aarch64", target_feature = "neon")
+))]
+#[inline(always)]
+fn half_bits<T: Storage>(slice: &[T]) -> Option<&[u16]> {
+    if T::DTYPE.size() != 2 {
+        return None;
+    }
+    // SAFETY: `Storage` is sealed; its 2-byte types are `half::f16` and `half::bf16`, both
+    // `#[repr(transparent)]` over `u16`, so the slice is `len` valid, aligned `u16`s.
+    Some(unsafe { core::slice::from_raw_parts(slice.as_ptr().cast::<u16>(), slice.len()) })
+}
+
+/// [`half_bits`] for a mutable slice.
+#[cfg(any(
+    all(feature = "std", target_arch = "x86_64"),
+    all(target_arch = "aarch64", target_feature = "neon")
+))]
+#[inline(always)]
+fn half_bits_mut<T: Storage>(slice: &mut [T]) -> Option<&mut [u16]> {
+    if T::DTYPE.size() != 2 {
+        return None;
+    }
+    // SAFETY: as in `half_bits`; the borrow of `slice` is moved into the result.
+    Some(unsafe { core::slice::from_raw_parts_mut(slice.as_mut_ptr().cast::<u16>(), slice.len()) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::{bf16, f16};
+
+    /// Every NaN payload class, the edges of every range, and pseudo-random patterns.
+    pub(super) fn probe_f32() -> impl Iterator<Item = f32> {
+        let edges = [
+            0u32,
+            0x8000_0000,
+            1,
+            0x8000_0001,
+            0x007f_ffff,
+            0x0080_0000,
+            0x3380_0000,
+            0x3380_0001,
+            0x387f_e000,
+            0x387f_f000,
+            0x3880_0000,
+            0x477f_e000,
+            0x477f_f000,
+            0x477f_efff,
+            0x7f7f_ffff,
+            0x7f7f_8000,
+            0x7f80_0000,
+            0xff80_0000,
+            0x7f80_0001,
+            0x7fbf_ffff,
+            0x7fc0_0000,
+            0x7fff_ffff,
+            0xffff_ffff,
+            0xff80_0001,
+            0x7f80_2000,
+            0x7f80_8000,
+            0x3f80_8000,
+            0x3f81_8000,
+            0xbf80_8000,
+        ];
+        // Fewer in unoptimized builds, where the scalar conversions are ~30× slower.
+        let random = if cfg!(debug_assertions) { 20_000 } else { 300_000 };
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        edges
+            .into_iter()
+            .map(f32::from_bits)
+            .chain((0..random).map(move |_| {
+                state = crate::rounding::mix64(state.wrapping_add(1));
+                f32::from_bits(state as u32)
+            }))
+    }
+
+    /// `conv` gives the scalar conversions' bits for `T`, at every length up to 40 (the tails).
+    pub(super) fn check_convert<T: Storage, C: Convert>(conv: C) {
+        let xs: std::vec::Vec<f32> = probe_f32().collect();
+        for len in (0..40).chain([1000, xs.len()]) {
+            for window in xs.chunks(len.max(1)).take(if len < 40 { 50 } else { 2 }) {
+                let window = &window[..len.min(window.len())];
+                let mut near = std::vec![T::default(); window.len()];
+                conv.store(window, &mut near);
+                let mut stoch = std::vec![T::default(); window.len()];
+                conv.store_stochastic(window, &mut stoch, 0x1234_5678, len * 7);
+                for (i, &x) in window.iter().enumerate() {
+                    let r = stochastic_bits(0x1234_5678, (len * 7 + i) as u64);
+                    assert_eq!(
+                        near[i].to_bits32(),
+                        T::from_f32(x).to_bits32(),
+                        "{:#x}",
+                        x.to_bits()
+                    );
+                    let s = T::from_f32_stochastic(x, r).to_bits32();
+                    assert_eq!(stoch[i].to_bits32(), s, "{:#x} r {r:#x}", x.to_bits());
+                }
+                let mut back = std::vec![0.0f32; window.len()];
+                conv.load(&near, &mut back);
+                for (b, n) in back.iter().zip(&near) {
+                    assert_eq!(b.to_bits(), n.to_f32().to_bits());
+                }
+            }
+        }
+        let every: std::vec::Vec<T> = (0..=u16::MAX as u32).map(T::from_bits32).collect();
+        let mut wide = std::vec![0.0f32; every.len()];
+        conv.load(&every, &mut wide);
+        for (w, e) in wide.iter().zip(&every) {
+            assert_eq!(w.to_bits(), e.to_f32().to_bits(), "{:#x}", e.to_bits32());
+        }
+    }
+
+    #[test]
+    fn portable_is_the_scalar_conversion() {
+        check_convert::<bf16, _>(Portable);
+        check_convert::<f16, _>(Portable);
+        check_convert::<f32, _>(Portable);
+    }
+}

@@ -1,0 +1,300 @@
+//! x86-64: the conversions with AVX2 and F16C, chosen at run time.
+//!
+//! - bf16 → f32 is a zero-extension and a shift; f32 → bf16 rounds to nearest even with the
+//!   integer formula of [`Storage::from_f32`] for `bf16`, eight lanes at a time.
+//! - f16 ↔ f32 is F16C's `vcvtph2ps` / `vcvtps2ph` with round-to-nearest-even: for every one of
+//!   the 2³² `f32` inputs and 2¹⁶ `f16` inputs, the same bits as `half`'s software conversion
+//!   (checked exhaustively once; NaNs keep their payload's top bits and are quieted by both),
+//!   as long as MXCSR is left at its default (no flush-to-zero), as Rust leaves it.
+//! - Stochastic rounding draws the bits of eight elements with splitmix64 in 64-bit lanes (AVX2
+//!   has no 64-bit multiply: three 32-bit ones) and decides with the same IEEE operations as
+//!   [`Storage::from_f32_stochastic`].
+//!
+//! Each function takes the [`Avx2`] token, which only [`Avx2::detect`] creates, so the
+//! `#[target_feature]` code runs only on CPUs that have the features.
+
+use core::arch::x86_64::*;
+
+use half::{bf16, f16};
+
+use super::{half_bits, half_bits_mut, Convert, Portable};
+use crate::rounding::stochastic_bits;
+use crate::storage::{Dtype, Storage};
+
+/// Proof that the CPU has AVX2 and F16C.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Avx2(());
+
+impl Avx2 {
+    /// The token, if this CPU has AVX2 and F16C.
+    pub fn detect() -> Option<Avx2> {
+        let has = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c");
+        has.then_some(Avx2(()))
+    }
+}
+
+impl Convert for Avx2 {
+    #[inline(always)]
+    fn load<T: Storage>(self, src: &[T], dst: &mut [f32]) {
+        let Some(bits) = half_bits(src) else {
+            return Portable.load(src, dst);
+        };
+        if T::DTYPE == Dtype::BF16 {
+            // SAFETY: `self` exists only where AVX2 and F16C were detected.
+            unsafe { load_bf16(bits, dst) }
+        } else {
+            // SAFETY: as above; the other 2-byte type is f16.
+            unsafe { load_f16(bits, dst) }
+        }
+    }
+
+    #[inline(always)]
+    fn store<T: Storage>(self, src: &[f32], dst: &mut [T]) {
+        let Some(bits) = half_bits_mut(dst) else {
+            return Portable.store(src, dst);
+        };
+        if T::DTYPE == Dtype::BF16 {
+            // SAFETY: `self` exists only where AVX2 and F16C were detected.
+            unsafe { store_nearest::<Bf16Lanes>(src, bits) }
+        } else {
+            // SAFETY: as above; the other 2-byte type is f16.
+            unsafe { store_nearest::<F16Lanes>(src, bits) }
+        }
+    }
+
+    #[inline(always)]
+    fn store_stochastic<T: Storage>(self, src: &[f32], dst: &mut [T], key: u64, first: usize) {
+        let Some(bits) = half_bits_mut(dst) else {
+            return Portable.store_stochastic(src, dst, key, first);
+        };
+        if T::DTYPE == Dtype::BF16 {
+            // SAFETY: `self` exists only where AVX2 and F16C were detected.
+            unsafe { store_stochastic::<Bf16Lanes>(src, bits, key, first) }
+        } else {
+            // SAFETY: as above; the other 2-byte type is f16.
+            unsafe { store_stochastic::<F16Lanes>(src, bits, key, first) }
+        }
+    }
+}
+
+/// A half-precision type as eight 32-bit lanes holding its bits in their low 16.
+trait HalfLanes {
+    /// The scalar type, for the tails.
+    type Scalar: Storage;
+    /// The bits of each lane of `x` rounded to nearest even.
+    unsafe fn nearest(x: __m256) -> __m256i;
+    /// The `f32` value of each lane's bits.
+    unsafe fn widen(bits: __m256i) -> __m256;
+}
+
+struct Bf16Lanes;
+struct F16Lanes;
+
+impl HalfLanes for Bf16Lanes {
+    type Scalar = bf16;
+
+    /// `(b + 0x7fff + lsb) >> 16`, or the quieted top half of a NaN (as `Storage::from_f32`).
+    #[inline(always)]
+    unsafe fn nearest(x: __m256) -> __m256i {
+        let b = _mm256_castps_si256(x);
+        let top = _mm256_srli_epi32::<16>(b);
+        let lsb = _mm256_and_si256(top, _mm256_set1_epi32(1));
+        let bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb);
+        let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(b, bias));
+        let quiet = _mm256_or_si256(top, _mm256_set1_epi32(0x40));
+        let magnitude = _mm256_and_si256(b, _mm256_set1_epi32(0x7fff_ffff));
+        let is_nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f80_0000));
+        _mm256_blendv_epi8(rounded, quiet, is_nan)
+    }
+
+    #[inline(always)]
+    unsafe fn widen(bits: __m256i) -> __m256 {
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bits))
+    }
+}
+
+impl HalfLanes for F16Lanes {
+    type Scalar = f16;
+
+    #[inline(always)]
+    unsafe fn nearest(x: __m256) -> __m256i {
+        _mm256_cvtepu16_epi32(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
+    }
+
+    #[inline(always)]
+    unsafe fn widen(bits: __m256i) -> __m256 {
+        _mm256_cvtph_ps(narrow(bits))
+    }
+}
+
+/// The low 16 bits of each 32-bit lane, packed (the lanes hold values ≤ 0xffff).
+#[inline(always)]
+unsafe fn narrow(v: __m256i) -> __m128i {
+    _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v))
+}
+
+/// `dst[i] = src[i]` widened from bf16.
+///
+/// # Safety
+/// The CPU has AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn load_bf16(src: &[u16], dst: &mut [f32]) {
+    let n = src.len().min(dst.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // In bounds: i + 8 ≤ n ≤ both lengths.
+        let h = _mm_loadu_si128(src.as_ptr().add(i).cast());
+        let w = Bf16Lanes::widen(_mm256_cvtepu16_epi32(h));
+        _mm256_storeu_ps(dst.as_mut_ptr().add(i), w);
+        i += 8;
+    }
+    for j in i..n {
+        dst[j] = bf16::from_bits(src[j]).to_f32();
+    }
+}
+
+/// `dst[i] = src[i]` widened from f16 with F16C.
+///
+/// # Safety
+/// The CPU has AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn load_f16(src: &[u16], dst: &mut [f32]) {
+    let n = src.len().min(dst.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // In bounds: i + 8 ≤ n ≤ both lengths.
+        let h = _mm_loadu_si128(src.as_ptr().add(i).cast());
+        _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        i += 8;
+    }
+    for j in i..n {
+        dst[j] = f16::from_bits(src[j]).to_f32();
+    }
+}
+
+/// `dst[i]` = the bits of `src[i]` rounded to nearest even.
+///
+/// # Safety
+/// The CPU has AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn store_nearest<H: HalfLanes>(src: &[f32], dst: &mut [u16]) {
+    let n = src.len().min(dst.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // In bounds: i + 8 ≤ n ≤ both lengths.
+        let bits = H::nearest(_mm256_loadu_ps(src.as_ptr().add(i)));
+        _mm_storeu_si128(dst.as_mut_ptr().add(i).cast(), narrow(bits));
+        i += 8;
+    }
+    for j in i..n {
+        dst[j] = H::Scalar::from_f32(src[j]).to_bits32() as u16;
+    }
+}
+
+/// `dst[i]` = the bits of `src[i]` rounded stochastically with the bits of element `first + i`.
+///
+/// # Safety
+/// The CPU has AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn store_stochastic<H: HalfLanes>(src: &[f32], dst: &mut [u16], key: u64, first: usize) {
+    let n = src.len().min(dst.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // In bounds: i + 8 ≤ n ≤ both lengths.
+        let x = _mm256_loadu_ps(src.as_ptr().add(i));
+        let bits = round_stochastic::<H>(x, random_bits(key, (first + i) as u64));
+        _mm_storeu_si128(dst.as_mut_ptr().add(i).cast(), narrow(bits));
+        i += 8;
+    }
+    for j in i..n {
+        let r = stochastic_bits(key, (first + j) as u64);
+        dst[j] = H::Scalar::from_f32_stochastic(src[j], r).to_bits32() as u16;
+    }
+}
+
+/// [`Storage::from_f32_stochastic`] on eight lanes, `r24` holding each lane's 24 random bits.
+#[inline(always)]
+unsafe fn round_stochastic<H: HalfLanes>(x: __m256, r24: __m256i) -> __m256i {
+    let magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let abs = |v: __m256| _mm256_and_ps(v, magnitude);
+    let inf = _mm256_set1_ps(f32::INFINITY);
+    let nearest = H::nearest(x);
+    let nearest_f = H::widen(nearest);
+    let ax = abs(x);
+    // Exact, or not finite: round to nearest.
+    let keep = _mm256_or_ps(
+        _mm256_cmp_ps::<_CMP_EQ_OQ>(nearest_f, x),
+        _mm256_cmp_ps::<_CMP_NLT_UQ>(ax, inf),
+    );
+    // Sign-magnitude bits: nearest − 1 is one ulp toward zero (the mask is −1 where true).
+    let above = _mm256_cmp_ps::<_CMP_GT_OQ>(abs(nearest_f), ax);
+    let toward_zero = _mm256_add_epi32(nearest, _mm256_castps_si256(above));
+    let away = _mm256_add_epi32(toward_zero, _mm256_set1_epi32(1));
+    let t = abs(H::widen(toward_zero));
+    let n = abs(H::widen(away));
+    let u = _mm256_mul_ps(_mm256_cvtepi32_ps(r24), _mm256_set1_ps(1.0 / 16_777_216.0));
+    let up = _mm256_cmp_ps::<_CMP_LT_OQ>(_mm256_mul_ps(u, _mm256_sub_ps(n, t)), _mm256_sub_ps(ax, t));
+    // A finite value never rounds to ±∞.
+    let up = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(n, inf), up);
+    let chosen = _mm256_blendv_epi8(toward_zero, away, _mm256_castps_si256(up));
+    _mm256_blendv_epi8(chosen, nearest, _mm256_castps_si256(keep))
+}
+
+/// [`stochastic_bits`] of elements `index .. index + 8`, one per 32-bit lane.
+#[inline(always)]
+unsafe fn random_bits(key: u64, index: u64) -> __m256i {
+    let key = _mm256_set1_epi64x(key as i64);
+    let index = _mm256_set1_epi64x(index as i64);
+    let low = _mm256_add_epi64(index, _mm256_setr_epi64x(0, 1, 2, 3));
+    let high = _mm256_add_epi64(index, _mm256_setr_epi64x(4, 5, 6, 7));
+    let low = _mm256_srli_epi64::<40>(mix64(_mm256_xor_si256(key, low)));
+    let high = _mm256_srli_epi64::<40>(mix64(_mm256_xor_si256(key, high)));
+    // Each 64-bit lane's value fits its low 32 bits: gather them into eight 32-bit lanes.
+    let even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    _mm256_blend_epi32::<0b1111_0000>(
+        _mm256_permutevar8x32_epi32(low, even),
+        _mm256_permutevar8x32_epi32(high, even),
+    )
+}
+
+/// [`crate::rounding::mix64`] on four 64-bit lanes.
+#[inline(always)]
+unsafe fn mix64(z: __m256i) -> __m256i {
+    let z = _mm256_xor_si256(z, _mm256_srli_epi64::<30>(z));
+    let z = mul64(z, 0xBF58_476D_1CE4_E5B9);
+    let z = _mm256_xor_si256(z, _mm256_srli_epi64::<27>(z));
+    let z = mul64(z, 0x94D0_49BB_1331_11EB);
+    _mm256_xor_si256(z, _mm256_srli_epi64::<31>(z))
+}
+
+/// The wrapping product of each 64-bit lane with `c`: lo·lo + ((hi·lo + lo·hi) << 32).
+#[inline(always)]
+unsafe fn mul64(a: __m256i, c: u64) -> __m256i {
+    let b = _mm256_set1_epi64x(c as i64);
+    let low = _mm256_mul_epu32(a, b);
+    let cross = _mm256_add_epi64(
+        _mm256_mul_epu32(_mm256_srli_epi64::<32>(a), b),
+        _mm256_mul_epu32(a, _mm256_set1_epi64x((c >> 32) as i64)),
+    );
+    _mm256_add_epi64(low, _mm256_slli_epi64::<32>(cross))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::check_convert;
+    use super::*;
+
+    #[test]
+    fn avx2_is_the_scalar_conversion() {
+        let Some(avx2) = Avx2::detect() else {
+            return;
+        };
+        check_convert::<bf16, _>(avx2);
+        check_convert::<f16, _>(avx2);
+        check_convert::<f32, _>(avx2);
+    }
+}

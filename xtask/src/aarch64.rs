@@ -1,0 +1,103 @@
+//! The core on aarch64 (Jetson's CPU, Apple silicon), under QEMU's user-mode emulation: the
+//! core's tests cross-built for `aarch64-unknown-linux-gnu` in release and run by
+//! `qemu-aarch64`, so that the NEON conversions and the fast path compiled for NEON are proven
+//! equal to the scalar reference bit for bit. Emulation is ~20× slower than this machine, so
+//! the step runs the unit tests (every conversion), and the property test (with fewer cases)
+//! and the chunk-crossing sizes over 6 of the 27 storage combinations, which cover each storage
+//! type in each position (`--cfg homeadam_emulated`, core/tests/common/mod.rs).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::run;
+
+const TARGET: &str = "aarch64-unknown-linux-gnu";
+
+/// Debian's cross linker and user-mode QEMU, and the folder of the aarch64 C library.
+const LINKER: &str = "aarch64-linux-gnu-gcc";
+const QEMU: &str = "qemu-aarch64";
+const SYSROOT: &str = "/usr/aarch64-linux-gnu";
+
+/// Property-test cases per storage combination under emulation (32 natively).
+const PROPTEST_CASES: &str = "16";
+
+/// Installs what is missing, then builds and runs the core's tests for aarch64 under QEMU.
+pub fn test() {
+    setup();
+    let linker = format!("target.{TARGET}.linker=\"{LINKER}\"");
+    let runner = format!("target.{TARGET}.runner=[\"{QEMU}\", \"-L\", \"{SYSROOT}\"]");
+    // Fewer storage combinations per test file, and no bench dependencies (core/Cargo.toml).
+    let rustflags = format!("target.{TARGET}.rustflags=[\"--cfg\", \"homeadam_emulated\"]");
+    let cases = format!("PROPTEST_CASES={PROPTEST_CASES}");
+    let cargo = |name: &str, tests: &[&str]| {
+        let args = [
+            &cases[..],
+            "cargo",
+            "test",
+            "-p",
+            "homeadam-core",
+            "--release",
+            "--target",
+            TARGET,
+            "--config",
+            &linker,
+            "--config",
+            &runner,
+            "--config",
+            &rustflags,
+        ]
+        .into_iter()
+        .chain(tests.iter().copied())
+        .collect::<Vec<_>>();
+        run(name, "env", &args);
+    };
+    cargo(
+        "aarch64 core: build the tests",
+        &[
+            "--no-run",
+            "--lib",
+            "--test",
+            "fast_equals_reference",
+            "--test",
+            "sizes",
+        ],
+    );
+    cargo("aarch64 core: unit tests", &["--lib"]);
+    cargo(
+        "aarch64 core: fast path = reference (property test)",
+        &["--test", "fast_equals_reference"],
+    );
+    cargo(
+        "aarch64 core: fast path = reference (sizes)",
+        &["--test", "sizes"],
+    );
+}
+
+/// The Rust target, the cross linker, the aarch64 C library and QEMU (Debian packages,
+/// installed as root in CI).
+fn setup() {
+    run("aarch64 target", "rustup", &["target", "add", TARGET]);
+    let present = |program: &str| {
+        Command::new(program)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let crt = Path::new(SYSROOT).join("lib/crt1.o").exists();
+    let missing: Vec<&str> = [
+        (present(LINKER), "gcc-aarch64-linux-gnu"),
+        (crt, "libc6-dev-arm64-cross"),
+        (present(QEMU), "qemu-user"),
+    ]
+    .into_iter()
+    .filter(|(present, _)| !present)
+    .map(|(_, package)| package)
+    .collect();
+    if !missing.is_empty() {
+        run("apt index", "apt-get", &["update", "-qq"]);
+        let args = [&["install", "-y", "-qq", "--no-install-recommends"], &missing[..]].concat();
+        run("aarch64 cross tools", "apt-get", &args);
+    }
+}
