@@ -1,6 +1,7 @@
-//! `cargo xtask bench`: runs the criterion benches of one step over 16 M parameters, then
-//! PyTorch's fused AdamW on the same sizes, and prints the table of BENCHMARKS.md (also written
-//! to `target/bench-table.md`).
+//! `cargo xtask bench`: runs the criterion benches of one step over 16 M parameters (one thread,
+//! and the `_t2` rows on two), then PyTorch's fused AdamW on the same sizes, and prints the
+//! table of BENCHMARKS.md (also written to `target/bench-table.md`). PyTorch is not installed
+//! here: `pip install torch` first (PyPI's wheel), or the table says it was not measured.
 
 use std::path::Path;
 use std::process::Command;
@@ -128,6 +129,19 @@ pub(crate) fn bench() {
         table.push_str(&format!(
             "\nGlobal / element-wise HomeAdamW time: {:.2}\n",
             global / ew
+        ));
+    }
+    let parallel: Vec<String> = steps
+        .iter()
+        .filter_map(|t2| {
+            let one = find(t2.name.strip_suffix("_t2")?)?;
+            Some(format!("{} {:.2}×", t2.name, one / t2.ms))
+        })
+        .collect();
+    if !parallel.is_empty() {
+        table.push_str(&format!(
+            "\nParallel step, 2 threads vs 1 (`Step::with_threads`): {}\n",
+            parallel.join(", ")
         ));
     }
     println!("\n{table}");
