@@ -1,27 +1,11 @@
 //! The framed sample link: good frames, corrupt frames (counted, skipped, never returned) and a
 //! stream cut mid-frame, through a reader that hands out a few bytes at a time like a UART.
 
-use embedded_io::{ErrorType, Read};
+mod uart;
+
 use homeadam_mcu::frame::{encode, frame_len, DELIMITER};
 use homeadam_mcu::{FrameReader, ReadError, Sample};
-
-/// A serial link that hands out at most 3 bytes per read.
-struct Uart<'a> {
-    bytes: &'a [u8],
-}
-
-impl ErrorType for Uart<'_> {
-    type Error = core::convert::Infallible;
-}
-
-impl Read for Uart<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Self::Error> {
-        let n = buf.len().min(3).min(self.bytes.len());
-        buf[..n].copy_from_slice(&self.bytes[..n]);
-        self.bytes = &self.bytes[n..];
-        Ok(n)
-    }
-}
+use uart::Uart;
 
 /// Digits-like samples: pixels 0..=16 (zeros included) and labels 0..10.
 fn samples<const F: usize>(count: usize) -> Vec<Sample<F>> {

@@ -1,25 +1,9 @@
 //! Samples from an `embedded-io` reader that delivers bytes a few at a time, like a UART.
 
-use embedded_io::{ErrorType, Read};
+mod uart;
+
 use homeadam_mcu::{ReadError, Sample, SampleReader};
-
-/// A serial link that hands out at most 3 bytes per read.
-struct Uart<'a> {
-    bytes: &'a [u8],
-}
-
-impl ErrorType for Uart<'_> {
-    type Error = core::convert::Infallible;
-}
-
-impl Read for Uart<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Self::Error> {
-        let n = buf.len().min(3).min(self.bytes.len());
-        buf[..n].copy_from_slice(&self.bytes[..n]);
-        self.bytes = &self.bytes[n..];
-        Ok(n)
-    }
-}
+use uart::Uart;
 
 #[test]
 fn frames_split_across_reads() {
