@@ -254,7 +254,7 @@ impl Experiment {
 
 /// A protocol choice an experiment of this kind needs ([`Preset::load`] checks that the preset
 /// has it).
-fn needed<'a, T>(preset: &str, key: &str, choice: &'a Option<Choice<T>>) -> Result<&'a Choice<T>> {
+pub(crate) fn needed<'a, T>(preset: &str, key: &str, choice: &'a Option<Choice<T>>) -> Result<&'a Choice<T>> {
     choice
         .as_ref()
         .with_context(|| format!("preset {preset}.json: the protocol has no {key}"))

@@ -23,13 +23,13 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 
 use super::data::{ClassificationData, TrainData};
-use super::experiments::{Experiment, ModelFactory};
+use super::experiments::{needed, Experiment, ModelFactory};
 use super::run::evaluate;
 use crate::data::batches::{Examples, Images};
 use crate::data::digits::{self, FeatureSet};
 use crate::data::{cifar10, ImageSet, Split};
 use crate::models::{Mlp, MlpConfig, Model, Vgg, VggConfig, VggVariant};
-use crate::preset::{DecayMask, Preset};
+use crate::preset::{Augmentation, DecayMask, Preset};
 use crate::progress::bar;
 use crate::report::{draw_figures, StabilityRecord, StabilityWriter};
 use homeadam_candle::{OptimConfig, VarOptimizer};
@@ -84,8 +84,13 @@ fn digit_sets(replace: usize) -> Result<(FeatureSet, FeatureSet, FeatureSet)> {
     Ok((s, s_i, test))
 }
 
-/// S, S⁽ⁱ⁾ and the test split: CIFAR-10, normalised, S and S⁽ⁱ⁾ augmented.
-fn cifar_sets(data_dir: Option<&std::path::Path>, replace: usize) -> Result<(Images, Images, Images)> {
+/// S, S⁽ⁱ⁾ and the test split: CIFAR-10, normalised, S and S⁽ⁱ⁾ padded by `pad` for the
+/// random crop.
+fn cifar_sets(
+    data_dir: Option<&std::path::Path>,
+    replace: usize,
+    pad: usize,
+) -> Result<(Images, Images, Images)> {
     let mut train: ImageSet = cifar10::load(data_dir, Split::Train)?;
     let test = cifar10::load(data_dir, Split::Test)?;
     let n = check_replace(train.n, replace)?;
@@ -100,8 +105,8 @@ fn cifar_sets(data_dir: Option<&std::path::Path>, replace: usize) -> Result<(Ima
     train_i.labels[replace] = fresh_label;
     let norm = cifar10::normalization();
     Ok((
-        Images::new(train, norm.clone(), 4)?,
-        Images::new(train_i, norm.clone(), 4)?,
+        Images::new(train, norm.clone(), pad)?,
+        Images::new(train_i, norm.clone(), pad)?,
         Images::new(test, norm, 0)?,
     ))
 }
@@ -154,16 +159,14 @@ pub fn run_stability(o: &StabilityOptions) -> Result<(Vec<StabilitySummary>, Vec
             )
         }
         Experiment::Cifar10Vgg16 => {
-            let (s, s_i, test) = cifar_sets(o.data_dir.as_deref(), o.replace)?;
+            let name = "cifar10_vgg16";
+            let protocol = Preset::load(name)?.protocol;
+            let augmentation = needed(name, "augmentation", &protocol.augmentation)?.value;
+            let pad = augmentation.padding().unwrap_or(0);
+            let (s, s_i, test) = cifar_sets(o.data_dir.as_deref(), o.replace, pad)?;
             let variant = match o.vgg {
                 Some(v) => v,
-                None => {
-                    Preset::load("cifar10_vgg16")?
-                        .protocol
-                        .vgg
-                        .context("preset cifar10_vgg16.json: the protocol has no vgg")?
-                        .value
-                }
+                None => needed(name, "vgg", &protocol.vgg)?.value,
             };
             let config = VggConfig {
                 width: if o.small { 1.0 / 16.0 } else { 1.0 },
@@ -175,7 +178,7 @@ pub fn run_stability(o: &StabilityOptions) -> Result<(Vec<StabilitySummary>, Vec
                 "cifar10_vgg16",
                 (s, s_i, test),
                 cifar10::SHAPE.to_vec(),
-                true,
+                augmentation != Augmentation::None,
                 factory,
             )
         }
