@@ -4,7 +4,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "HOMEADAM"
-//!      8     2  format version (2)
+//!      8     2  format version (2; 3 with a calibrated τ)
 //!     10     1  rule code (Rule::code: fixed numbers, never positions in a list)
 //!     11     1  state dtype (0 f32, 1 f16, 2 bf16)
 //!     12     1  state slots per element
@@ -17,11 +17,15 @@
 //!              8  element count d
 //!              4  SWATS Λ (f32 bits)
 //!       slots·d·w  state slots, each element little-endian (w = 2 or 4 bytes)
+//! version 3 only (a calibrated τ, `Config::tau_calibration`):
+//!              4  the calibrated τ (f32 bits; 0 before the first calibration)
+//!          128·4  the calibration window's histogram, counts as u32
 //! end          4  CRC-32 (IEEE) of every byte before it
 //! ```
 //! Loading checks the checksum and every field before it writes anything. Version 1
 //! (homeadam-core 0.1) numbered rules by their position in a list; it is refused by name.
 
+use crate::calibration::{Histogram, BUCKETS};
 use crate::config::Rule;
 use crate::crc32::Crc32;
 use crate::error::{CheckpointError, Error};
@@ -30,8 +34,11 @@ use crate::storage::{Dtype, Storage};
 use crate::tensor::TensorAux;
 
 const MAGIC: &[u8; 8] = b"HOMEADAM";
-/// The format version this build writes and reads.
+/// The format version this build writes and reads without a calibrated τ.
 pub(crate) const VERSION: u16 = 2;
+/// The format version with a calibrated τ's state.
+pub(crate) const VERSION_CALIBRATED: u16 = 3;
+const CALIBRATION: usize = 4 + 4 * BUCKETS;
 const HEADER: usize = 36;
 const TENSOR_HEADER: usize = 12;
 
@@ -118,6 +125,7 @@ impl Optimizer {
     pub fn state_bytes(&self, numels: impl IntoIterator<Item = usize>, dtype: Dtype) -> usize {
         let slots = self.config().state_slots();
         HEADER
+            + self.calibration_bytes()
             + 4
             + numels
                 .into_iter()
@@ -125,7 +133,15 @@ impl Optimizer {
                 .sum::<usize>()
     }
 
-    /// Writes the step counter, SWATS phase and every tensor's state to `sink`.
+    fn calibration_bytes(&self) -> usize {
+        if self.config().tau_calibration.is_some() {
+            CALIBRATION
+        } else {
+            0
+        }
+    }
+
+    /// Writes the step counter, SWATS phase, a calibrated τ and every tensor's state to `sink`.
     pub fn save_state<S: Storage, W: ByteSink>(
         &self,
         tensors: &[TensorState<'_, S>],
@@ -138,7 +154,11 @@ impl Optimizer {
         };
         let mut header = [0u8; HEADER];
         header[..8].copy_from_slice(MAGIC);
-        header[8..10].copy_from_slice(&VERSION.to_le_bytes());
+        let version = match self.calibration_bytes() {
+            0 => VERSION,
+            _ => VERSION_CALIBRATED,
+        };
+        header[8..10].copy_from_slice(&version.to_le_bytes());
         header[10] = self.config().rule.code();
         header[11] = S::DTYPE.code();
         header[12] = slots as u8;
@@ -163,6 +183,13 @@ impl Optimizer {
                 out.put(&x.to_bits32().to_le_bytes()[..width])?;
             }
         }
+        if self.calibration_bytes() != 0 {
+            let tau = self.calibrated_tau().map_or(0, f32::to_bits);
+            out.put(&tau.to_le_bytes())?;
+            for c in self.calibration_window().counts() {
+                out.put(&c.to_le_bytes())?;
+            }
+        }
         let crc = out.crc.finish();
         out.sink.write(&crc.to_le_bytes())?;
         Ok(())
@@ -175,7 +202,7 @@ impl Optimizer {
         bytes: &[u8],
         tensors: &mut [TensorStateMut<'_, S>],
     ) -> Result<(), Error> {
-        let (step, swats_lr) = self.check_state(bytes, tensors)?;
+        let (step, swats_lr, calibration_at) = self.check_state(bytes, tensors)?;
         let width = S::DTYPE.size();
         let mut at = HEADER;
         for t in tensors.iter_mut() {
@@ -188,7 +215,14 @@ impl Optimizer {
                 at += width;
             }
         }
-        self.restore(step, swats_lr);
+        let (mut tau, mut window) = (None, Histogram::new());
+        if let Some(at) = calibration_at {
+            tau = Some(f32::from_bits(read_u32(bytes, at))).filter(|&t| t != 0.0);
+            for (b, chunk) in bytes[at + 4..at + CALIBRATION].chunks_exact(4).enumerate() {
+                window.add_to(b, read_u32(chunk, 0));
+            }
+        }
+        self.restore(step, swats_lr, tau, window);
         Ok(())
     }
 
@@ -196,7 +230,7 @@ impl Optimizer {
         &self,
         bytes: &[u8],
         tensors: &[TensorStateMut<'_, S>],
-    ) -> Result<(u64, Option<f64>), Error> {
+    ) -> Result<(u64, Option<f64>, Option<usize>), Error> {
         use CheckpointError::*;
         if bytes.len() < MAGIC.len() || &bytes[..8] != MAGIC {
             return Err(BadMagic.into());
@@ -205,9 +239,11 @@ impl Optimizer {
             return Err(Truncated.into());
         }
         let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-        if version != VERSION {
-            return Err(UnsupportedVersion(version).into());
-        }
+        let calibration = match version {
+            VERSION => 0,
+            VERSION_CALIBRATED => CALIBRATION,
+            _ => return Err(UnsupportedVersion(version).into()),
+        };
         let slots = self.config().state_slots();
         let count = read_u32(bytes, 32);
         let stored_dtype = Dtype::from_code(bytes[11]).ok_or(Corrupt)?;
@@ -226,6 +262,8 @@ impl Optimizer {
                 return Err(Truncated.into());
             }
         }
+        let calibration_at = at;
+        at += calibration;
         let end = at + 4;
         if end > bytes.len() {
             return Err(Truncated.into());
@@ -244,6 +282,9 @@ impl Optimizer {
         }
         if stored_dtype != S::DTYPE {
             return Err(DtypeMismatch.into());
+        }
+        if calibration != self.calibration_bytes() {
+            return Err(CalibrationMismatch.into());
         }
         if count as usize != tensors.len() {
             return Err(TensorCountMismatch {
@@ -275,7 +316,14 @@ impl Optimizer {
         if bytes[14] != 0 || bytes[15] != 0 {
             return Err(Corrupt.into());
         }
-        Ok((step, swats_lr))
+        let tau = f32::from_bits(read_u32(bytes, calibration_at));
+        if calibration != 0
+            && !(tau == 0.0 || (tau.is_normal() && tau.to_bits() & 0x807f_ffff == 0 && tau <= 1.0))
+        {
+            // A calibrated τ is a power of two in [2^-126, 1] (0 before the first calibration).
+            return Err(Corrupt.into());
+        }
+        Ok((step, swats_lr, (calibration != 0).then_some(calibration_at)))
     }
 }
 

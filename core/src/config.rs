@@ -1,5 +1,6 @@
 //! Rules, hyper-parameters and their validation.
 
+use crate::calibration::TauCalibration;
 use crate::error::Error;
 use crate::rounding::Rounding;
 use crate::storage::Dtype;
@@ -15,6 +16,50 @@ pub enum Switch {
     Layer,
     /// Alg. 3: one decision per element.
     Element,
+}
+
+/// Over which elements the global and per-layer HomeAdam(W) rules take ρ = min v̂.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum RhoOver {
+    /// Every element (Alg. 2). An element that has never had a non-zero gradient has v̂ = 0,
+    /// so ρ = 0 < τ and the rule goes home at every step on most real models.
+    #[default]
+    All,
+    /// The elements with v_t > 0, those that have had a non-zero gradient; ρ = 0 when there
+    /// is none. Not in the paper.
+    Active,
+}
+
+impl RhoOver {
+    /// The config names, in order: `all`, `active`.
+    pub const NAMES: [&'static str; 2] = ["all", "active"];
+
+    /// The config name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RhoOver::All => RhoOver::NAMES[0],
+            RhoOver::Active => RhoOver::NAMES[1],
+        }
+    }
+
+    /// The value of a config name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [RhoOver::All, RhoOver::Active]
+            .into_iter()
+            .find(|r| r.name() == name)
+    }
+
+    /// The ρ that decides, from min v̂ over all elements and over the active ones (+∞ when
+    /// none is active).
+    #[inline]
+    pub fn rho(self, all: f32, active: f32) -> f32 {
+        match self {
+            RhoOver::All => all,
+            RhoOver::Active if active == f32::INFINITY => 0.0,
+            RhoOver::Active => active,
+        }
+    }
 }
 
 /// An update rule. [`Rule::from_name`] takes the config names.
@@ -184,6 +229,16 @@ pub struct Config {
     /// the model (global), over a tensor (per layer), or per element. ρ is 0 whenever an element
     /// has never had a non-zero gradient, which sends the global rule home at every step.
     pub tau: f64,
+    /// Global and per-layer HomeAdam(W): the elements ρ is taken over ([`RhoOver::All`], the
+    /// paper, by default).
+    pub rho_over: RhoOver,
+    /// HomeAdam(W): τ set from a histogram of the decision values instead of `tau`, so that
+    /// about a share q of decisions goes home ([`crate::calibration`]); `None`: τ = `tau`.
+    pub tau_calibration: Option<TauCalibration>,
+    /// HomeAdam(W): η_h / η, the home branch's learning rate relative to η (1: the paper).
+    /// The home step is θ(1 − ηλ) − η_h m̂: with one η the branches differ by 1 / (v̂ + ε),
+    /// 10³–10⁶ in practice. A ratio, so that schedules and group scales move η_h with η.
+    pub home_lr_scale: f64,
     /// μ, SGD momentum.
     pub momentum: f64,
     /// SGD dampening ∈ [0, 1].
@@ -232,6 +287,9 @@ impl Config {
             eps,
             weight_decay,
             tau: 1e-12,
+            rho_over: RhoOver::All,
+            tau_calibration: None,
+            home_lr_scale: 1.0,
             momentum,
             dampening: 0.0,
             nesterov: false,
@@ -354,6 +412,12 @@ impl Config {
         check(self.kappa, "kappa", "a finite value >= 0", |x| x >= 0.0)?;
         if self.rule.switch().is_some() {
             check(self.tau, "tau", "a finite value > 0", |x| x > 0.0)?;
+            check(self.home_lr_scale, "home_lr_scale", "a finite value >= 0", |x| {
+                x >= 0.0
+            })?;
+            if let Some(c) = self.tau_calibration {
+                c.validate()?;
+            }
         }
         if self.weight_decay != 0.0 && !self.rule.takes_weight_decay() {
             return Err(Error::NotForRule {
@@ -395,7 +459,9 @@ impl Config {
         let swats = rule == Rule::Swats;
         let adabelief = rule == Rule::AdaBelief;
         let same = |a: f64, b: f64| a.to_bits() == b.to_bits();
-        let knobs: [(&'static str, bool, bool, &'static str); 12] = [
+        let home = rule.switch().is_some();
+        let decides_on_rho = matches!(rule.switch(), Some(Switch::Global | Switch::Layer));
+        let knobs: [(&'static str, bool, bool, &'static str); 15] = [
             (
                 "beta1",
                 same(self.beta1, d.beta1),
@@ -419,6 +485,24 @@ impl Config {
                 same(self.tau, d.tau),
                 rule.switch().is_some(),
                 "τ is the HomeAdam(W) threshold",
+            ),
+            (
+                "rho_over",
+                self.rho_over == d.rho_over,
+                decides_on_rho,
+                "ρ decides the global and per-layer HomeAdam(W) rules only",
+            ),
+            (
+                "tau (calibrated)",
+                self.tau_calibration == d.tau_calibration,
+                home,
+                "τ is the HomeAdam(W) threshold",
+            ),
+            (
+                "home_lr_scale",
+                same(self.home_lr_scale, d.home_lr_scale),
+                home,
+                "the home branch is HomeAdam(W)'s",
             ),
             (
                 "momentum",

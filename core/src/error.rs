@@ -104,6 +104,8 @@ pub enum CheckpointError {
         /// Index of the tensor.
         tensor: u32,
     },
+    /// The checkpoint holds a calibrated τ's state and the config has none, or the reverse.
+    CalibrationMismatch,
     /// A field holds an impossible value.
     Corrupt,
     /// The output buffer is too small.
@@ -184,10 +186,14 @@ impl fmt::Display for CheckpointError {
             CheckpointError::BadMagic => f.write_str("not a homeadam optimizer state (bad magic)"),
             CheckpointError::UnsupportedVersion(v) => write!(
                 f,
-                "format version {v}, but this build reads version {} only (version 1 came \
-                 from homeadam-core 0.1, whose rule codes differ; retrain or convert)",
-                crate::checkpoint::VERSION
+                "format version {v}, but this build reads versions {} and {} only (version 1 \
+                 came from homeadam-core 0.1, whose rule codes differ; retrain or convert)",
+                crate::checkpoint::VERSION,
+                crate::checkpoint::VERSION_CALIBRATED
             ),
+            CheckpointError::CalibrationMismatch => {
+                f.write_str("saved with a calibrated τ and loaded without one, or the other way round")
+            }
             CheckpointError::Truncated => f.write_str("truncated"),
             CheckpointError::TrailingBytes => f.write_str("unexpected bytes after the checksum"),
             CheckpointError::ChecksumMismatch => f.write_str("checksum mismatch (corrupt data)"),

@@ -8,6 +8,7 @@
 //! give the same bits (property-tested for every rule × storage combination); a backend that
 //! re-implements a rule (CUDA, MCU) is tested against [`run_reference`] too.
 
+use crate::calibration::Histogram;
 use crate::exact::ExactSum;
 use crate::rounding::ParamStore;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -373,15 +374,51 @@ pub(crate) fn grads_finite<G: Storage>(grad: &[G], inv_grad_scale: f32) -> bool 
     true
 }
 
-/// First pass of the global and per-layer HomeAdam rules: min over the tensor of the new
-/// second moment `v_new(v, g)` (not stored), and whether every unscaled gradient is finite.
+/// The minima of the global and per-layer HomeAdam rules' first pass over one tensor.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SecondMomentMin {
+    /// min v_t over the elements (+∞ for none).
+    pub all: f32,
+    /// min v_t over the elements with v_t > 0 (+∞ for none).
+    pub active: f32,
+}
+
+impl SecondMomentMin {
+    /// No element yet.
+    pub const EMPTY: SecondMomentMin = SecondMomentMin {
+        all: f32::INFINITY,
+        active: f32::INFINITY,
+    };
+
+    /// Folds `v` in (NaN is not folded: `x < min` is false).
+    #[inline(always)]
+    pub fn fold(&mut self, v: f32) {
+        self.all = if v < self.all { v } else { self.all };
+        self.active = if v > 0.0 && v < self.active {
+            v
+        } else {
+            self.active
+        };
+    }
+
+    /// The minima of two parts (min is exact: the order does not matter).
+    pub fn merge(self, other: Self) -> Self {
+        let mut m = self;
+        m.fold(other.all);
+        m.fold(other.active);
+        m
+    }
+}
+
+/// First pass of the global and per-layer HomeAdam rules: the minima of the new second moment
+/// `v_new(v, g)` (not stored) over the tensor, and whether every unscaled gradient is finite.
 pub(crate) fn min_new_second_moment<G: Storage, S: Storage>(
     grad: &[G],
     v: &[S],
     inv_grad_scale: f32,
     v_new: impl Fn(f32, f32) -> f32,
-) -> (f32, bool) {
-    let mut lanes = [f32::INFINITY; 8];
+) -> (SecondMomentMin, bool) {
+    let mut lanes = [SecondMomentMin::EMPTY; 8];
     let mut bad = 0u32;
     let mut gc = grad.chunks_exact(8);
     let mut vc = v.chunks_exact(8);
@@ -389,18 +426,36 @@ pub(crate) fn min_new_second_moment<G: Storage, S: Storage>(
         for l in 0..8 {
             let g = g8[l].to_f32() * inv_grad_scale;
             bad |= is_nonfinite(g) as u32;
-            let x = v_new(v8[l].to_f32(), g);
-            lanes[l] = if x < lanes[l] { x } else { lanes[l] };
+            lanes[l].fold(v_new(v8[l].to_f32(), g));
         }
     }
     for (g, v) in gc.remainder().iter().zip(vc.remainder()) {
         let g = g.to_f32() * inv_grad_scale;
         bad |= is_nonfinite(g) as u32;
-        let x = v_new(v.to_f32(), g);
-        lanes[0] = if x < lanes[0] { x } else { lanes[0] };
+        lanes[0].fold(v_new(v.to_f32(), g));
     }
-    let min = lanes
-        .iter()
-        .fold(f32::INFINITY, |a, &b| if b < a { b } else { a });
+    let min = lanes.iter().fold(SecondMomentMin::EMPTY, |a, &b| a.merge(b));
     (min, bad == 0)
+}
+
+/// The element-wise rule's calibration pass: v̂ = `v_new(v, g)` / bc2 of every element with
+/// v_new > 0 counted into `hist`, and whether every unscaled gradient is finite.
+pub(crate) fn count_new_second_moment<G: Storage, S: Storage>(
+    grad: &[G],
+    v: &[S],
+    inv_grad_scale: f32,
+    bc2: f32,
+    v_new: impl Fn(f32, f32) -> f32,
+    hist: &mut Histogram,
+) -> bool {
+    let mut bad = 0u32;
+    for (g, v) in grad.iter().zip(v) {
+        let g = g.to_f32() * inv_grad_scale;
+        bad |= is_nonfinite(g) as u32;
+        let v = v_new(v.to_f32(), g);
+        if v > 0.0 {
+            hist.add(v / bc2);
+        }
+    }
+    bad == 0
 }

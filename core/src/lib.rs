@@ -6,6 +6,7 @@
 extern crate std;
 
 pub mod backend;
+pub mod calibration;
 mod checkpoint;
 mod config;
 mod crc32;
@@ -23,8 +24,9 @@ mod simd;
 mod storage;
 mod tensor;
 
+pub use calibration::TauCalibration;
 pub use checkpoint::{ByteSink, SliceSink, TensorState, TensorStateMut};
-pub use config::{Config, FiniteCheck, Rule, Switch, ALL_RULES};
+pub use config::{Config, FiniteCheck, RhoOver, Rule, Switch, ALL_RULES};
 pub use error::{CheckpointError, Error};
 pub use exact::ExactSum;
 pub use optimizer::{Optimizer, Step};

@@ -3,11 +3,12 @@
 //! models whose tensors do not fit one slice (several storage types, parameters that are
 //! lent one at a time, as by candle).
 
-use crate::backend::{goes_home, home_first_pass};
-use crate::config::{Config, FiniteCheck, Rule, Switch};
+use crate::backend::{goes_home, home_calibration_pass, home_first_pass};
+use crate::calibration::Histogram;
+use crate::config::{Config, FiniteCheck, RhoOver, Rule, Switch};
 use crate::error::Error;
 use crate::exact::ExactSum;
-use crate::kernel::{self, Kernel, Part, TensorResult};
+use crate::kernel::{self, Kernel, Part, SecondMomentMin, TensorResult};
 #[cfg(feature = "std")]
 use crate::parallel;
 use crate::rounding::{tensor_key, NearestStore, ParamStore, Rounding, StochasticStore};
@@ -23,8 +24,9 @@ use crate::simd::Isa;
 use crate::storage::Storage;
 use crate::tensor::{Group, StepReport, Tensor, TensorAux};
 
-/// An optimizer: a validated [`Config`] plus the model-wide state (the step counter t and the
-/// SWATS phase). Per-tensor state lives in the caller's slices ([`Tensor::state`]).
+/// An optimizer: a validated [`Config`] plus the model-wide state (the step counter t, the
+/// SWATS phase, a calibrated τ and its histogram). Per-tensor state lives in the caller's
+/// slices ([`Tensor::state`]).
 ///
 /// ```
 /// use homeadam_core::{Config, Group, Optimizer, Rule, Switch, Tensor, TensorAux};
@@ -53,6 +55,11 @@ pub struct Optimizer {
     config: Config,
     step: u64,
     swats_sgd_lr: Option<f64>,
+    /// The τ last calibrated (`None` before the first calibration, or without one).
+    calibrated_tau: Option<f32>,
+    /// Global and per-layer rules with a calibrated τ: the decision values since the last
+    /// calibration.
+    window: Histogram,
 }
 
 impl Optimizer {
@@ -63,6 +70,8 @@ impl Optimizer {
             config,
             step: 0,
             swats_sgd_lr: None,
+            calibrated_tau: None,
+            window: Histogram::new(),
         })
     }
 
@@ -81,6 +90,28 @@ impl Optimizer {
         self.swats_sgd_lr
     }
 
+    /// The τ of the next step: the calibrated τ once calibrated, else `Config::tau`.
+    pub fn tau(&self) -> f64 {
+        self.calibrated_tau.map_or(self.config.tau, f64::from)
+    }
+
+    /// With a calibrated τ on the global or per-layer rule: the histogram of the decision
+    /// values since the last calibration (saved in checkpoints).
+    pub fn calibration_window(&self) -> &Histogram {
+        &self.window
+    }
+
+    pub(crate) fn calibrated_tau(&self) -> Option<f32> {
+        self.calibrated_tau
+    }
+
+    /// The config a step runs with: τ as [`Optimizer::tau`].
+    fn step_config(&self) -> Config {
+        let mut config = self.config;
+        config.tau = self.tau();
+        config
+    }
+
     /// Changes η (for schedules); refused like a bad config, leaving η unchanged.
     pub fn set_lr(&mut self, lr: f64) -> Result<(), Error> {
         let mut config = self.config;
@@ -95,9 +126,17 @@ impl Optimizer {
         self.config.state_slots() * numel
     }
 
-    pub(crate) fn restore(&mut self, step: u64, swats_sgd_lr: Option<f64>) {
+    pub(crate) fn restore(
+        &mut self,
+        step: u64,
+        swats_sgd_lr: Option<f64>,
+        calibrated_tau: Option<f32>,
+        window: Histogram,
+    ) {
         self.step = step;
         self.swats_sgd_lr = swats_sgd_lr;
+        self.calibrated_tau = calibrated_tau;
+        self.window = window;
     }
 
     /// One step over every tensor of the model, with the fast path.
@@ -174,7 +213,9 @@ impl Optimizer {
             return Err(Error::InvalidGradScale(grad_scale));
         }
         let t = self.step.checked_add(1).ok_or(Error::StepOverflow)?;
-        let config = self.config;
+        let config = self.step_config();
+        let calibrates =
+            config.rule.switch().is_some() && config.tau_calibration.is_some_and(|c| c.calibrates_at(t));
         Ok(Step {
             scalars: StepScalars::new(&config, t, grad_scale, self.swats_sgd_lr),
             // SWATS's switch test works in f64.
@@ -188,7 +229,12 @@ impl Optimizer {
             updated: 0,
             global_home: false,
             rho: f32::INFINITY,
+            rho_active: f32::INFINITY,
             has_rho: false,
+            calibrates,
+            calibrated: false,
+            pending: Histogram::new(),
+            new_tau: None,
             report: StepReport::applied(t),
             next_swats_lr: None,
             #[cfg(feature = "std")]
@@ -210,8 +256,19 @@ pub struct Step<'o> {
     checked: usize,
     updated: usize,
     global_home: bool,
+    /// min v̂ over every element checked (then updated) so far.
     rho: f32,
+    /// min v̂ over the active elements checked so far (+∞ for none).
+    rho_active: f32,
     has_rho: bool,
+    /// This step sets a calibrated τ.
+    calibrates: bool,
+    /// τ was set (at the first update, or by [`Step::calibrate_external`]).
+    calibrated: bool,
+    /// The values this step adds to the calibration histogram.
+    pending: Histogram,
+    /// The τ this step calibrated (`None` without values to calibrate on).
+    new_tau: Option<f32>,
     report: StepReport,
     next_swats_lr: Option<f64>,
     #[cfg(feature = "std")]
@@ -225,6 +282,12 @@ pub struct Outcome {
     pub skipped: bool,
     /// min v over every tensor after the update (ρ = v_min / bc2), if the rule reports ρ.
     pub v_min: Option<f32>,
+    /// Global and per-layer HomeAdam(W): min v over the elements with v > 0 (+∞ for none).
+    pub v_min_active: Option<f32>,
+    /// Global and per-layer HomeAdam(W) with a calibrated τ, at steps that do not set τ: the
+    /// step's decision values ([`crate::RhoOver::rho`] of the model for the global rule, of
+    /// each tensor for the per-layer rule) counted into a [`Histogram`]. Ignored otherwise.
+    pub decisions: Histogram,
     /// Elements that took the home branch.
     pub home_elements: u64,
     /// A non-finite gradient was applied (under [`FiniteCheck::Trust`]).
@@ -274,7 +337,46 @@ impl Step<'_> {
             return self.scalars;
         }
         let c = &self.opt.config;
-        StepScalars::for_group(c, group, self.t, self.grad_scale, self.opt.swats_sgd_lr)
+        let mut s = StepScalars::for_group(c, group, self.t, self.grad_scale, self.opt.swats_sgd_lr);
+        s.tau = self.scalars.tau;
+        s
+    }
+
+    /// Whether this step sets a calibrated τ ([`crate::calibration`]). A backend that updates
+    /// the tensors itself then calls [`Step::calibrate_external`] before it reads the scalars.
+    pub fn calibrates(&self) -> bool {
+        self.calibrates
+    }
+
+    /// Sets the calibrated τ of this step from the values a backend counted: for the
+    /// element-wise rule v̂ of every element with v > 0 ([`crate::backend::home_calibration_pass`]),
+    /// for the global and per-layer rules this step's decision values (as
+    /// [`Outcome::decisions`]). Only at a step that [`Step::calibrates`], before any update.
+    pub fn calibrate_external(&mut self, values: &Histogram) -> Result<(), Error> {
+        if !self.calibrates || self.updating || self.calibrated {
+            return Err(Error::StepOrder(
+                "calibrate_external once, before the update, at a step that calibrates",
+            ));
+        }
+        self.pending = *values;
+        self.calibrate();
+        Ok(())
+    }
+
+    /// τ ← the share's quantile of the window and this step's values (element-wise: this
+    /// step's only); τ is kept when there is no value.
+    fn calibrate(&mut self) {
+        let config = &self.opt.config;
+        let Some(c) = config.tau_calibration else {
+            return;
+        };
+        let mut values = self.pending;
+        if config.rule.switch() != Some(Switch::Element) {
+            values.merge(&self.opt.window);
+        }
+        self.new_tau = values.tau(c.home_share);
+        self.scalars.tau = self.new_tau.unwrap_or(self.scalars.tau);
+        self.calibrated = true;
     }
 
     /// The finite check and the first pass of global / per-layer HomeAdam over `tensors`
@@ -291,16 +393,33 @@ impl Step<'_> {
         self.checked += tensors.len();
         let config = &self.opt.config;
         let inv = self.scalars.inv_grad_scale;
+        let bc2 = self.scalars.bc2;
         match config.rule.switch() {
-            Some(Switch::Global | Switch::Layer) => {
+            Some(switch @ (Switch::Global | Switch::Layer)) => {
                 for tensor in tensors.iter_mut() {
                     let n = tensor.param.len();
                     let (v_min, finite) = self.first_pass(tensor.grad, &tensor.state[n..2 * n]);
                     self.finite &= finite;
-                    tensor.aux.rho = v_min / self.scalars.bc2;
-                    if tensor.aux.rho < self.rho {
-                        self.rho = tensor.aux.rho;
+                    let (all, active) = (v_min.all / bc2, v_min.active / bc2);
+                    self.rho = if all < self.rho { all } else { self.rho };
+                    self.rho_active = if active < self.rho_active {
+                        active
+                    } else {
+                        self.rho_active
+                    };
+                    // Until its update, a tensor's ρ is the one that decides its layer.
+                    tensor.aux.rho = config.rho_over.rho(all, active);
+                    if switch == Switch::Layer {
+                        self.pending.add(tensor.aux.rho);
                     }
+                }
+            }
+            Some(Switch::Element) if self.calibrates => {
+                for tensor in tensors.iter() {
+                    let n = tensor.param.len();
+                    let (values, finite) = self.calibration_pass(tensor.grad, &tensor.state[n..2 * n]);
+                    self.finite &= finite;
+                    self.pending.merge(&values);
                 }
             }
             _ if config.finite_check == FiniteCheck::SkipStep => {
@@ -317,15 +436,34 @@ impl Step<'_> {
     }
 
     /// [`home_first_pass`] of one tensor, over the step's threads.
-    fn first_pass<G: Storage, S: Storage>(&self, grad: &[G], v: &[S]) -> (f32, bool) {
+    fn first_pass<G: Storage, S: Storage>(&self, grad: &[G], v: &[S]) -> (SecondMomentMin, bool) {
         let scalars = &self.scalars;
         #[cfg(feature = "std")]
         if self.threads > 1 {
             let pass = |(g, v): (&[G], &[S])| home_first_pass(g, v, scalars);
-            let merge = |a: (f32, bool), b: (f32, bool)| (if b.0 < a.0 { b.0 } else { a.0 }, a.1 && b.1);
+            let merge = |a: (SecondMomentMin, bool), b: (SecondMomentMin, bool)| (a.0.merge(b.0), a.1 && b.1);
             return parallel::run_split((grad, v), self.threads, pass, merge);
         }
         home_first_pass(grad, v, scalars)
+    }
+
+    /// [`home_calibration_pass`] of one tensor, over the step's threads.
+    fn calibration_pass<G: Storage, S: Storage>(&self, grad: &[G], v: &[S]) -> (Histogram, bool) {
+        let scalars = &self.scalars;
+        let pass = |(g, v): (&[G], &[S])| {
+            let mut values = Histogram::new();
+            let finite = home_calibration_pass(g, v, scalars, &mut values);
+            (values, finite)
+        };
+        #[cfg(feature = "std")]
+        if self.threads > 1 {
+            let merge = |mut a: (Histogram, bool), b: (Histogram, bool)| {
+                a.0.merge(&b.0);
+                (a.0, a.1 && b.1)
+            };
+            return parallel::run_split((grad, v), self.threads, pass, merge);
+        }
+        pass((grad, v))
     }
 
     /// Whether every unscaled gradient of one tensor is finite, over the step's threads.
@@ -380,7 +518,33 @@ impl Step<'_> {
             report.swats_switched = true;
         }
         report.rho = self.has_rho.then_some(self.rho);
-        self.opt.step = self.t;
+        report.rho_active = self
+            .first_pass_ran()
+            .then(|| RhoOver::Active.rho(0.0, self.rho_active));
+        self.commit(report)
+    }
+
+    /// Whether the rule ran the first pass of the global / per-layer rules.
+    fn first_pass_ran(&self) -> bool {
+        matches!(
+            self.opt.config.rule.switch(),
+            Some(Switch::Global | Switch::Layer)
+        )
+    }
+
+    /// Counts an applied step: the calibration state, τ in the report, t.
+    fn commit(self, mut report: StepReport) -> Result<StepReport, Error> {
+        let opt = self.opt;
+        if self.calibrated {
+            opt.calibrated_tau = self.new_tau.or(opt.calibrated_tau);
+            opt.window = Histogram::new();
+        } else if opt.config.tau_calibration.is_some() && opt.config.rule.switch() != Some(Switch::Element) {
+            opt.window.merge(&self.pending);
+        }
+        if opt.config.rule.switch().is_some() {
+            report.tau = Some(self.scalars.tau);
+        }
+        opt.step = self.t;
         Ok(report)
     }
 
@@ -421,20 +585,32 @@ impl Step<'_> {
         self.finish_outcome(outcome)
     }
 
-    fn finish_outcome(self, outcome: Outcome) -> Result<StepReport, Error> {
+    fn finish_outcome(mut self, outcome: Outcome) -> Result<StepReport, Error> {
         if outcome.skipped {
             return Ok(StepReport::skipped(self.t - 1));
         }
+        if self.calibrates && !self.calibrated {
+            return Err(Error::StepOrder(
+                "a step that calibrates τ without calibrate_external",
+            ));
+        }
+        let bc2 = self.scalars.bc2;
         let mut report = StepReport::applied(self.t);
-        report.rho = outcome.v_min.map(|v| v / self.scalars.bc2);
+        report.rho = outcome.v_min.map(|v| v / bc2);
+        report.rho_active = match outcome.v_min_active {
+            Some(v) if self.first_pass_ran() => Some(RhoOver::Active.rho(0.0, v / bc2)),
+            _ => None,
+        };
         report.home_elements = outcome.home_elements;
         report.nonfinite_applied = outcome.nonfinite_applied;
         if let Some(lr) = self.next_swats_lr {
             self.opt.swats_sgd_lr = Some(lr);
             report.swats_switched = true;
         }
-        self.opt.step = self.t;
-        Ok(report)
+        if !self.calibrated {
+            self.pending = outcome.decisions;
+        }
+        self.commit(report)
     }
 
     /// SWATS's switch test of one tensor after its Adam-phase step.
@@ -509,7 +685,14 @@ impl Step<'_> {
         let switch = config.rule.switch();
         if !self.updating {
             self.updating = true;
-            self.global_home = switch == Some(Switch::Global) && goes_home(self.rho, self.scalars.tau);
+            let rho = config.rho_over.rho(self.rho, self.rho_active);
+            if switch == Some(Switch::Global) {
+                self.pending.add(rho);
+            }
+            if self.calibrates && self.finite {
+                self.calibrate();
+            }
+            self.global_home = switch == Some(Switch::Global) && goes_home(rho, self.scalars.tau);
             self.rho = f32::INFINITY;
         }
         if !self.finite {

@@ -47,7 +47,7 @@ pub struct StepScalars {
     pub sqrt_bc2: f32,
     /// η / bc1 with bc1 = 1 − β1^t.
     pub lr_over_bc1: f32,
-    /// τ.
+    /// τ (the calibrated τ of the step where τ is calibrated).
     pub tau: f32,
     /// μ (SGD) or β1 (SWATS SGD phase).
     pub momentum: f32,
@@ -71,6 +71,8 @@ pub struct StepScalars {
     pub mi_phase: u32,
     /// AdaBelief rectification: 0 off, 1 rectified step (N_sma ≥ 5), 2 SGD-like step.
     pub rect_mode: u32,
+    /// HomeAdam(W)'s home step: η_h / bc1 with η_h = η · `home_lr_scale`.
+    pub home_lr_over_bc1: f32,
 }
 
 impl StepScalars {
@@ -134,6 +136,7 @@ impl StepScalars {
             first_step: (t == 1) as u32,
             mi_phase: (t <= config.switch_step) as u32,
             rect_mode,
+            home_lr_over_bc1: (lr * config.home_lr_scale / bc1) as f32,
         }
     }
 }

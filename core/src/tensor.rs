@@ -8,7 +8,9 @@
 pub struct TensorAux {
     /// SWATS: Λ, the running average of the projected SGD learning rate γ (state).
     pub swats_lambda: f32,
-    /// Telemetry: min v̂_t over this tensor at the last step (+∞ for rules without v).
+    /// Telemetry: min v̂_t over this tensor at the last step (+∞ for rules without v). Between
+    /// [`crate::Step::check`] and the tensor's update of global / per-layer HomeAdam(W): the
+    /// tensor's deciding ρ ([`crate::Config::rho_over`]).
     pub rho: f32,
     /// Telemetry: elements of this tensor that took the home (SGDM) branch at the last step.
     pub home_elements: u32,
@@ -96,6 +98,11 @@ pub struct StepReport {
     /// ρ_t = min over every element of every tensor of v̂_t; `None` for rules that report no ρ
     /// ([`crate::Config::rho_slot`]; SWATS in its SGD phase) and for skipped steps.
     pub rho: Option<f32>,
+    /// Global and per-layer HomeAdam(W): ρ_t over the elements with v_t > 0 (0 when there is
+    /// none), whether or not it decided ([`crate::Config::rho_over`]); `None` otherwise.
+    pub rho_active: Option<f32>,
+    /// HomeAdam(W): the τ this step compared with (calibrated or not); `None` otherwise.
+    pub tau: Option<f32>,
     /// Elements that took the home (SGDM) branch of HomeAdam(W).
     pub home_elements: u64,
     /// Under [`crate::FiniteCheck::Trust`]: a non-finite gradient was applied.
@@ -111,6 +118,8 @@ impl StepReport {
             step: t,
             skipped: false,
             rho: None,
+            rho_active: None,
+            tau: None,
             home_elements: 0,
             nonfinite_applied: false,
             swats_switched: false,
@@ -123,6 +132,8 @@ impl StepReport {
             step: count,
             skipped: true,
             rho: None,
+            rho_active: None,
+            tau: None,
             home_elements: 0,
             nonfinite_applied: false,
             swats_switched: false,

@@ -15,10 +15,10 @@
 
 #![no_main]
 
-use homeadam_core::backend::{Crc32, Outcome};
+use homeadam_core::backend::{Crc32, Histogram, Outcome};
 use homeadam_core::{
-    bf16, f16, Config, Dtype, Error, FiniteCheck, Group, Optimizer, Rounding, SliceSink, Step, StepReport,
-    Storage, Tensor, TensorAux, ALL_RULES,
+    bf16, f16, Config, Dtype, Error, FiniteCheck, Group, Optimizer, RhoOver, Rounding, SliceSink, Step,
+    StepReport, Storage, TauCalibration, Tensor, TensorAux, ALL_RULES,
 };
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
@@ -140,6 +140,16 @@ fn config(u: &mut Unstructured<'_>) -> Result<Config> {
     if flip(u)? {
         c.finite_check = FiniteCheck::Trust;
     }
+    c.home_lr_scale = hyper(u, c.home_lr_scale)?;
+    if flip(u)? {
+        c.rho_over = RhoOver::Active;
+    }
+    if flip(u)? {
+        c.tau_calibration = Some(TauCalibration {
+            home_share: hyper(u, 0.1)?,
+            every: u.arbitrary()?,
+        });
+    }
     Ok(c)
 }
 
@@ -221,8 +231,10 @@ fn ops(u: &mut Unstructured<'_>, slices: usize) -> Result<Ops> {
         1 => End::External(Outcome {
             skipped: u.arbitrary()?,
             v_min: u.arbitrary::<Option<u32>>()?.map(f32::from_bits),
+            v_min_active: u.arbitrary::<Option<u32>>()?.map(f32::from_bits),
             home_elements: u.arbitrary()?,
             nonfinite_applied: u.arbitrary()?,
+            decisions: Histogram::from_counts(u.arbitrary()?),
         }),
         _ => End::Drop,
     };

@@ -1,8 +1,8 @@
 //! The optional hyper-parameter keys of a JSON config, shared by `homeadam replay`'s config and
 //! the host's presets, and how they overlay [`Config::named`].
 
-use anyhow::{anyhow, Context, Result};
-use homeadam_core::Config;
+use anyhow::{anyhow, bail, Context, Result};
+use homeadam_core::{Config, RhoOver, TauCalibration};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -19,8 +19,15 @@ pub struct HyperParams {
     pub eps: Option<f64>,
     /// λ.
     pub weight_decay: Option<f64>,
-    /// τ, the HomeAdam(W) threshold on min v̂.
-    pub tau: Option<f64>,
+    /// τ, the HomeAdam(W) threshold on min v̂: a number, or `{"home_share": q, "every": N}`
+    /// to calibrate it ([`homeadam_core::calibration`]).
+    pub tau: Option<Tau>,
+    /// Global / per-layer HomeAdam(W): `"all"` (the paper) or `"active"`, the elements ρ is
+    /// taken over.
+    pub rho_over: Option<String>,
+    /// HomeAdam(W): η_h, the home branch's learning rate at the configured `lr` (default `lr`);
+    /// schedules scale it with η.
+    pub home_lr: Option<f64>,
     /// μ, SGD momentum.
     pub momentum: Option<f64>,
     /// SGD dampening.
@@ -41,6 +48,26 @@ pub struct HyperParams {
     pub switch_step: Option<u64>,
 }
 
+/// τ as a config gives it.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Tau {
+    /// A fixed threshold.
+    Fixed(f64),
+    /// Calibrated to a share of home decisions.
+    Calibrated(Calibration),
+}
+
+/// `{"home_share": q, "every": N}`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Calibration {
+    /// q ∈ (0, 1).
+    pub home_share: f64,
+    /// Steps between calibrations (≥ 1).
+    pub every: u32,
+}
+
 impl HyperParams {
     /// Parses the keys of a JSON object that its owner did not take (e.g. a `#[serde(flatten)]`
     /// map); an unknown key or a value of the wrong type is an error naming the key.
@@ -58,8 +85,9 @@ impl HyperParams {
         })
     }
 
-    /// Writes every present key into `c`.
-    pub fn overlay(&self, c: &mut Config) {
+    /// Writes every present key into `c`; a `rho_over` name or a `home_lr` that cannot be a
+    /// ratio to η is an error.
+    pub fn overlay(&self, c: &mut Config) -> Result<()> {
         let set = |dst: &mut f64, v: Option<f64>| *dst = v.unwrap_or(*dst);
         set(&mut c.lr, self.lr);
         if let Some([b1, b2]) = self.betas {
@@ -68,7 +96,26 @@ impl HyperParams {
         }
         set(&mut c.eps, self.eps);
         set(&mut c.weight_decay, self.weight_decay);
-        set(&mut c.tau, self.tau);
+        match self.tau {
+            Some(Tau::Fixed(tau)) => c.tau = tau,
+            Some(Tau::Calibrated(Calibration { home_share, every })) => {
+                c.tau_calibration = Some(TauCalibration { home_share, every });
+            }
+            None => {}
+        }
+        if let Some(name) = &self.rho_over {
+            c.rho_over = RhoOver::from_name(name)
+                .ok_or_else(|| anyhow!("rho_over: {name:?} is not one of {}", RhoOver::NAMES.join(", ")))?;
+        }
+        if let Some(home_lr) = self.home_lr {
+            if !(c.lr > 0.0 && c.lr.is_finite()) {
+                bail!(
+                    "home_lr needs lr > 0 (it is kept as the ratio home_lr / lr, {home_lr} / {})",
+                    c.lr
+                );
+            }
+            c.home_lr_scale = home_lr / c.lr;
+        }
         set(&mut c.momentum, self.momentum);
         set(&mut c.dampening, self.dampening);
         set(&mut c.kappa, self.kappa);
@@ -78,6 +125,7 @@ impl HyperParams {
         c.rectify = self.rectify.unwrap_or(c.rectify);
         c.amsgrad = self.amsgrad.unwrap_or(c.amsgrad);
         c.switch_step = self.switch_step.unwrap_or(c.switch_step);
+        Ok(())
     }
 
     /// [`Config::named`]`(name)` with these keys overlaid, validated.
@@ -86,7 +134,7 @@ impl HyperParams {
             let names = Config::NAMES.join(", ");
             anyhow!("unknown rule {name:?} (expected one of {names})")
         })?;
-        self.overlay(&mut c);
+        self.overlay(&mut c)?;
         c.validate().with_context(|| format!("rule {name}"))?;
         Ok(c)
     }

@@ -135,11 +135,20 @@ fn to_f32_slice<T: Storage>(xs: &[T]) -> Vec<f32> {
 }
 
 /// One JSON line of telemetry: `{"step":…,"rho":…,"home_elements":…,"skipped":…}`, where
-/// `step` is the step counter after the row (unchanged by a skipped row).
+/// `step` is the step counter after the row (unchanged by a skipped row), with `rho_active`
+/// and `tau` after `rho` for the rules that report them.
 pub fn telemetry_line(report: &StepReport) -> String {
-    let rho = serde_json::Value::from(report.rho.filter(|r| r.is_finite()).map(|r| r as f64));
+    let number = |x: Option<f32>| serde_json::Value::from(x.filter(|r| r.is_finite()).map(f64::from));
+    let rho = number(report.rho);
+    let mut extra = String::new();
+    if report.rho_active.is_some() {
+        extra += &format!(r#","rho_active":{}"#, number(report.rho_active));
+    }
+    if report.tau.is_some() {
+        extra += &format!(r#","tau":{}"#, number(report.tau));
+    }
     format!(
-        r#"{{"step":{},"rho":{rho},"home_elements":{},"skipped":{}}}"#,
+        r#"{{"step":{},"rho":{rho}{extra},"home_elements":{},"skipped":{}}}"#,
         report.step, report.home_elements, report.skipped
     )
 }

@@ -60,9 +60,20 @@ Telemetry (one entry per gradient row r = 1..T):
                    v_hat = v_t / (1 - beta2^t), v as computed in this step (before
                    it is rounded to state_dtype); null for sgd/sgdm/adabelief,
                    for swats after it switched to SGD, and for skipped rows.
+    rho_active     (only cases with rho_over = "active") min of v_hat over the
+                   elements with v_t > 0, all tensors; 0 when there is none;
+                   null for skipped rows.
+    tau            (only cases with a calibrated tau) the tau the row used, a
+                   power of two; null for skipped rows.
     home_elements  number of elements that took the SGDM ("home") branch
                    in homeadam* rules; 0 otherwise and for skipped rows.
     skipped        whether the row was skipped (any NaN/Inf in any gradient).
+
+HomeAdam options (config keys, see the README for the exact rules): rho_over
+"active" (the decision min runs over the active elements, v_t > 0); home_lr (the
+absolute home-branch learning rate eta_h at lr; decay stays at eta); tau as
+{"home_share": q, "every": N} (tau calibrated every N steps from a log2-bucket
+histogram of the decision values, as a power of two).
 
 Storage emulation (NumPy reference): raw gradients are rounded to grad_dtype
 (round-to-nearest-even) before unscaling; the step math is float64 (float32 in
@@ -245,6 +256,60 @@ def state_names(cfg: dict) -> list[str]:
     return ["m", "v"]
 
 
+N_BUCKETS = 128
+
+
+def f32_bucket(x: float) -> int | None:
+    """bucket(x) = min(bits(f32 x) >> 23, 127) for x >= 0; None for NaN (not counted).
+    Bucket 0 holds 0 and every x < 2^-126, bucket b in 1..=126 holds [2^(b-127), 2^(b-126)),
+    bucket 127 holds x >= 1."""
+    x32 = np.float32(x)
+    if np.isnan(x32):
+        return None
+    assert not np.signbit(x32), x
+    return min(int(x32.view(np.uint32)) >> 23, N_BUCKETS - 1)
+
+
+class TauCalibration:
+    """Calibrated tau {"home_share": q, "every": N}: a log2-bucket histogram H of the decision
+    values; at the calibration steps t = 1, 1 + N, 1 + 2N, ... tau = 2^(k* - 127) with k* the
+    largest k in 1..=127 such that below(k) = sum_{b<k} H[b] <= q * n (n = sum H; q * n in f64),
+    or 1 if none; tau is unchanged when n = 0. H is cleared after calibrating."""
+
+    def __init__(self, spec: dict):
+        self.q = float(spec["home_share"])
+        self.every = int(spec["every"])
+        assert 0.0 < self.q < 1.0 and self.every >= 1, spec
+        self.hist = np.zeros(N_BUCKETS, np.int64)
+        self.tau: float | None = None
+        self.bucketed: list[float] = []  # every counted value (for the bucket-edge check)
+        self.log: list[dict] = []  # one entry per calibration step
+
+    def is_step(self, t: int) -> bool:
+        return (t - 1) % self.every == 0
+
+    def add(self, values) -> None:
+        for x in np.asarray(values, np.float64).ravel().tolist():
+            b = f32_bucket(x)
+            if b is not None:
+                self.hist[b] += 1
+                self.bucketed.append(x)
+
+    def calibrate(self, t: int) -> float:
+        n = int(self.hist.sum())
+        if n > 0:
+            qn = self.q * n
+            below = np.concatenate(([0], np.cumsum(self.hist)))  # below[k] = sum_{b<k} H[b]
+            ks = [k for k in range(1, N_BUCKETS) if below[k] <= qn]
+            k_star = max(ks) if ks else 1
+            self.tau = 2.0 ** (k_star - 127)
+            gap = min(abs(float(below[k]) - qn) for k in range(1, N_BUCKETS))
+            self.log.append({"t": t, "n": n, "qn": qn, "k": k_star, "tau": self.tau, "gap": gap})
+        self.hist[:] = 0
+        assert self.tau is not None, "no value counted at the first calibration"
+        return self.tau
+
+
 def reference(cfg: dict, theta0: dict, raw_grads: dict, math_dtype=np.float64) -> dict:
     """Replays every gradient row; returns params, states, telemetry and extras."""
     M = math_dtype
@@ -266,16 +331,34 @@ def reference(cfg: dict, theta0: dict, raw_grads: dict, math_dtype=np.float64) -
              "home_margin": [], "srf_rows": 0, "home_rows": 0,
              "layer_decisions": [], "nsma": []}
     phase, cur_lr = "adam", lr  # swats
+    # HomeAdam extensions: rho over the active elements (v_t > 0), home learning rate
+    # eta_h = home_scale * eta, calibrated tau
+    over_active = cfg.get("rho_over", "all") == "active"
+    home_scale = float(cfg["home_lr"]) / lr if "home_lr" in cfg else 1.0
+    tau_cfg = cfg.get("tau", 0.0)
+    cal = TauCalibration(tau_cfg) if isinstance(tau_cfg, dict) else None
+    tau = None if cal is not None else float(tau_cfg)
+    extra["calibration"] = cal
+
+    def entry(step, rho, rho_act, home, skipped):
+        e = {"step": step, "rho": rho}
+        if over_active:
+            e["rho_active"] = rho_act
+        if cal is not None:
+            e["tau"] = None if skipped else tau
+        e.update(home_elements=home, skipped=skipped)
+        return e
+
     for row in range(T):
         raw = {k: round_rne(gd, raw_grads[k][row]) for k in NAMES}
         if not all(np.all(np.isfinite(raw[k])) for k in NAMES):
-            tele.append({"step": t, "rho": None, "home_elements": 0, "skipped": True})
+            tele.append(entry(t, None, None, 0, True))
             continue
         t += 1
         g = {k: raw[k].astype(M) * M(inv_scale) for k in NAMES}
         bc1 = 1.0 - b1 ** t
         bc2 = 1.0 - b2 ** t
-        rho = None
+        rho = rho_act = None
         home = 0
         new = {}
         if rule in ("sgd", "sgdm"):
@@ -310,38 +393,60 @@ def reference(cfg: dict, theta0: dict, raw_grads: dict, math_dtype=np.float64) -
             rho = vmin
         elif rule in ("adam-srf", "adamw-srf") or rule in HOME_RULES:
             lam = wd if rule in ("adamw-srf", "homeadamw", "homeadamw-layer", "homeadamw-ew") else 0.0
-            tau = float(cfg.get("tau", 0.0))
-            mh, vh = {}, {}
+            mh, vh, act = {}, {}, {}
             for k in NAMES:
                 m = b1 * st[k]["m"] + (1 - b1) * g[k]
                 v = b2 * st[k]["v"] + (1 - b2) * g[k] * g[k]
                 st[k]["m"], st[k]["v"] = m, v
                 mh[k] = m / M(bc1)
                 vh[k] = v / M(bc2)
+                act[k] = v > 0  # a non-zero gradient at some step so far (NaN excluded)
             rho = min(float(np.min(vh[k])) for k in NAMES)
+            # rho_active: min of v_hat over the active elements (per tensor), 0 when there is none
+            rho_act_k = {k: float(np.min(vh[k][act[k]])) if np.any(act[k]) else 0.0 for k in NAMES}
+            rho_act = min((rho_act_k[k] for k in NAMES if np.any(act[k])), default=0.0)
+            calibrating = cal is not None and cal.is_step(t)
             if rule in ("adam-srf", "adamw-srf"):
                 srf = {k: np.ones(vh[k].shape, bool) for k in NAMES}
             elif rule in ("homeadam", "homeadamw"):
-                ok = rho >= tau
+                d = rho_act if over_active else rho
+                if cal is not None:
+                    cal.add([d])
+                    if calibrating:
+                        tau = cal.calibrate(t)
+                ok = d >= tau
                 srf = {k: np.full(vh[k].shape, ok) for k in NAMES}
-                extra["home_margin"].append(rho / tau)
+                extra["home_margin"].append(d / tau)
                 extra["srf_rows" if ok else "home_rows"] += 1
             elif rule in ("homeadam-layer", "homeadamw-layer"):
+                dk = {k: rho_act_k[k] if over_active else float(np.min(vh[k])) for k in NAMES}
+                if cal is not None:
+                    cal.add([dk[k] for k in NAMES])
+                    if calibrating:
+                        tau = cal.calibrate(t)
                 srf = {}
                 dec = []
                 for k in NAMES:
-                    mn = float(np.min(vh[k]))
+                    mn = dk[k]
                     srf[k] = np.full(vh[k].shape, mn >= tau)
                     extra["home_margin"].append(mn / tau)
                     dec.append("srf" if mn >= tau else "home")
                 extra["layer_decisions"].append(dec)
             else:  # ew
+                if calibrating:
+                    cal.add(np.concatenate([vh[k][act[k]].astype(np.float64) for k in NAMES]))
+                    tau = cal.calibrate(t)
                 srf = {k: vh[k] >= tau for k in NAMES}
                 for k in NAMES:
                     extra["home_margin"].extend((vh[k].astype(np.float64) / tau).tolist())
+                if calibrating:
+                    n_act = sum(int(np.sum(act[k])) for k in NAMES)
+                    n_home = sum(int(np.sum(act[k] & ~srf[k])) for k in NAMES)
+                    cal.log[-1]["home_active_share"] = n_home / n_act
             for k in NAMES:
                 p = params[k]
-                upd = np.where(srf[k], mh[k] / (vh[k] + eps), mh[k])
+                # home: theta (1 - eta lambda) - eta_h m_hat, with eta_h = home_scale * eta
+                upd = np.where(srf[k], mh[k] / (vh[k] + eps), M(home_scale) * mh[k])
                 new[k] = p - lr * (upd + lam * p)
                 home += int(np.sum(~srf[k]))
         elif rule == "adabelief":
@@ -450,7 +555,7 @@ def reference(cfg: dict, theta0: dict, raw_grads: dict, math_dtype=np.float64) -
             params[k] = store_param(cfg, new[k], t, i).astype(M)
             for s in st[k]:
                 st[k][s] = store_state(cfg, st[k][s]).astype(M)
-        tele.append({"step": t, "rho": rho, "home_elements": home, "skipped": False})
+        tele.append(entry(t, rho, rho_act, home, False))
     out = {"params": {k: params[k].astype(np.float32) for k in NAMES},
            "states": {k: {s: st[k][s].astype(np.float32) for s in st[k]} for k in NAMES},
            "telemetry": tele, "extra": extra, "t": t}
@@ -576,13 +681,15 @@ def generic_grads(seed: int, T: int, scales=(1.0, 0.1, 3.0), big: bool = False) 
     return theta0, grads
 
 
-def home_grads(seed: int, T: int, small: float, large: float, big: bool = False) -> tuple[dict, dict]:
+def home_grads(seed: int, T: int, small: float, large: float, big: bool = False,
+               dead=()) -> tuple[dict, dict]:
     """Gradients that make HomeAdam switch branches (rows are 1-based steps t):
     layer0.weight: |g| ~ large; elements 0..3 exactly 0 for t <= 10, and a few
                    scattered exact zeros later;
     layer0.bias:   |g| ~ small for t <= 30, ~ large afterwards;
     layer1.weight: elements 0..15 ~ small for t < 60, ~ large from t = 60; the
-                   rest ~ large always (with some exact zeros)."""
+                   rest ~ large always (with some exact zeros);
+    dead:          (tensor, index) elements that are exactly 0 at every row (never active)."""
     theta0, base = generic_grads(seed, T, scales=(1.0, 1.0, 1.0), big=big)
     rng = np.random.default_rng(seed + 1)
     tt = np.arange(1, T + 1)[:, None]
@@ -598,7 +705,58 @@ def home_grads(seed: int, T: int, small: float, large: float, big: bool = False)
     g2[zmask] = 0.0
     grads = {"layer0.weight": g0.astype(np.float32), "layer0.bias": g1.astype(np.float32),
              "layer1.weight": g2.astype(np.float32)}
+    for k, j in dead:
+        grads[k][:, j] = 0.0
     return theta0, grads
+
+
+# Gradient of the row after a dip, and of a constant element's last "low" row: v_hat then stays
+# >= (1 - beta2) beta2^99 JUMP^2 / (1 - beta2^100) > 0.15 (far above every tau) for the whole run.
+JUMP = 4.0
+
+
+def calibrated_grads(seed: int, T: int, beta2: float, plan: dict, big: bool = False) -> tuple[dict, dict]:
+    """Gradients whose decision values (rho, or v_hat per element) sit at chosen levels, all
+    half an octave away from any power of two (rows are 1-based steps t; beta2 as configured).
+    Every element not named in the plan is generic (scale 1): |g| >= 0.125, so v_hat, a weighted
+    average of g^2, stays >= 2^-6.
+    plan["dead"]:       (tensor, j): exactly 0 at every row (never active).
+    plan["zero_until"]: (tensor, r): the whole tensor is 0 for t <= r (no active element).
+    plan["const"]:      (tensor, j, level, start, jump): g = +-sqrt(level), alternating sign, from
+                        row start (0 before); v_hat = level exactly when start = 1, and
+                        level (1 - beta2^(t-start+1)) / (1 - beta2^t) (rising) otherwise. At row
+                        jump (if not None) g = JUMP, generic afterwards.
+    plan["steady"]:     (tensor, j, level): g = sqrt(level) with a fixed sign at every row, so
+                        v_hat = level and m_hat = g exactly (a steady push that the srf step
+                        would amplify to eta / g; only the home step moves it sensibly).
+    plan["dips"]:       (tensor, j, r, level): 0 before row r (a fresh element: an unseen
+                        embedding row); at row r the gradient a with (1 - beta2) a^2 / bc2_r =
+                        level, so v_hat_r = level; g = JUMP at row r + 1, generic afterwards."""
+    theta0, grads = generic_grads(seed, T, scales=(1.0, 1.0, 1.0), big=big)
+    g = {k: grads[k].astype(np.float64) for k in NAMES}
+    rng = np.random.default_rng(seed + 1)
+    tt = np.arange(1, T + 1)
+    for k, r in plan.get("zero_until", []):
+        g[k][:r] = 0.0
+    for k, j in plan.get("dead", []):
+        g[k][:, j] = 0.0
+    for k, j, level, start, jump in plan.get("const", []):
+        sign = rng.choice([-1.0, 1.0])
+        col = math.sqrt(level) * sign * np.where(tt % 2 == 0, 1.0, -1.0)
+        col[:start - 1] = 0.0
+        if jump is not None:
+            col[jump - 1] = JUMP * sign
+            col[jump:] = g[k][jump:, j]
+        g[k][:, j] = col
+    for k, j, level in plan.get("steady", []):
+        g[k][:, j] = rng.choice([-1.0, 1.0]) * math.sqrt(level)
+    for k, j, r, level in plan.get("dips", []):
+        sign = rng.choice([-1.0, 1.0])
+        g[k][:r - 1, j] = 0.0
+        g[k][r - 1, j] = sign * math.sqrt(level * (1.0 - beta2 ** r) / (1.0 - beta2))
+        if r < T:
+            g[k][r, j] = JUMP * sign
+    return theta0, {k: g[k].astype(np.float32) for k in NAMES}
 
 
 def swats_switch_grads(cfg: dict, seed: int, T: int, K: int) -> tuple[dict, dict]:
@@ -681,6 +839,69 @@ SRF_H = {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8}
 HOME_TINY = {"lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0, "tau": 1e-11}
 HOME_MOD = {"lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 1e-2, "tau": 1e-4}
 SGDM_H = {"lr": 1e-2, "momentum": 0.9, "dampening": 0.0, "nesterov": False, "weight_decay": 5e-4}
+
+
+# Calibrated-tau designs (see calibrated_grads). Levels are 2^(e + 1/2): mid-bucket, a factor
+# sqrt(2) from every power of two, so no f32 rounding moves a value across a bucket edge or tau.
+L0B, L0W, L1W = NAMES
+NEVER_ACTIVE = [(L1W, j) for j in (30, 31, 32)]
+
+
+def global_calibrated_plan(seed: int) -> dict:
+    """rho_active is the floor layer0.bias[0] (2^-9.5), except at a dip row, where a fresh
+    layer0.weight element sets it to D1 = 2^-12.5 or D2 = 2^-14.5. Windows of N = 10 steps with
+    at most 2 dips calibrate tau = 2^-10 (the floor's bucket: every dip goes home); with >= 4
+    dips the 3rd and 4th smallest values are dips, so tau = 2^-13 (only D2 goes home) or 2^-15
+    (none). q n = 3, and no bucket edge splits the 3rd and 4th smallest (asserted)."""
+    d1, d2 = 2.0 ** -12.5, 2.0 ** -14.5
+    windows = [[d1] * 4, [d2, d1], [d1, d1], [d2] * 5, [d1, d2], [d1] * 4 + [d2], [d2],
+               [d1, d1, d2, d2], [d1, d2], [d1, d2]]
+    rng = np.random.default_rng(seed + 2)
+    dips = []
+    for i, levels in enumerate(windows):
+        rows = np.arange(2 + 10 * i, min(12 + 10 * i, 101))  # window i + 1: steps 2 + 10i ..= 11 + 10i
+        for r, level in zip(sorted(rng.choice(rows, len(levels), replace=False)), rng.permutation(levels)):
+            dips.append((L0W, len(dips), int(r), float(level)))
+    return {"dead": NEVER_ACTIVE, "const": [(L0B, 0, 2.0 ** -9.5, 1, None)], "dips": dips}
+
+
+def layer_calibrated_plan() -> dict:
+    """Per-tensor rho_active (q = 0.25, N = 20: q n = 15 of the 60 values of a window):
+    layer0.bias: no active element for t <= 3 (rho_active = 0, so tau_1 = 2^-126 by the k* = 1
+                 rule), generic afterwards;
+    layer0.weight: floor 2^-9.5 until its jump at t = 55; dips;
+    layer1.weight: floor 2^-11.5 until its jump at t = 30, a second floor 2^-8.5 always, and an
+                 element first active at t = 65 with g^2 = 2^-7, whose v_hat rises from 2^-13
+                 and stays below tau = 2^-9 up to t = 80 (the whole tensor goes home);
+                 3 never-active elements.
+    The windows calibrate tau = 2^-12, 2^-10, 2^-9, 2^-10 at t = 21, 41, 61, 81."""
+    c = 2.0 ** -13.5
+    return {"zero_until": [(L0B, 3)], "dead": NEVER_ACTIVE,
+            "const": [(L0W, 0, 2.0 ** -9.5, 1, 55), (L1W, 0, 2.0 ** -11.5, 1, 30),
+                      (L1W, 1, 2.0 ** -8.5, 1, None), (L1W, 2, 2.0 ** -7, 65, None)],
+            "dips": [(L0W, 1, 8, c), (L1W, 3, 15, c), (L0W, 2, 24, c), (L1W, 4, 33, c), (L0W, 3, 38, c),
+                     (L0W, 4, 45, 2.0 ** -11.5), (L0W, 5, 70, 2.0 ** -12.5), (L0W, 6, 86, 2.0 ** -10.5),
+                     (L1W, 5, 93, 2.0 ** -10.5)]}
+
+
+def ew_calibrated_plan() -> dict:
+    """Element-wise (q = 0.2, N = 25: calibrations at t = 1, 26, 51, 76):
+    A: layer1.weight[0..8]    2^-13.5, steady (always home: moved by eta_h m_hat = eta_h g);
+    C: layer1.weight[8..22]   2^-9.5, jumps at t = 30, 32, ..., 56;
+    B: layer0.weight[0..16]   2^-11.5, jumps at t = 5..=20;
+    D: layer0.weight[16..29]  2^-7.5, always;
+    F: layer0.weight[29..39]  fresh, dip 2^-16.5 at one of t = 2..=25;
+    G: layer0.weight[39..52]  fresh, all at t = 76 with dip 2^-11.5 (a batch of unseen rows);
+    never active: layer1.weight[30..33]; the rest generic.
+    Active elements n = 78, 88, 88, 101 at the calibrations (q n never an integer); the
+    (floor(q n) + 1)-th smallest v_hat lies in B, C, D, G: tau = 2^-12, 2^-10, 2^-8, 2^-12."""
+    const = [(L1W, 8 + i, 2.0 ** -9.5, 1, 30 + 2 * i) for i in range(14)]
+    const += [(L0W, i, 2.0 ** -11.5, 1, 5 + i) for i in range(16)]
+    const += [(L0W, 16 + i, 2.0 ** -7.5, 1, None) for i in range(13)]
+    dips = [(L0W, 29 + i, 2 + 2 * i + (i % 2), 2.0 ** -16.5) for i in range(10)]
+    dips += [(L0W, 39 + i, 76, 2.0 ** -11.5) for i in range(13)]
+    return {"dead": NEVER_ACTIVE, "steady": [(L1W, j, 2.0 ** -13.5) for j in range(8)], "const": const,
+            "dips": dips}
 
 
 def build_cases(T: int = 100) -> list[dict]:
@@ -769,6 +990,29 @@ def build_cases(T: int = 100) -> list[dict]:
     add("homeadamw_ew_bf16_sr", base_cfg("homeadamw-ew", **HOME_MOD,
                                          **storage(param="bf16", rounding="stochastic", seed=42)),
         "home_mod_big", seed=34)
+    # --- rho_over, home_lr, calibrated tau (numpy reference) ---------------
+    active = dict(HOME_MOD, rho_over="active")
+    dead = ("home_mod", {"dead": NEVER_ACTIVE})
+    add("homeadamw_active_f32", base_cfg("homeadamw", **active, **storage()), dead, seed=60)
+    add("homeadamw_layer_active_f32", base_cfg("homeadamw-layer", **active, **storage()), dead, seed=61)
+    add("homeadamw_home_lr_f32", base_cfg("homeadamw", **HOME_MOD, home_lr=1.0, **storage()), "home_mod",
+        seed=62)
+
+    def calibrated(q, every, **kw):
+        return dict(HOME_MOD, tau={"home_share": q, "every": every}, **kw)
+
+    add("homeadamw_calibrated_f32",
+        base_cfg("homeadamw", **calibrated(0.3, 10, rho_over="active", home_lr=0.05), **storage()),
+        ("calibrated", {"plan": global_calibrated_plan(63)}), seed=63)
+    add("homeadamw_layer_calibrated_f32",
+        base_cfg("homeadamw-layer", **calibrated(0.25, 20, rho_over="active"), **storage()),
+        ("calibrated", {"plan": layer_calibrated_plan()}), seed=64)
+    ew_cal = calibrated(0.2, 25, home_lr=1.0)
+    add("homeadamw_ew_calibrated_f32", base_cfg("homeadamw-ew", **ew_cal, **storage()),
+        ("calibrated", {"plan": ew_calibrated_plan()}), seed=65)
+    add("homeadamw_ew_calibrated_bf16_bf16state",
+        base_cfg("homeadamw-ew", **ew_cal, **storage(param="bf16", state="bf16")),
+        ("calibrated", {"plan": ew_calibrated_plan(), "big": True}), seed=66)
     return C
 
 
@@ -796,6 +1040,10 @@ def make_inputs(case: dict) -> tuple[dict, dict]:
         theta0, gtrue = home_grads(seed, T, small=1e-4, large=1.0)
     elif design == "home_mod_big":
         theta0, gtrue = home_grads(seed, T, small=1e-4, large=1.0, big=True)
+    elif isinstance(design, tuple) and design[0] == "home_mod":
+        theta0, gtrue = home_grads(seed, T, small=1e-4, large=1.0, **design[1])
+    elif isinstance(design, tuple) and design[0] == "calibrated":
+        theta0, gtrue = calibrated_grads(seed, T, cfg["betas"][1], **design[1])
     elif isinstance(design, tuple) and design[0] == "swats_switch":
         theta0, gtrue = swats_switch_grads(cfg, seed, T, design[1])
     else:
@@ -839,6 +1087,55 @@ def compare(actual: dict, expected: dict) -> tuple[float, str]:
             if r > worst:
                 worst, where = r, f"{s}.{k}"
     return worst, where
+
+
+def check_home_features(name: str, cfg: dict, theta0: dict, raw: dict, ref: dict, tol: float) -> str:
+    """Asserts what the rho_over / home_lr / calibrated-tau cases are designed to show; returns
+    the facts for the summary table ("" for a case with none of them)."""
+    tele, ex = ref["telemetry"], ref["extra"]
+    rule, T = cfg["rule"], len(tele)
+    n_el = sum(d for _, d in TENSORS)
+    notes = []
+    if cfg.get("rho_over") == "active":
+        # under rho_over "all", every tensor with a never-active element goes home at every row
+        dead = [i for i, k in enumerate(NAMES) if np.any(np.all(raw[k] == 0, axis=0))]
+        assert dead, name
+        over_all = reference({k: v for k, v in cfg.items() if k != "rho_over"}, theta0, raw)
+        if rule in ("homeadam", "homeadamw"):
+            assert all(e["home_elements"] == n_el for e in over_all["telemetry"]), name
+        else:
+            dec_all = np.array(over_all["extra"]["layer_decisions"])
+            dec = np.array(ex["layer_decisions"])
+            assert all(np.all(dec_all[:, i] == "home") for i in dead), name
+            switched = [NAMES[i] for i in dead if 0 < np.sum(dec[:, i] == "home") < T]
+            assert switched, f"{name}: no tensor with a never-active element changes branch"
+            notes.append(f"switching with never-active elements: {', '.join(switched)}")
+        notes.append("rho_over all: home at every row")
+    if "home_lr" in cfg:
+        eta = compare(reference({k: v for k, v in cfg.items() if k != "home_lr"}, theta0, raw), ref)[0]
+        assert eta > 1.5 * tol, f"{name}: home_lr changes only {eta:.3g} (tol {tol})"
+        notes.append(f"home_lr = eta misses by {eta / tol:.3g}x")
+    cal = ex["calibration"]
+    if cal is not None:
+        # q n is never decided by rounding; no counted value is near a bucket edge
+        assert all(c["gap"] > 1e-9 for c in cal.log), (name, cal.log)
+        x = np.array([v for v in cal.bucketed if v > 0])
+        m = np.frexp(x)[0]  # x = m 2^e, m in [0.5, 1): distance to 2^(e-1) and 2^e
+        edge = float(np.min(np.minimum(2.0 * m - 1.0, 1.0 - m)))
+        assert edge >= 1e-4, f"{name}: a bucketed value is within {edge:.2g} of a bucket edge"
+        assert cal.log[0]["t"] == 1 and len(cal.log) == (T - 1) // cal.every + 1, name
+        taus = ", ".join(f"2^{c['k'] - 127}@{c['t']}" for c in cal.log)
+        notes.append(f"tau {taus}; nearest bucket edge {edge:.2g} rel")
+        if rule in ("homeadam", "homeadamw"):
+            share = sum(1 for e in tele if e["home_elements"] > 0) / T
+            assert 0.05 <= share <= 0.6, (name, share)
+            notes.append(f"home share of rows {share:.2f}")
+        if rule.endswith("-ew"):
+            shares = [c["home_active_share"] for c in cal.log]
+            assert all(0 < sh <= cal.q for sh in shares), (name, shares)
+            notes.append("home share of active elements at calibrations "
+                         + ", ".join(f"{sh:.3f}" for sh in shares))
+    return "".join("; " + n for n in notes)
 
 
 def main() -> int:
@@ -891,6 +1188,9 @@ def main() -> int:
             assert (a["rho"] is None) == (b["rho"] is None), name
             if a["rho"] is not None and a["rho"] > 0:
                 assert abs(a["rho"] - b["rho"]) <= 1e-4 * abs(a["rho"]), (name, a, b)
+            if a.get("rho_active"):
+                assert abs(a["rho_active"] - b["rho_active"]) <= 1e-4 * a["rho_active"], (name, a, b)
+            assert a.get("tau") == b.get("tau"), (name, a, b)
         # storage emulation must matter by more than the tolerance
         disc = ""
         low = any(cfg.get(x, "f32") != "f32" for x in ("param_dtype", "state_dtype", "grad_dtype"))
@@ -912,15 +1212,20 @@ def main() -> int:
             hm = np.array(ex["home_margin"])
             hm = hm[hm > 0]
             closest = float(np.min(np.abs(np.log10(hm)))) if hm.size else math.inf
-            assert closest >= 1.0, f"{name}: a home decision is within 10x of tau"
+            if ex["calibration"] is None:
+                assert closest >= 1.0, f"{name}: a home decision is within 10x of tau"
+            else:  # tau is a power of two near the values by construction: f32 decisions need 1.001
+                assert closest >= math.log10(1.001), f"{name}: a decision value is within 1.001x of tau"
             home_rows = sum(1 for e in ref["telemetry"] if e["home_elements"] > 0)
             total = sum(e["home_elements"] for e in ref["telemetry"])
             n_el = sum(d for _, d in TENSORS)
             full = sum(1 for e in ref["telemetry"] if e["home_elements"] == n_el)
-            assert 0 < home_rows < len(ref["telemetry"]), f"{name}: no switch between branches"
+            # (-ew: never-active elements are home at every row; some element must switch)
+            assert 0 < home_rows and (home_rows < len(ref["telemetry"]) or rule.endswith("-ew")), \
+                f"{name}: no switch between branches"
             if rule.endswith("-ew"):
                 mixed_rows = sum(1 for e in ref["telemetry"] if 0 < e["home_elements"] < n_el)
-                assert mixed_rows > 0
+                assert mixed_rows > 0 and len({e["home_elements"] for e in ref["telemetry"]}) > 1
                 note = (f"home elements {total} of {n_el * len(ref['telemetry'])}; rows with any home "
                         f"{home_rows}, mixed rows {mixed_rows}")
             elif rule.endswith("-layer"):
@@ -933,6 +1238,7 @@ def main() -> int:
                 assert full == home_rows
                 note = f"home rows {home_rows} / srf rows {len(ref['telemetry']) - home_rows}; home elements {total}"
             note += f"; min |log10(v_hat/tau)| = {closest:.2f}"
+            note += check_home_features(name, cfg, theta0, raw, ref, tol)
         if rule == "swats":
             sw = ex["swats_switch_step"]
             # margin: every eligibility test other than the switch is > 10x away

@@ -34,6 +34,12 @@ pub struct Telemetry {
     pub step: u64,
     /// ρ_t = min v̂_t, or null.
     pub rho: Option<f64>,
+    /// ρ_t over the elements with v_t > 0 (recorded by the cases with `rho_over: "active"`).
+    #[serde(default)]
+    pub rho_active: Option<f64>,
+    /// The τ the row compared with (recorded by the cases with a calibrated τ).
+    #[serde(default)]
+    pub tau: Option<f64>,
     /// Elements that took the home branch.
     pub home_elements: u64,
     /// Whether the row was skipped.
@@ -179,13 +185,17 @@ impl GoldenCase {
                 self.telemetry.len()
             ));
         }
+        let within = |a: Option<f32>, e: Option<f64>| match (a, e) {
+            (None, None) => true,
+            (Some(a), Some(e)) => (f64::from(a) - e).abs() <= self.tolerance.rel * e.abs(),
+            _ => false,
+        };
         for (r, t) in reports.iter().zip(&self.telemetry) {
-            let rho_ok = match (r.rho, t.rho) {
-                (None, None) => true,
-                (Some(a), Some(e)) => (f64::from(a) - e).abs() <= self.tolerance.rel * e.abs(),
-                _ => false,
-            };
-            if r.step != t.step || r.skipped != t.skipped || r.home_elements != t.home_elements || !rho_ok {
+            let rho_active_ok = t.rho_active.is_none() || within(r.rho_active, t.rho_active);
+            // A calibrated τ is a power of two: exact.
+            let tau_ok = t.tau.is_none() || r.tau.map(f64::from) == t.tau;
+            let same = r.step == t.step && r.skipped == t.skipped && r.home_elements == t.home_elements;
+            if !(same && within(r.rho, t.rho) && rho_active_ok && tau_ok) {
                 problems.push(format!("telemetry differs: got {r:?}, recorded {t:?}"));
             }
         }

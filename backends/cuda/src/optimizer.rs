@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use homeadam_core::backend::{Outcome, StepScalars, SwatsDots};
+use homeadam_core::backend::{Histogram, Outcome, StepScalars, SwatsDots};
 use homeadam_core::{
     Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Switch, TensorAux,
 };
@@ -186,6 +186,15 @@ impl CudaOptimizer {
     ) -> Result<Self, Error> {
         let core = Optimizer::new(config)?;
         config.check_state_dtype(dtypes.state)?;
+        let defaults = Config::new(config.rule);
+        if config.rho_over != defaults.rho_over
+            || config.tau_calibration.is_some()
+            || config.home_lr_scale != defaults.home_lr_scale
+        {
+            return Err(Error::Unsupported(
+                "rho_over, a calibrated tau or home_lr (CPU only for now)",
+            ));
+        }
         let (groups, group_index) = group_table(&config, tensors)?;
         let ctx: &Arc<CudaContext> = stream.context();
         let (major, minor) = ctx.compute_capability()?;
@@ -347,8 +356,10 @@ impl CudaOptimizer {
             skipped: status.nonfinite != 0,
             // SWATS reports ρ in its Adam phase only, as the core.
             v_min: (self.has_rho && !swats_sgd).then(|| f32::from_bits(status.vmin_post)),
+            v_min_active: None,
             home_elements: status.home,
             nonfinite_applied: status.nonfinite_applied != 0,
+            decisions: Histogram::new(),
         };
         if config.rule != Rule::Swats {
             return Ok(step.finish_external(outcome)?);

@@ -3,12 +3,14 @@
 //! ```text
 //! m_t, v_t, m̂_t, v̂_t as Adam(W)-srf
 //! if v̂_t ≥ τ:  θ_t = θ_{t−1} − η (m̂_t / (v̂_t + ε) + λ θ_{t−1})     (srf branch)
-//! else:        θ_t = θ_{t−1} − η (m̂_t + λ θ_{t−1})                 (home branch, SGDM)
+//! else:        θ_t = θ_{t−1} − η_h m̂_t − η λ θ_{t−1}             (home branch, SGDM)
 //! ```
-//! The condition is tested on min v̂_t over the whole model (global, Alg. 2), over one tensor
-//! (per-layer), or on each element (element-wise, Alg. 3). HomeAdam is λ = 0. ρ_t = min v̂_t is
-//! reported by every step. Because `v ↦ v / bc2` is monotonic, min v̂ = (min v) / bc2 exactly:
-//! the global and per-layer first pass folds min v and divides once.
+//! with η_h = η (the paper) unless `home_lr_scale` sets η_h = η · scale; λ acts at η in both
+//! branches. The condition is tested on ρ_t = min v̂_t over the whole model (global, Alg. 2),
+//! over one tensor (per-layer), or on each element (element-wise, Alg. 3); for the first two
+//! `rho_over` may restrict the min to the elements with v_t > 0. HomeAdam is λ = 0. ρ_t = min
+//! v̂_t is reported by every step. Because `v ↦ v / bc2` is monotonic, min v̂ = (min v) / bc2
+//! exactly: the global and per-layer first pass folds min v and divides once.
 //! State: `m`, `v`.
 
 use crate::backend::goes_home;
@@ -37,6 +39,7 @@ pub(crate) struct Home<const BRANCH: u8> {
     bc2: f32,
     eps: f32,
     lr_over_bc1: f32,
+    home_lr_over_bc1: f32,
     tau: f32,
 }
 
@@ -51,6 +54,7 @@ impl<const BRANCH: u8> Home<BRANCH> {
             bc2: s.bc2,
             eps: s.eps,
             lr_over_bc1: s.lr_over_bc1,
+            home_lr_over_bc1: s.home_lr_over_bc1,
             tau: s.tau,
         }
     }
@@ -81,9 +85,13 @@ impl<const BRANCH: u8> Kernel for Home<BRANCH> {
             _ => goes_home(v_hat, self.tau),
         };
         let srf = m / (v_hat + self.eps);
-        let direction = if home { m } else { srf };
+        let (rate, direction) = if home {
+            (self.home_lr_over_bc1, m)
+        } else {
+            (self.lr_over_bc1, srf)
+        };
         Elem {
-            p: p * self.decay - self.lr_over_bc1 * direction,
+            p: p * self.decay - rate * direction,
             home,
             step: 0.0,
             grad: 0.0,

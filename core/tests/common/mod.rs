@@ -2,7 +2,8 @@
 #![allow(dead_code, unused_macros)]
 
 use homeadam_core::{
-    Config, Group, Optimizer, Rule, StepReport, Storage, Switch, Tensor, TensorAux, ALL_RULES,
+    Config, Group, Optimizer, RhoOver, Rule, StepReport, Storage, Switch, TauCalibration, Tensor, TensorAux,
+    ALL_RULES,
 };
 
 /// The driver of a step.
@@ -166,6 +167,24 @@ pub fn configs() -> Vec<Config> {
             c.tau = tau;
             out.push(c);
         }
+    }
+    for switch in [Switch::Global, Switch::Layer] {
+        let mut c = base(Rule::HomeAdamW(switch));
+        c.tau = 1e-6;
+        c.rho_over = RhoOver::Active;
+        out.push(c);
+    }
+    for switch in [Switch::Global, Switch::Layer, Switch::Element] {
+        let mut c = base(Rule::HomeAdamW(switch));
+        c.home_lr_scale = 50.0;
+        c.tau_calibration = Some(TauCalibration {
+            home_share: 0.3,
+            every: 2,
+        });
+        if switch != Switch::Element {
+            c.rho_over = RhoOver::Active;
+        }
+        out.push(c);
     }
     let mut c = base(Rule::AdaBelief);
     c.amsgrad = true;
