@@ -12,7 +12,9 @@
 //! [`Optimizer::step_reference`]: homeadam_core::Optimizer::step_reference
 
 use homeadam_core::backend::mix64;
-use homeadam_core::{bf16, ByteSink, CheckpointError, Config, Rule, Storage, Switch};
+use homeadam_core::{
+    bf16, ByteSink, CheckpointError, Config, RhoOver, Rule, Storage, Switch, TauCalibration,
+};
 
 use crate::trainer::{Trainer, TrainerError};
 
@@ -31,6 +33,9 @@ pub struct Case {
     pub bf16_state: bool,
     /// A step whose gradient holds a NaN (the core skips it).
     pub nan_step: Option<u64>,
+    /// The last element never gets a gradient (v = 0: what `rho_over` is about), and the
+    /// one before it only at step 1, and below the others, so that its v̂ ≈ g₁² / t is ρ and falls.
+    pub dead: bool,
 }
 
 const fn case(rule: Rule, bf16_state: bool, nan_step: Option<u64>) -> Case {
@@ -40,7 +45,21 @@ const fn case(rule: Rule, bf16_state: bool, nan_step: Option<u64>) -> Case {
         config,
         bf16_state,
         nan_step,
+        dead: false,
     }
+}
+
+/// HomeAdamW beyond the paper: its home step at 20 η, τ calibrated to `home_share` every
+/// `every` steps, and for the global rule ρ over the active elements, with a dead element.
+const fn beyond_paper(switch: Switch, tau: TauCalibration, bf16_state: bool, nan_step: Option<u64>) -> Case {
+    let mut c = case(Rule::HomeAdamW(switch), bf16_state, nan_step);
+    c.config.home_lr_scale = 20.0;
+    c.config.tau_calibration = Some(tau);
+    if matches!(switch, Switch::Global) {
+        c.config.rho_over = RhoOver::Active;
+    }
+    c.dead = true;
+    c
 }
 
 const fn sgdm(bf16_state: bool) -> Case {
@@ -49,8 +68,12 @@ const fn sgdm(bf16_state: bool) -> Case {
     sgdm
 }
 
+const fn calibration(home_share: f64, every: u32) -> TauCalibration {
+    TauCalibration { home_share, every }
+}
+
 /// The cases, in file order.
-pub const CASES: [Case; 9] = [
+pub const CASES: [Case; 11] = [
     case(Rule::HomeAdamW(Switch::Element), false, None),
     case(Rule::HomeAdamW(Switch::Element), true, None),
     case(Rule::HomeAdamW(Switch::Global), false, None),
@@ -60,6 +83,9 @@ pub const CASES: [Case; 9] = [
     sgdm(false),
     sgdm(true),
     case(Rule::AdamWSrf, false, None),
+    // Steps 2..=5 make the window of the calibration at t = 5 (the 4th call is skipped).
+    beyond_paper(Switch::Global, calibration(0.9, 5), false, None),
+    beyond_paper(Switch::Element, calibration(0.3, 2), true, None),
 ];
 
 impl Case {
@@ -80,12 +106,21 @@ pub fn initial_params() -> [f32; N] {
 }
 
 /// The (scaled by 2) gradient of step `t`: magnitudes 1, 1e-3 and 1e-7 in turn, so HomeAdam
-/// takes both branches; a NaN at element 7 if asked.
-pub fn grad(t: u64, nan: bool) -> [f32; N] {
+/// takes both branches; a NaN at element 7 if asked; if `dead`, 0 at the last element and, after
+/// step 1, at the one before it.
+pub fn grad(t: u64, nan: bool, dead: bool) -> [f32; N] {
     core::array::from_fn(|j| {
         let scale = [2.0, 2e-3, 2e-7][j % 3];
         if nan && j == 7 {
             f32::NAN
+        } else if dead && j == N - 1 {
+            0.0
+        } else if dead && j == N - 2 {
+            if t == 1 {
+                2e-8
+            } else {
+                0.0
+            }
         } else {
             uniform((t << 32) ^ j as u64) * scale
         }
@@ -109,7 +144,7 @@ fn run_with<S: Storage>(
 ) -> Result<(), TrainerError> {
     let mut trainer = Trainer::<S, N, { 2 * N }>::new(case.config, initial_params())?;
     for t in 1..=STEPS {
-        let g = grad(t, case.nan_step == Some(t));
+        let g = grad(t, case.nan_step == Some(t), case.dead);
         if reference {
             trainer.step_reference(&g, 2.0)?;
         } else {
