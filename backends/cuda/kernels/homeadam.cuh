@@ -6,11 +6,13 @@
 // chunk of HA_CHUNK elements of one tensor, as PyTorch's multi_tensor_apply), and block b
 // updates chunk blocks[b]. A step is: ha_reset, then either ha_check_{g} (any non-finite
 // unscaled gradient sets status->nonfinite) or, for global / per-layer HomeAdam,
-// ha_home_pre_{g}_{s} (the same flag, plus min v_t per tensor and over the model with
-// atomicMin on the float bits: exact and order-independent for v >= 0), then the update
-// {rule}_{p}_{g}_{s}, which returns at once when the flag is set. Each tensor steps with the
-// scalars of its parameter group (groups[tensor.group]); the first pass reads only beta2,
-// 1 - beta2 and 1 / grad_scale, which no group changes, so it takes the step's scalars.
+// ha_home_pre_{g}_{s} (the same flag, plus min v_t and min v_t over v_t > 0 per tensor and over
+// the model with atomicMin on the float bits: exact and order-independent for v >= 0) or, for
+// element-wise HomeAdam at a step that calibrates τ, ha_home_hist_{g}_{s} (the same flag, plus
+// the histogram of v̂_t), then the update {rule}_{p}_{g}_{s}, which returns at once when the
+// flag is set. Each tensor steps with the scalars of its parameter group (groups[tensor.group]);
+// the first passes read only beta2, 1 - beta2, bc2 and 1 / grad_scale, which no group changes,
+// so they take the step's scalars.
 //
 // Exact sums (homeadam_exact.h): SWATS's Adam phase sums each tensor's pᵀp and pᵀg, and
 // ha_grad_sq_{g} sums every g², in the core's ExactSum format. Each block adds its products
@@ -26,10 +28,11 @@
 // per-tensor results of the step, written by the kernels.
 struct HaTensor {
     ha_u64 param, grad, state, numel;
-    ha_u32 vmin_pre;   // min v_t of the first pass (f32 bits)
+    HaVmin vmin_pre;   // the minima of the first pass's v_t
     ha_u32 vmin_post;  // min of the v slot after the update (f32 bits)
     ha_u32 home;       // elements that took the home branch
     ha_u32 group;      // index of the tensor's parameter group in the step's scalars
+    ha_u32 unused;     // explicit padding: 56 bytes, no byte undefined
 };
 
 // One chunk: tensor index in the table (also its stochastic rounding key) and chunk number.
@@ -38,13 +41,14 @@ struct HaBlock { ha_u32 tensor; ha_u32 chunk; };
 // Model-wide results of the step.
 struct HaStatus {
     ha_u32 nonfinite;  // 1: a non-finite unscaled gradient, nothing was written
-    ha_u32 vmin_pre;   // min over the model of the first pass's v_t (f32 bits)
+    HaVmin vmin_pre;   // the minima over the model of the first pass's v_t
     ha_u32 vmin_post;  // min over the model of v after the update (f32 bits)
     ha_u32 nonfinite_applied;  // 1: a non-finite gradient was applied (FiniteCheck::Trust)
+    ha_u32 unused;     // explicit padding: 32 bytes, no byte undefined
     ha_u64 home;       // elements that took the home branch
 };
-
-#define HA_INF_BITS 0x7f800000u
+static_assert(sizeof(HaTensor) == HA_SIZE_TENSOR && sizeof(HaStatus) == HA_SIZE_STATUS,
+              "the layouts of src/device.rs");
 
 // Starts a step: installs the gradient pointers `grads` (one per tensor, refreshed by the host
 // between steps) and resets the results.
@@ -52,13 +56,15 @@ extern "C" __global__ void ha_reset(HaTensor* tensors, ha_u32 count, const ha_u6
     ha_u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) {
         tensors[i].grad = grads[i];
-        tensors[i].vmin_pre = HA_INF_BITS;
+        tensors[i].vmin_pre.all = HA_INF_BITS;
+        tensors[i].vmin_pre.active = HA_INF_BITS;
         tensors[i].vmin_post = HA_INF_BITS;
         tensors[i].home = 0;
     }
     if (i == 0) {
         status->nonfinite = 0;
-        status->vmin_pre = HA_INF_BITS;
+        status->vmin_pre.all = HA_INF_BITS;
+        status->vmin_pre.active = HA_INF_BITS;
         status->vmin_post = HA_INF_BITS;
         status->nonfinite_applied = 0;
         status->home = 0;
@@ -145,14 +151,14 @@ __device__ void ha_check(const HaTensor* tensors, const HaBlock* blocks, float i
     if (ha_warp_any(bad) && (threadIdx.x & 31) == 0) atomicExch(&status->nonfinite, 1u);
 }
 
-template <typename G, typename S>
-__device__ void ha_home_pre(HaTensor* tensors, const HaBlock* blocks, HaScalars s, HaStatus* status) {
-    HaBlock blk = blocks[blockIdx.x];
-    HaTensor& t = tensors[blk.tensor];
+// Calls visit(v_t) for every element of the block's chunk, v_t = β2 v + (1 − β2) g² as the update
+// computes it (not stored; g unscaled); returns whether an unscaled g was not finite.
+template <typename G, typename S, typename F>
+__device__ static inline ha_u32 ha_each_second_moment(const HaTensor& t, HaBlock blk, const HaScalars& s, F& visit) {
     const G* grad = (const G*)t.grad;
     const S* v = (const S*)t.state + t.numel;
     ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < t.numel ? start + HA_CHUNK : t.numel;
-    ha_u32 bad = 0, vmin = HA_INF_BITS;
+    ha_u32 bad = 0;
     if (ha_vectorizable(t)) {
         for (ha_u64 i = start + 4 * threadIdx.x; i < end; i += 4 * blockDim.x) {
             HaPack<G> gs = ha_load4(grad + i);
@@ -160,20 +166,61 @@ __device__ void ha_home_pre(HaTensor* tensors, const HaBlock* blocks, HaScalars 
             for (int j = 0; j < 4; j++) {
                 float g = ha_to_f32(gs.e[j]) * s.inv_grad_scale;
                 bad |= ha_nonfinite(g);
-                vmin = ha_min_bits(vmin, ha_second_moment(s, ha_to_f32(vs.e[j]), g));
+                visit(ha_second_moment(s, ha_to_f32(vs.e[j]), g));
             }
         }
     } else {
         for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
             float g = ha_to_f32(grad[i]) * s.inv_grad_scale;
             bad |= ha_nonfinite(g);
-            vmin = ha_min_bits(vmin, ha_second_moment(s, ha_to_f32(v[i]), g));
+            visit(ha_second_moment(s, ha_to_f32(v[i]), g));
         }
     }
-    vmin = ha_warp_min(vmin);
+    return bad;
+}
+
+// The global and per-layer first pass: the minima of v_t (all, active) per tensor and over the
+// model, and the non-finite flag.
+template <typename G, typename S>
+__device__ void ha_home_pre(HaTensor* tensors, const HaBlock* blocks, HaScalars s, HaStatus* status) {
+    HaBlock blk = blocks[blockIdx.x];
+    HaTensor& t = tensors[blk.tensor];
+    HaVmin vmin = {HA_INF_BITS, HA_INF_BITS};
+    auto fold = [&vmin](float v) {
+        vmin.all = ha_min_bits(vmin.all, v);
+        if (v > 0.0f) vmin.active = ha_min_bits(vmin.active, v);
+    };
+    ha_u32 bad = ha_each_second_moment<G, S>(t, blk, s, fold);
+    vmin.all = ha_warp_min(vmin.all);
+    vmin.active = ha_warp_min(vmin.active);
     if ((threadIdx.x & 31) == 0) {
-        atomicMin(&t.vmin_pre, vmin);
-        atomicMin(&status->vmin_pre, vmin);
+        atomicMin(&t.vmin_pre.all, vmin.all);
+        atomicMin(&t.vmin_pre.active, vmin.active);
+        atomicMin(&status->vmin_pre.all, vmin.all);
+        atomicMin(&status->vmin_pre.active, vmin.active);
+    }
+    if (ha_warp_any(bad) && (threadIdx.x & 31) == 0) atomicExch(&status->nonfinite, 1u);
+}
+
+// The element-wise calibration pass (at the steps that calibrate τ): v̂_t = v_t / bc2 of every
+// element with v_t > 0 counted into `hist` (HA_BUCKETS counts, bucket ha_bucket), and the
+// non-finite flag. Each block counts into shared memory, then adds its counts to `hist` with
+// 64-bit integer atomics: the counts do not depend on the order (the host saturates them at
+// 2^32 − 1, as the core's Histogram).
+template <typename G, typename S>
+__device__ void ha_home_hist(const HaTensor* tensors, const HaBlock* blocks, HaScalars s, HaStatus* status,
+                             ha_u64* hist) {
+    __shared__ ha_u32 counts[HA_BUCKETS];
+    for (ha_u32 i = threadIdx.x; i < HA_BUCKETS; i += blockDim.x) counts[i] = 0;
+    __syncthreads();
+    HaBlock blk = blocks[blockIdx.x];
+    auto count = [&s](float v) {
+        if (v > 0.0f) atomicAdd(&counts[ha_bucket(v / s.bc2)], 1u);
+    };
+    ha_u32 bad = ha_each_second_moment<G, S>(tensors[blk.tensor], blk, s, count);
+    __syncthreads();
+    for (ha_u32 i = threadIdx.x; i < HA_BUCKETS; i += blockDim.x) {
+        if (counts[i] != 0) atomicAdd(hist + i, (ha_u64)counts[i]);
     }
     if (ha_warp_any(bad) && (threadIdx.x & 31) == 0) atomicExch(&status->nonfinite, 1u);
 }
@@ -300,6 +347,12 @@ __device__ void ha_grad_sq(const HaTensor* tensors, const HaBlock* blocks, const
     extern "C" __global__ void ha_home_pre_##g##_##s(HaTensor* tensors, const HaBlock* blocks, HaScalars sc,  \
                                                      HaStatus* status) {                                      \
         ha_home_pre<G, S>(tensors, blocks, sc, status);                                                       \
+    }
+// ha_home_hist_{g}_{s}: the element-wise calibration pass over gradients G and state S.
+#define HA_HIST(G, S, g, s)                                                                                   \
+    extern "C" __global__ void ha_home_hist_##g##_##s(const HaTensor* tensors, const HaBlock* blocks,          \
+                                                      HaScalars sc, HaStatus* status, ha_u64* hist) {         \
+        ha_home_hist<G, S>(tensors, blocks, sc, status, hist);                                                \
     }
 
 #endif

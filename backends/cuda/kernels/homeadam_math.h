@@ -17,8 +17,9 @@
 #define HA_FN __host__ __device__ static inline
 
 // The metadata shared with Rust (rule ids and their slot counts, flag bits HA_NESTEROV ...
-// HA_SWITCH_*, HA_CHUNK, the kernel lists) is defined once, in src/kernels.rs, which hands it to
-// NVRTC and g++; a build of one file alone reads the generated copy.
+// HA_SWITCH_*, HA_CHUNK, HA_BUCKETS, the struct sizes HA_SIZE_*, the kernel lists) is defined
+// once, in src/kernels.rs, which hands it to NVRTC and g++; a build of one file alone reads the
+// generated copy.
 #ifndef HA_METADATA
 #include "homeadam_defs.h"
 #endif
@@ -37,7 +38,16 @@ struct HaScalars {
         sqrt_bc2, lr_over_bc1, tau, momentum, one_minus_dampening, inv_grad_scale, kappa,
         lr2_over_bc1, rect_lr, swats_step, swats_lr;
     ha_u32 first_step, mi_phase, rect_mode;
+    float home_lr_over_bc1;
 };
+static_assert(sizeof(HaScalars) == HA_SIZE_SCALARS, "HaScalars is the core's StepScalars (repr(C))");
+
+// The bits of +∞: no value yet in a min over f32 bits.
+#define HA_INF_BITS 0x7f800000u
+
+// The minima of a HomeAdam first pass (f32 bits): v_t over every element and over the elements
+// with v_t > 0 (the core's SecondMomentMin).
+struct HaVmin { ha_u32 all, active; };
 
 HA_FN ha_u32 ha_bits(float x) { union { float f; ha_u32 u; } c; c.f = x; return c.u; }
 HA_FN float ha_float(ha_u32 u) { union { float f; ha_u32 u; } c; c.u = u; return c.f; }
@@ -186,18 +196,33 @@ HA_FN bool ha_goes_home(float v_hat, float tau) { return v_hat < tau || ha_isnan
 // v_t = β2 v + (1 − β2) g²: shared by the first pass and the update.
 HA_FN float ha_second_moment(const HaScalars& s, float v, float g) { return s.beta2 * v + s.one_minus_beta2 * (g * g); }
 
-// The branch of a HomeAdam update: per element, srf (Adam(W)-srf), or from ρ = min v / bc2 of
-// the first pass over the model (global) or the tensor (layer); min v / bc2 = min v̂ exactly,
-// as division by bc2 > 0 is monotonic.
-HA_FN int ha_home_branch(ha_u32 flags, ha_u32 model_vmin_bits, ha_u32 tensor_vmin_bits, const HaScalars& s) {
+// The ρ that decides (the core's RhoOver::rho): min v̂ over every element, or with HA_RHO_ACTIVE
+// over the elements with v_t > 0 (0 when none is, i.e. when that min v̂ is +∞). min v / bc2 =
+// min v̂ exactly, as division by bc2 > 0 is monotonic.
+HA_FN float ha_rho(ha_u32 flags, HaVmin vmin, float bc2) {
+    if (!(flags & HA_RHO_ACTIVE)) return ha_float(vmin.all) / bc2;
+    float active = ha_float(vmin.active) / bc2;
+    return ha_bits(active) == HA_INF_BITS ? 0.0f : active;
+}
+
+// The branch of a HomeAdam update: per element, srf (Adam(W)-srf), or from ρ of the first pass
+// over the model (global) or the tensor (layer).
+HA_FN int ha_home_branch(ha_u32 flags, HaVmin model, HaVmin tensor, const HaScalars& s) {
     ha_u32 sw = (flags >> HA_SWITCH_SHIFT) & 3u;
     if (sw == HA_SWITCH_ELEMENT) return HA_PER_ELEMENT;
     if (sw == HA_SWITCH_SRF) return HA_ALL_SRF;
-    float rho = ha_float(sw == HA_SWITCH_GLOBAL ? model_vmin_bits : tensor_vmin_bits) / s.bc2;
+    float rho = ha_rho(flags, sw == HA_SWITCH_GLOBAL ? model : tensor, s.bc2);
     return ha_goes_home(rho, s.tau) ? HA_ALL_HOME : HA_ALL_SRF;
 }
 
-// θ(1 − ηλ) − (η/bc1) · (m / (v/bc2 + ε))  (srf)   or   θ(1 − ηλ) − (η/bc1) · m  (home).
+// The bucket of v̂ ≥ 0 (not NaN) in a calibration histogram of HA_BUCKETS counts: min(bits >> 23,
+// HA_BUCKETS − 1), the core's Histogram::bucket (its binade, 0 below 2^-126, the last from 1).
+HA_FN ha_u32 ha_bucket(float v_hat) {
+    ha_u32 b = ha_bits(v_hat) >> 23;
+    return b < HA_BUCKETS - 1 ? b : HA_BUCKETS - 1;
+}
+
+// srf: θ(1 − ηλ) − (η/bc1) · (m / (v/bc2 + ε));   home: θ(1 − ηλ) − (η_h/bc1) · m.
 HA_FN HaElem ha_home(const HaScalars& s, int branch, float p, float g, float* st) {
     float m = s.beta1 * st[0] + s.one_minus_beta1 * g;
     float v = ha_second_moment(s, st[1], g);
@@ -206,7 +231,8 @@ HA_FN HaElem ha_home(const HaScalars& s, int branch, float p, float g, float* st
     float v_hat = v / s.bc2;
     bool home = branch == HA_ALL_SRF ? false : branch == HA_ALL_HOME ? true : ha_goes_home(v_hat, s.tau);
     float srf = m / (v_hat + s.eps);
-    HaElem e = ha_elem(p * s.decay - s.lr_over_bc1 * (home ? m : srf));
+    float rate = home ? s.home_lr_over_bc1 : s.lr_over_bc1;
+    HaElem e = ha_elem(p * s.decay - rate * (home ? m : srf));
     e.home = home;
     return e;
 }

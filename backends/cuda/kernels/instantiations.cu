@@ -1,6 +1,6 @@
 // instantiations.cu: every kernel of homeadam.cuh (kernels::all_kernel_names), for the compile
-// check: the update kernels {rule}_{p}_{g}_{s}, ha_check_{g}, ha_home_pre_{g}_{s}, ha_grad_sq_{g}
-// and ha_reset.
+// check: the update kernels {rule}_{p}_{g}_{s}, ha_check_{g}, ha_home_pre_{g}_{s},
+// ha_home_hist_{g}_{s}, ha_grad_sq_{g} and ha_reset.
 // The rules and storage types are the lists of kernels.rs (HA_RULE_KERNELS, HA_STORAGE_P/G/S:
 // X(C type, name, context...)); each level passes its choices on to the next as context.
 #include "homeadam.cuh"
@@ -20,3 +20,7 @@ HA_STORAGE_G(HA_GRAD_SQ_G, )
 #define HA_PRE_G(G, g, unused) HA_STORAGE_S(HA_PRE_S, G, g)
 #define HA_PRE_S(S, s, G, g) HA_PRE(G, S, g, s)
 HA_STORAGE_G(HA_PRE_G, )
+
+#define HA_HIST_G(G, g, unused) HA_STORAGE_S(HA_HIST_S, G, g)
+#define HA_HIST_S(S, s, G, g) HA_HIST(G, S, g, s)
+HA_STORAGE_G(HA_HIST_G, )

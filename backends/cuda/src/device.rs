@@ -1,7 +1,35 @@
 //! The device-side structs of `kernels/homeadam.cuh`, mirrored in Rust (`repr(C)`).
 
 use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
-use homeadam_core::backend::StepScalars;
+use homeadam_core::backend::{Histogram, SecondMomentMin, StepScalars, BUCKETS};
+use homeadam_core::RhoOver;
+
+/// `HaVmin`: the minima of a first pass, as f32 bits.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct HaVmin {
+    /// min v_t over every element.
+    pub all: u32,
+    /// min v_t over the elements with v_t > 0.
+    pub active: u32,
+}
+
+impl HaVmin {
+    /// The minima as the core's [`SecondMomentMin`] (+∞: no element).
+    pub fn get(self) -> SecondMomentMin {
+        SecondMomentMin {
+            all: f32::from_bits(self.all),
+            active: f32::from_bits(self.active),
+        }
+    }
+
+    /// ρ = `rho_over`'s min v̂ (as the core's first pass: each min / bc2, then
+    /// [`RhoOver::rho`]).
+    pub fn rho(self, rho_over: RhoOver, bc2: f32) -> f32 {
+        let m = self.get();
+        rho_over.rho(m.all / bc2, m.active / bc2)
+    }
+}
 
 /// `HaTensor`: one entry of the tensor table.
 #[repr(C)]
@@ -11,14 +39,16 @@ pub(crate) struct HaTensor {
     pub grad: u64,
     pub state: u64,
     pub numel: u64,
-    /// min v_t of the first pass (f32 bits).
-    pub vmin_pre: u32,
+    /// The minima of the first pass's v_t.
+    pub vmin_pre: HaVmin,
     /// min of the v slot after the update (f32 bits).
     pub vmin_post: u32,
     /// Elements that took the home branch.
     pub home: u32,
     /// The index of the tensor's parameter group in the step's scalars.
     pub group: u32,
+    /// Explicit padding (no byte of the struct undefined).
+    pub unused: u32,
 }
 
 /// `HaBlock`: one chunk of `kernels::CHUNK` elements of one tensor (whose index in the table
@@ -35,9 +65,10 @@ pub(crate) struct HaBlock {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct HaStatus {
     pub nonfinite: u32,
-    pub vmin_pre: u32,
+    pub vmin_pre: HaVmin,
     pub vmin_post: u32,
     pub nonfinite_applied: u32,
+    pub unused: u32,
     pub home: u64,
 }
 
@@ -55,6 +86,16 @@ unsafe impl DeviceRepr for HaStatus {}
 unsafe impl ValidAsZeroBits for HaStatus {}
 unsafe impl DeviceRepr for HaScalars {}
 unsafe impl ValidAsZeroBits for HaScalars {}
+
+/// The calibration histogram of the element-wise rule from the device's 64-bit counts
+/// (`ha_home_hist_*`), each saturated at `u32::MAX` as the core's [`Histogram`] counts.
+pub(crate) fn histogram(counts: &[u64]) -> Histogram {
+    let mut h = [0u32; BUCKETS];
+    for (c, &d) in h.iter_mut().zip(counts) {
+        *c = u32::try_from(d).unwrap_or(u32::MAX);
+    }
+    Histogram::from_counts(h)
+}
 
 /// The block table of `numels`: one entry per chunk of `chunk` elements, tensors in order.
 pub(crate) fn block_table(numels: &[usize], chunk: usize) -> Vec<HaBlock> {
@@ -76,11 +117,22 @@ mod tests {
 
     #[test]
     fn layouts_match_the_c_structs() {
-        assert_eq!(std::mem::size_of::<HaTensor>(), 48);
+        assert_eq!(std::mem::size_of::<HaTensor>(), 56);
         assert_eq!(std::mem::size_of::<HaBlock>(), 8);
-        assert_eq!(std::mem::size_of::<HaStatus>(), 24);
-        // 20 f32 + 3 u32, no padding.
-        assert_eq!(std::mem::size_of::<HaScalars>(), 92);
+        assert_eq!(std::mem::size_of::<HaStatus>(), 32);
+        // 20 f32 + 3 u32 + 1 f32, no padding.
+        assert_eq!(std::mem::size_of::<HaScalars>(), 96);
+    }
+
+    #[test]
+    fn device_counts_saturate_as_the_cores() {
+        let mut counts = vec![0u64; BUCKETS];
+        (counts[0], counts[5], counts[127]) = (3, u64::from(u32::MAX) + 9, 1);
+        let h = histogram(&counts);
+        assert_eq!(h.counts()[0], 3);
+        assert_eq!(h.counts()[5], u32::MAX);
+        assert_eq!(h.counts()[127], 1);
+        assert_eq!(h.total(), 4 + u64::from(u32::MAX));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! - `kernels/homeadam_exact.h`: the core's [`ExactSum`] (exact sums of products of `f32`, for
 //!   SWATS's dot products and [`crate::CudaOptimizer::grad_norm`]), also compiled by g++.
 //! - `kernels/homeadam.cuh`: the multi-tensor kernel templates and the `HA_UPDATE` / `HA_CHECK`
-//!   / `HA_PRE` macros that instantiate them as `extern "C"` kernels.
+//!   / `HA_PRE` / `HA_HIST` / `HA_GRAD_SQ` macros that instantiate them as `extern "C"` kernels.
 //! - `kernels/instantiations.cu`: every kernel ([`all_kernel_names`]), for the compile check.
 //!   At run time a model compiles only its own kernels ([`model_source`]).
 //!
@@ -18,7 +18,9 @@
 //! # One source for the metadata
 //!
 //! The rule ids (`HA_RULE_*`), the flag bits (`HA_*`, [`flags`]), [`CHUNK`] (`HA_CHUNK`), the
-//! format of [`ExactSum`] (`HA_EXACT_*`, from the core's constants), each
+//! buckets of a calibration histogram (`HA_BUCKETS`, the core's [`BUCKETS`]), the sizes of the
+//! structs the host shares with the kernels (`HA_SIZE_*`, asserted by the C sources), the format of
+//! [`ExactSum`] (`HA_EXACT_*`, from the core's constants), each
 //! update kernel's state slots and ρ slot (from the core's [`Config::state_slots`] and
 //! [`Config::rho_slot`]) and the kernel lists (`HA_RULE_KERNELS`, `HA_STORAGE_P/G/S`, from which
 //! the C sources build every kernel name) are defined here only, as [`defines`]. The C files
@@ -31,8 +33,10 @@
 //! - an editor or `nvcc` compiling `instantiations.cu` alone: the generated copy
 //!   `kernels/homeadam_defs.h`, which a unit test keeps equal to [`defs_header`].
 
-use homeadam_core::backend::mix64;
-use homeadam_core::{Config, Dtype, ExactSum, Rule, Switch};
+use homeadam_core::backend::{mix64, StepScalars, BUCKETS};
+use homeadam_core::{Config, Dtype, ExactSum, RhoOver, Rule, Switch};
+
+use crate::device::{HaStatus, HaTensor};
 
 /// The element math header, `homeadam_math.h`.
 pub const MATH_HEADER: &str = include_str!("../kernels/homeadam_math.h");
@@ -62,6 +66,10 @@ pub mod flags {
     pub const WEIGHT_DECOUPLE: u32 = 2;
     /// Stochastic rounding of parameter stores.
     pub const STOCHASTIC: u32 = 4;
+    /// Global / per-layer HomeAdam: ρ over the elements with v_t > 0 ([`RhoOver::Active`]).
+    ///
+    /// [`RhoOver::Active`]: homeadam_core::RhoOver::Active
+    pub const RHO_ACTIVE: u32 = 8;
     /// The HomeAdam switch (one of the `SWITCH_*` values) is `flags >> SWITCH_SHIFT & 3`.
     pub const SWITCH_SHIFT: u32 = 8;
     /// One decision per element.
@@ -187,6 +195,10 @@ pub fn rule_kernel(config: &Config, swats_sgd: bool) -> (UpdateKernel, u32) {
     if config.weight_decouple {
         f |= flags::WEIGHT_DECOUPLE;
     }
+    // The core refuses `rho_over` on every rule but global and per-layer HomeAdam.
+    if config.rho_over == RhoOver::Active {
+        f |= flags::RHO_ACTIVE;
+    }
     let home = |switch: u32| (UpdateKernel::HomeAdam, f | (switch << flags::SWITCH_SHIFT));
     match config.rule {
         Rule::Sgd if config.momentum == 0.0 => (UpdateKernel::Sgd, f),
@@ -233,6 +245,7 @@ pub fn defines() -> Vec<(String, String)> {
         ("NESTEROV", flags::NESTEROV),
         ("WEIGHT_DECOUPLE", flags::WEIGHT_DECOUPLE),
         ("STOCHASTIC", flags::STOCHASTIC),
+        ("RHO_ACTIVE", flags::RHO_ACTIVE),
         ("SWITCH_ELEMENT", flags::SWITCH_ELEMENT),
         ("SWITCH_GLOBAL", flags::SWITCH_GLOBAL),
         ("SWITCH_LAYER", flags::SWITCH_LAYER),
@@ -241,6 +254,15 @@ pub fn defines() -> Vec<(String, String)> {
         d.push((format!("HA_{name}"), format!("{bits}u")));
     }
     d.push(("HA_SWITCH_SHIFT".into(), flags::SWITCH_SHIFT.to_string()));
+    d.push(("HA_BUCKETS".into(), format!("{BUCKETS}u")));
+    // The sizes of the structs the host shares with the kernels, which the C sources assert.
+    for (name, size) in [
+        ("SCALARS", std::mem::size_of::<StepScalars>()),
+        ("TENSOR", std::mem::size_of::<HaTensor>()),
+        ("STATUS", std::mem::size_of::<HaStatus>()),
+    ] {
+        d.push((format!("HA_SIZE_{name}"), size.to_string()));
+    }
     for (name, value) in [
         ("LIMBS", ExactSum::LIMBS.to_string()),
         ("WORDS", ExactSum::WORDS.to_string()),
@@ -302,14 +324,14 @@ pub fn headers() -> [(&'static str, String); 4] {
 }
 
 /// The source of one model's kernels: `ha_reset`, `ha_check_{g}`, `ha_home_pre_{g}_{s}`,
-/// `ha_grad_sq_{g}` and the update kernels `{rule}_{p}_{g}_{s}` of `update` (SWATS has two), a
+/// `ha_home_hist_{g}_{s}`, `ha_grad_sq_{g}` and the update kernels `{rule}_{p}_{g}_{s}` of `update` (SWATS has two), a
 /// fraction of [`INSTANTIATIONS`]' compile time.
 pub fn model_source(update: &[UpdateKernel], p: Dtype, g: Dtype, s: Dtype) -> String {
     let (pn, gn, sn) = (p.name(), g.name(), s.name());
     let (pt, gt, st) = (c_type(p), c_type(g), c_type(s));
     let mut source = format!(
         "#include \"homeadam.cuh\"\nHA_CHECK({gt}, {gn})\nHA_PRE({gt}, {st}, {gn}, {sn})\n\
-         HA_GRAD_SQ({gt}, {gn})\n"
+         HA_HIST({gt}, {st}, {gn}, {sn})\nHA_GRAD_SQ({gt}, {gn})\n"
     );
     for k in update {
         source.push_str(&format!(
@@ -334,6 +356,7 @@ pub fn all_kernel_names() -> Vec<String> {
         names.push(format!("ha_grad_sq_{}", g.name()));
         for s in DTYPES {
             names.push(format!("ha_home_pre_{}_{}", g.name(), s.name()));
+            names.push(format!("ha_home_hist_{}_{}", g.name(), s.name()));
         }
     }
     for kernel in UpdateKernel::ALL {
@@ -378,7 +401,7 @@ mod tests {
                 1
             );
         }
-        assert_eq!(all_kernel_names().len(), 1 + 3 + 3 + 9 + 10 * 27);
+        assert_eq!(all_kernel_names().len(), 1 + 3 + 3 + 2 * 9 + 10 * 27);
     }
 
     #[test]
@@ -398,6 +421,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn rho_over_active_is_a_flag_of_the_home_kernel() {
+        for switch in [Switch::Global, Switch::Layer] {
+            let all = Config::new(Rule::HomeAdamW(switch));
+            let active = Config {
+                rho_over: RhoOver::Active,
+                ..all
+            };
+            assert_eq!(rule_kernel(&all, false).1 & flags::RHO_ACTIVE, 0);
+            assert_eq!(
+                rule_kernel(&active, false).1,
+                rule_kernel(&all, false).1 | flags::RHO_ACTIVE
+            );
+        }
+        // No bit of a flag in the switch's two bits.
+        let others = flags::NESTEROV | flags::WEIGHT_DECOUPLE | flags::STOCHASTIC | flags::RHO_ACTIVE;
+        assert_eq!(others & (3 << flags::SWITCH_SHIFT), 0);
     }
 
     #[test]

@@ -14,13 +14,30 @@
 //!
 //! A step is at most four launches on one stream, whatever the number of tensors:
 //! `ha_reset` (which also installs the gradient pointers); `ha_home_pre_{g}_{s}` (global /
-//! per-layer HomeAdam: min v_t and the non-finite flag) or `ha_check_{g}` (the non-finite flag,
-//! under `FiniteCheck::SkipStep`); the update `{rule}_{p}_{g}_{s}`, which does nothing when the
-//! flag is set, each tensor with the scalars of its parameter group. The host work is the
-//! core's: [`Optimizer::begin`] gives t and the scalars of each group,
-//! [`homeadam_core::Step::finish_external`] counts the step from the device's 24-byte status,
-//! read back at the end (the step's only sync: t does not advance on a skipped step, so the
-//! next step's scalars depend on it).
+//! per-layer HomeAdam: min v_t over every element and over those with v_t > 0, and the
+//! non-finite flag) or `ha_check_{g}` (the non-finite flag, under `FiniteCheck::SkipStep`); the
+//! update `{rule}_{p}_{g}_{s}`, which does nothing when the flag is set, each tensor with the
+//! scalars of its parameter group (HomeAdam's home branch at η_h: `home_lr_over_bc1`; its ρ
+//! over the active elements with [`flags::RHO_ACTIVE`]). The host work is the core's: [`Optimizer::begin`] gives t
+//! and the scalars of each group, [`homeadam_core::Step::finish_external`] counts the step from
+//! the device's 32-byte status, read back at the end (the step's only sync: t does not advance
+//! on a skipped step, so the next step's scalars depend on it).
+//!
+//! A calibrated τ (`Config::tau_calibration`, HomeAdam(W)) is set at the steps that
+//! [`homeadam_core::Step::calibrates`], before the update reads it:
+//!
+//! - element-wise: the pass before the update is `ha_home_hist_{g}_{s}` (the non-finite flag,
+//!   and v̂_t = v_t / bc2 of every element with v_t > 0 counted into the core's log2 buckets,
+//!   with integer atomics); the status and the counts are read back mid-step (a second sync),
+//!   into [`homeadam_core::Step::calibrate_external`], then the update runs with the new τ;
+//! - global / per-layer: after `ha_home_pre_{g}_{s}` the status (per-layer: and the tensor
+//!   table) is read back mid-step, the step's decision values ρ (of the model, or of each
+//!   tensor, as `Config::rho_over` says) go to `calibrate_external`, then the update runs.
+//!
+//! At the other steps of the global and per-layer rules the same decision values go to the core
+//! in [`Outcome::decisions`], from the status read at the end (per-layer: with the table), so
+//! a step that does not calibrate still has one sync. Skipped steps count nothing (the core
+//! ignores them).
 //!
 //! SWATS: its Adam phase (`swats_adam_*`) also sums each tensor's pᵀp and pᵀg exactly on the
 //! device; they are read back with the status, rounded by [`ExactSum::to_f64`], and the core's
@@ -32,17 +49,20 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use homeadam_core::backend::{Histogram, Outcome, StepScalars, SwatsDots};
+use homeadam_core::backend::{Histogram, Outcome, StepScalars, SwatsDots, BUCKETS};
 use homeadam_core::{
     Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Switch, TensorAux,
 };
 
-use crate::device::{block_table, HaBlock, HaScalars, HaStatus, HaTensor};
+use crate::device::{block_table, histogram, HaBlock, HaScalars, HaStatus, HaTensor};
 use crate::kernels::{self, flags};
 use crate::nvrtc;
 use crate::Error;
 
+mod calibration;
 mod checkpoint;
+
+use calibration::decisions;
 
 /// Threads per block of every kernel.
 const THREADS: u32 = 256;
@@ -102,6 +122,22 @@ enum FirstPass {
     Home(CudaFunction),
 }
 
+/// The element-wise rule's calibration pass and its counts (with a calibrated τ).
+struct Calibration {
+    /// `ha_home_hist_{g}_{s}(tensors, blocks, scalars, status, counts)`.
+    function: CudaFunction,
+    /// [`BUCKETS`] 64-bit counts.
+    counts: CudaSlice<u64>,
+}
+
+/// What [`Device::read`] brings back.
+struct Readback {
+    status: HaStatus,
+    table: Vec<HaTensor>,
+    counts: Vec<u64>,
+    dots: Vec<u64>,
+}
+
 /// An update kernel and its flags.
 struct Update {
     function: CudaFunction,
@@ -113,6 +149,9 @@ struct Device {
     stream: Arc<CudaStream>,
     reset: CudaFunction,
     first_pass: Option<FirstPass>,
+    /// Element-wise HomeAdam with a calibrated τ: replaces `first_pass` at the steps that
+    /// calibrate.
+    calibration: Option<Calibration>,
     /// The rule's update; SWATS's Adam phase.
     update: Update,
     /// SWATS's SGD phase.
@@ -186,15 +225,6 @@ impl CudaOptimizer {
     ) -> Result<Self, Error> {
         let core = Optimizer::new(config)?;
         config.check_state_dtype(dtypes.state)?;
-        let defaults = Config::new(config.rule);
-        if config.rho_over != defaults.rho_over
-            || config.tau_calibration.is_some()
-            || config.home_lr_scale != defaults.home_lr_scale
-        {
-            return Err(Error::Unsupported(
-                "rho_over, a calibrated tau or home_lr (CPU only for now)",
-            ));
-        }
         let (groups, group_index) = group_table(&config, tensors)?;
         let ctx: &Arc<CudaContext> = stream.context();
         let (major, minor) = ctx.compute_capability()?;
@@ -219,6 +249,13 @@ impl CudaOptimizer {
             _ if config.finite_check == FiniteCheck::SkipStep => {
                 Some(FirstPass::Check(module.load_function(&format!("ha_check_{g}"))?))
             }
+            _ => None,
+        };
+        let calibration = match config.rule.switch() {
+            Some(Switch::Element) if config.tau_calibration.is_some() => Some(Calibration {
+                function: module.load_function(&format!("ha_home_hist_{g}_{s}"))?,
+                counts: stream.alloc_zeros::<u64>(BUCKETS)?,
+            }),
             _ => None,
         };
         let mut update = update.into_iter().map(|(kernel, f)| {
@@ -247,6 +284,7 @@ impl CudaOptimizer {
         let device = Device {
             reset: module.load_function("ha_reset")?,
             first_pass,
+            calibration,
             update,
             swats_sgd,
             grad_sq: module.load_function(&format!("ha_grad_sq_{g}"))?,
@@ -336,35 +374,59 @@ impl CudaOptimizer {
     pub fn step(&mut self, grad_scale: f64) -> Result<StepReport, Error> {
         let config = *self.core.config();
         let swats_sgd = self.core.swats_sgd_lr().is_some();
-        let step = self.core.begin(grad_scale)?;
-        let mut scalars = Vec::with_capacity(self.groups.len());
+        let mut step = self.core.begin(grad_scale)?;
         for &group in &self.groups {
             // As the core's step: η may have changed since `new` (set_lr).
             config.for_group(group).validate()?;
-            scalars.push(HaScalars(step.group_scalars(group)));
         }
+        let switch = config.rule.switch();
+        let bc2 = step.scalars().bc2;
+        let calibrates = step.calibrates();
+        self.device.first_pass(&HaScalars(*step.scalars()), calibrates)?;
+        if calibrates {
+            // τ is set from this step's values before any update reads it.
+            let element = switch == Some(Switch::Element);
+            let pre = self.device.read(switch == Some(Switch::Layer), element, false)?;
+            let values = if element {
+                histogram(&pre.counts)
+            } else {
+                decisions(&config, bc2, &pre.status, &pre.table)
+            };
+            step.calibrate_external(&values)?;
+        }
+        let scalars: Vec<HaScalars> = self
+            .groups
+            .iter()
+            .map(|&group| HaScalars(step.group_scalars(group)))
+            .collect();
         let swats_adam = config.rule == Rule::Swats && !swats_sgd;
-        let (status, dots) = self.device.launch(
-            &config,
-            &HaScalars(*step.scalars()),
-            &scalars,
-            step.t(),
-            swats_sgd,
-            swats_adam,
-        )?;
+        self.device
+            .update(&config, &scalars, step.t(), swats_sgd, swats_adam)?;
+        // A calibrated τ counts the decision values of the steps between its calibrations.
+        let window = config.tau_calibration.is_some() && !calibrates;
+        let end = self
+            .device
+            .read(window && switch == Some(Switch::Layer), false, swats_adam)?;
+        let status = &end.status;
         let outcome = Outcome {
             skipped: status.nonfinite != 0,
             // SWATS reports ρ in its Adam phase only, as the core.
             v_min: (self.has_rho && !swats_sgd).then(|| f32::from_bits(status.vmin_post)),
-            v_min_active: None,
+            v_min_active: matches!(switch, Some(Switch::Global | Switch::Layer))
+                .then(|| status.vmin_pre.get().active),
             home_elements: status.home,
             nonfinite_applied: status.nonfinite_applied != 0,
-            decisions: Histogram::new(),
+            decisions: if window {
+                decisions(&config, bc2, status, &end.table)
+            } else {
+                Histogram::new()
+            },
         };
         if config.rule != Rule::Swats {
             return Ok(step.finish_external(outcome)?);
         }
-        let sums: Vec<ExactSum> = dots
+        let sums: Vec<ExactSum> = end
+            .dots
             .chunks_exact(ExactSum::WORDS)
             .map(|w| ExactSum::from_words(w.try_into().expect("WORDS words")))
             .collect();
@@ -407,18 +469,10 @@ impl CudaOptimizer {
 }
 
 impl Device {
-    /// Queues the passes of step `t` (`step` the step's scalars, `groups` each group's; SWATS in
-    /// its SGD phase with `swats_sgd`, summing its dot products with `dots`) and reads the
-    /// status back, and the dot products' accumulators with `dots` (else empty).
-    fn launch(
-        &mut self,
-        config: &Config,
-        step: &HaScalars,
-        groups: &[HaScalars],
-        t: u64,
-        swats_sgd: bool,
-        dots: bool,
-    ) -> Result<(HaStatus, Vec<u64>), Error> {
+    /// Queues the start of a step: `ha_reset`, then the pass before the update, with the
+    /// step's scalars `step`: at a step that `calibrates` τ, the element-wise rule's
+    /// calibration pass `ha_home_hist_*` (its counts zeroed first).
+    fn first_pass(&mut self, step: &HaScalars, calibrates: bool) -> Result<(), Error> {
         let count = self.table.len() as u32;
         let blocks = self.blocks.len() as u32;
         let mut b = self.stream.launch_builder(&self.reset);
@@ -429,57 +483,114 @@ impl Device {
         // SAFETY: ha_reset(HaTensor*, u32, const u64*, HaStatus*) with `count` entries in the
         // table and in `grads`.
         unsafe { b.launch(grid(count.div_ceil(THREADS).max(1), 0)) }?;
-        if blocks > 0 {
-            // Pageable memory: the copy is staged before this returns.
-            self.stream.memcpy_htod(groups, &mut self.groups)?;
-            let inv = step.0.inv_grad_scale;
-            let pass = match &self.first_pass {
-                Some(FirstPass::Check(f)) => Some((f, None)),
-                Some(FirstPass::Home(f)) => Some((f, Some(step))),
-                None => None,
-            };
-            if let Some((f, scalars)) = pass {
-                let mut b = self.stream.launch_builder(f);
-                b.arg(&mut self.table).arg(&self.blocks);
-                match scalars {
-                    Some(s) => b.arg(s),
-                    None => b.arg(&inv),
-                };
-                b.arg(&mut self.status);
-                // SAFETY: the signatures of ha_check / ha_home_pre; the table's pointers are
-                // valid (the contract of `CudaOptimizer::new`).
-                unsafe { b.launch(grid(blocks, 0)) }?;
-            }
-            if dots {
-                self.stream.memset_zeros(&mut self.dots)?;
-            }
-            let update = match (&self.swats_sgd, swats_sgd) {
-                (Some(sgd), true) => sgd,
-                _ => &self.update,
-            };
-            let sr_base = kernels::sr_base(config.seed, t);
-            let mut b = self.stream.launch_builder(&update.function);
-            b.arg(&mut self.table)
-                .arg(&self.blocks)
-                .arg(&self.groups)
-                .arg(&update.flags)
-                .arg(&sr_base)
-                .arg(&mut self.status)
-                .arg(&mut self.dots);
-            let shared = if dots { kernels::exact_shared_bytes(2) } else { 0 };
-            // SAFETY: the update kernels' signature; `groups` holds an entry for every
-            // `HaTensor::group`, `dots` two accumulators per tensor, the shared memory two
-            // when SWATS sums; pointers valid by the contract of `CudaOptimizer::new`.
-            unsafe { b.launch(grid(blocks, shared)) }?;
+        let mut calibration = self.calibration.as_mut().filter(|_| calibrates);
+        if let Some(c) = &mut calibration {
+            self.stream.memset_zeros(&mut c.counts)?;
         }
+        if blocks == 0 {
+            return Ok(());
+        }
+        let inv = step.0.inv_grad_scale;
+        let mut b = match (calibration, &self.first_pass) {
+            (Some(c), _) => {
+                let mut b = self.stream.launch_builder(&c.function);
+                b.arg(&self.table)
+                    .arg(&self.blocks)
+                    .arg(step)
+                    .arg(&mut self.status)
+                    .arg(&mut c.counts);
+                b
+            }
+            (None, Some(FirstPass::Home(f))) => {
+                let mut b = self.stream.launch_builder(f);
+                b.arg(&mut self.table)
+                    .arg(&self.blocks)
+                    .arg(step)
+                    .arg(&mut self.status);
+                b
+            }
+            (None, Some(FirstPass::Check(f))) => {
+                let mut b = self.stream.launch_builder(f);
+                b.arg(&self.table)
+                    .arg(&self.blocks)
+                    .arg(&inv)
+                    .arg(&mut self.status);
+                b
+            }
+            (None, None) => return Ok(()),
+        };
+        // SAFETY: the signatures of ha_home_hist (with `BUCKETS` counts), ha_home_pre and
+        // ha_check; the table's pointers are valid (the contract of `CudaOptimizer::new`).
+        unsafe { b.launch(grid(blocks, 0)) }?;
+        Ok(())
+    }
+
+    /// Queues the update of step `t` (`groups` each group's scalars; SWATS in its SGD phase
+    /// with `swats_sgd`, summing its dot products with `dots`).
+    fn update(
+        &mut self,
+        config: &Config,
+        groups: &[HaScalars],
+        t: u64,
+        swats_sgd: bool,
+        dots: bool,
+    ) -> Result<(), Error> {
+        let blocks = self.blocks.len() as u32;
+        if blocks == 0 {
+            return Ok(());
+        }
+        // Pageable memory: the copy is staged before this returns.
+        self.stream.memcpy_htod(groups, &mut self.groups)?;
+        if dots {
+            self.stream.memset_zeros(&mut self.dots)?;
+        }
+        let update = match (&self.swats_sgd, swats_sgd) {
+            (Some(sgd), true) => sgd,
+            _ => &self.update,
+        };
+        let sr_base = kernels::sr_base(config.seed, t);
+        let mut b = self.stream.launch_builder(&update.function);
+        b.arg(&mut self.table)
+            .arg(&self.blocks)
+            .arg(&self.groups)
+            .arg(&update.flags)
+            .arg(&sr_base)
+            .arg(&mut self.status)
+            .arg(&mut self.dots);
+        let shared = if dots { kernels::exact_shared_bytes(2) } else { 0 };
+        // SAFETY: the update kernels' signature; `groups` holds an entry for every
+        // `HaTensor::group`, `dots` two accumulators per tensor, the shared memory two when
+        // SWATS sums; pointers valid by the contract of `CudaOptimizer::new`.
+        unsafe { b.launch(grid(blocks, shared)) }?;
+        Ok(())
+    }
+
+    /// Waits for the queued work and reads the status back, with the tensor table if `table`,
+    /// the calibration counts if `counts`, the dot products' accumulators if `dots` (else
+    /// empty): one sync.
+    fn read(&self, table: bool, counts: bool, dots: bool) -> Result<Readback, Error> {
         let status = self.stream.clone_dtoh(&self.status)?;
+        let table = if table && !self.table.is_empty() {
+            self.stream.clone_dtoh(&self.table)?
+        } else {
+            Vec::new()
+        };
+        let counts = match &self.calibration {
+            Some(c) if counts => self.stream.clone_dtoh(&c.counts)?,
+            _ => Vec::new(),
+        };
         let dots = if dots {
             self.stream.clone_dtoh(&self.dots)?
         } else {
             Vec::new()
         };
         self.stream.synchronize()?;
-        Ok((status[0], dots))
+        Ok(Readback {
+            status: status[0],
+            table,
+            counts,
+            dots,
+        })
     }
 
     /// The exact Σ g² over every gradient (`grads`), as raw accumulator words.

@@ -111,6 +111,7 @@ fn the_runtime_source_of_one_model_compiles() {
             "ha_reset".into(),
             format!("ha_check_{}", g.name()),
             format!("ha_home_pre_{}_{}", g.name(), s.name()),
+            format!("ha_home_hist_{}_{}", g.name(), s.name()),
             format!("ha_grad_sq_{}", g.name()),
         ]);
         for name in names {

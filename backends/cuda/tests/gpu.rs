@@ -1,9 +1,11 @@
-//! On a GPU: every golden case of `tests/golden/cases/` (3 tensors, 100 gradient rows; SWATS
-//! included) and larger random multi-tensor models in several parameter groups (η scaled or
-//! not, λ or none; SWATS switching to its SGD phase included), stepped by [`CudaOptimizer`] and
-//! by the core's `Optimizer::step_reference`, compared bit for bit after every step (NaN payloads
-//! aside), with the same reports and per-tensor telemetry and Λ; checkpoints round-trip through
-//! the core's byte format. `grad_norm` equals the core's exact sum, and `set_grads` steps with
+//! On a GPU: every golden case of `tests/golden/cases/` (3 tensors, 100 gradient rows; SWATS,
+//! HomeAdam's ρ over the active elements, η_h ≠ η and a calibrated τ included) and larger random
+//! multi-tensor models in several parameter groups (η scaled or not, λ or none; SWATS switching
+//! to its SGD phase included; HomeAdam calibrating τ at a skipped step), stepped by
+//! [`CudaOptimizer`] and by the core's `Optimizer::step_reference`, compared bit for bit after
+//! every step (NaN payloads aside), with the same reports (ρ, ρ_active, τ) and per-tensor
+//! telemetry and Λ, and the same calibration state (τ and its window); checkpoints round-trip
+//! through the core's byte format. `grad_norm` equals the core's exact sum, and `set_grads` steps with
 //! the new gradients. Skipped with a message when no CUDA driver is present; the golden cases
 //! are parsed and replayed on the core either way.
 
@@ -12,8 +14,8 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use homeadam_core::backend::mix64;
 use homeadam_core::{
-    bf16, f16, Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Storage,
-    Switch, Tensor, TensorAux, TensorState, TensorStateMut,
+    bf16, f16, Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, RhoOver, Rounding, Rule, StepReport,
+    Storage, Switch, TauCalibration, Tensor, TensorAux, TensorState, TensorStateMut,
 };
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes, Error};
 
@@ -166,11 +168,11 @@ fn canonical(x: f32) -> u32 {
 }
 
 fn same_report(a: &StepReport, b: &StepReport) -> bool {
-    let rho = match (a.rho, b.rho) {
-        (Some(x), Some(y)) => x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
-        (x, y) => x == y,
-    };
-    rho && a.step == b.step
+    let same = |a: Option<f32>, b: Option<f32>| a.map(canonical) == b.map(canonical);
+    same(a.rho, b.rho)
+        && same(a.rho_active, b.rho_active)
+        && same(a.tau, b.tau)
+        && a.step == b.step
         && a.skipped == b.skipped
         && a.home_elements == b.home_elements
         && a.nonfinite_applied == b.nonfinite_applied
@@ -249,6 +251,12 @@ fn run<P: Storage, G: Storage, S: Storage>(case: &Case, stream: &Arc<CudaStream>
         assert!(
             same_report(&expected, &got),
             "{} row {r}: core {expected:?} cuda {got:?}",
+            case.name
+        );
+        assert!(
+            cuda.core().tau().to_bits() == core.tau().to_bits()
+                && cuda.core().calibration_window() == core.calibration_window(),
+            "{} row {r}: the calibration state",
             case.name
         );
         let telemetry = cuda.tensor_telemetry().expect("telemetry");
@@ -415,6 +423,19 @@ fn random_models_on_the_gpu_match_the_core_bit_for_bit() {
         tau: 1e-9,
         ..Config::new(Rule::HomeAdamW(switch))
     };
+    // τ calibrated at t = 1, 4, 7: row 3 (t = 4) holds a NaN, so a calibrating step is skipped.
+    let calibrated = |switch| Config {
+        tau_calibration: Some(TauCalibration {
+            home_share: 0.3,
+            every: 3,
+        }),
+        home_lr_scale: 0.5,
+        ..home(switch)
+    };
+    let active = |switch| Config {
+        rho_over: RhoOver::Active,
+        ..calibrated(switch)
+    };
     let bases = [
         decayed(Rule::Sgd),
         Config {
@@ -427,6 +448,11 @@ fn random_models_on_the_gpu_match_the_core_bit_for_bit() {
         home(Switch::Global),
         home(Switch::Layer),
         home(Switch::Element),
+        calibrated(Switch::Global),
+        calibrated(Switch::Layer),
+        calibrated(Switch::Element),
+        active(Switch::Global),
+        active(Switch::Layer),
         decayed(Rule::AdaBelief),
         Config {
             switch_step: 2,

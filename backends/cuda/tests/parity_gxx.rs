@@ -1,19 +1,24 @@
 //! The element math of `kernels/homeadam_math.h`, compiled by g++ (`-ffp-contract=off`, the
 //! metadata of `kernels.rs` as `-D` flags), against the core's `Optimizer::step_reference`, bit
-//! for bit: every rule and variant × every param/grad/state storage type × both roundings, 8
-//! steps of a model of four tensors in four parameter groups (η scaled or not, λ or none) with
-//! random values (denormal, huge, NaN and ±∞ included), plus every storage conversion and the
-//! exact sums of `homeadam_exact.h` against the core's `ExactSum`. Needs g++
-//! only (no GPU); skipped with a message when g++ is missing.
+//! for bit: every rule and variant (HomeAdam's ρ over the active elements, η_h ≠ η and a
+//! calibrated τ included) × every param/grad/state storage type × both roundings, 8 steps of a
+//! model of four tensors in four parameter groups (η scaled or not, λ or none) with random
+//! values (denormal, huge, NaN and ±∞ included), plus every storage conversion and the exact
+//! sums of `homeadam_exact.h` against the core's `ExactSum`. The first passes the harness
+//! mirrors (minima of v_t, the calibration histogram) are checked against the core's
+//! `home_first_pass` and `home_calibration_pass`; the update runs with the τ the core's step
+//! used. Needs g++ only (no GPU); skipped with a message when g++ is missing.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use homeadam_core::backend::{mix64, StepScalars};
+use homeadam_core::backend::{
+    goes_home, home_calibration_pass, home_first_pass, mix64, Histogram, SecondMomentMin, StepScalars,
+};
 use homeadam_core::{
-    bf16, f16, Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Storage,
-    Tensor, TensorAux,
+    bf16, f16, Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, RhoOver, Rounding, Rule, StepReport,
+    Storage, Switch, TauCalibration, Tensor, TensorAux,
 };
 use homeadam_cuda::kernels::{self, flags, UpdateKernel};
 
@@ -42,6 +47,13 @@ impl Rng {
             _ => r as u32,
         };
         f32::from_bits(bits)
+    }
+    /// ±[2^-10, 2^10): gradients and second moments whose v̂ falls on both sides of τ = 1e-6
+    /// with the gradient scales of the steps.
+    fn moderate(&mut self) -> f32 {
+        let r = self.next();
+        let exp = (117 + (r >> 40) % 20) as u32;
+        f32::from_bits(((r >> 63) as u32) << 31 | exp << 23 | (r >> 8) as u32 & 0x7f_ffff)
     }
     fn finite(&mut self) -> f32 {
         loop {
@@ -128,6 +140,11 @@ impl Reader<'_> {
         self.0 = b;
         u32::from_le_bytes(a.try_into().expect("4 bytes"))
     }
+    fn u64(&mut self) -> u64 {
+        let (a, b) = self.0.split_at(8);
+        self.0 = b;
+        u64::from_le_bytes(a.try_into().expect("8 bytes"))
+    }
     fn bits(&mut self, width: usize) -> u32 {
         let (a, b) = self.0.split_at(width);
         self.0 = b;
@@ -211,9 +228,38 @@ fn configs() -> Vec<Config> {
                     ..c
                 });
             }
-            Rule::HomeAdam(_) | Rule::HomeAdamW(_) => {
-                out.push(c);
-                out.push(Config { tau: 1e-30, ..c });
+            Rule::HomeAdam(switch) | Rule::HomeAdamW(switch) => {
+                let calibrated = Config {
+                    tau_calibration: Some(TauCalibration {
+                        home_share: 0.3,
+                        every: 3,
+                    }),
+                    ..c
+                };
+                out.extend([
+                    c,
+                    Config { tau: 1e-30, ..c },
+                    Config {
+                        home_lr_scale: 0.25,
+                        ..c
+                    },
+                    calibrated,
+                ]);
+                if switch != Switch::Element {
+                    let active = Config {
+                        rho_over: RhoOver::Active,
+                        ..c
+                    };
+                    out.extend([
+                        active,
+                        Config { tau: 1e-30, ..active },
+                        Config {
+                            rho_over: RhoOver::Active,
+                            home_lr_scale: 4.0,
+                            ..calibrated
+                        },
+                    ]);
+                }
             }
             _ => out.push(c),
         }
@@ -255,6 +301,8 @@ fn model(n: usize) -> (Vec<(usize, usize)>, Vec<Group>) {
 
 /// The tensor that carries the non-finite gradient of a bad step.
 const BAD_TENSOR: usize = 2;
+/// With ρ over the active elements: the tensor whose gradients and v are 0 (never active).
+const INACTIVE_TENSOR: usize = 1;
 
 #[derive(Default)]
 struct Counts {
@@ -263,6 +311,13 @@ struct Counts {
     skipped: u64,
     swats_sgd_steps: u64,
     home: u64,
+    /// Home elements with η_h ≠ η.
+    home_at_home_lr: u64,
+    /// Applied steps that calibrated τ.
+    calibrated: u64,
+    /// Applied steps where ρ over the active elements decided otherwise than ρ over all would
+    /// have (the model, or one tensor).
+    active_decided: u64,
 }
 
 /// The core's side of one step.
@@ -270,6 +325,10 @@ struct Expected<P, S> {
     what: String,
     report: StepReport,
     bc2: f32,
+    /// Global / per-layer HomeAdam: each tensor's first-pass minima.
+    minima: Option<Vec<SecondMomentMin>>,
+    /// Element-wise HomeAdam at a calibration step: the calibration pass's histogram.
+    calibration: Option<Histogram>,
     params: Vec<Vec<P>>,
     states: Vec<Vec<S>>,
     auxes: Vec<TensorAux>,
@@ -285,6 +344,36 @@ fn scalar_bytes(s: &StepScalars) -> &[u8] {
     }
 }
 
+/// The minima the global / per-layer first pass finds in each tensor (the core's
+/// `home_first_pass`), else `None`.
+fn first_pass<G: Storage, S: Storage>(
+    config: &Config,
+    s: &StepScalars,
+    grads: &[Vec<G>],
+    states: &[Vec<S>],
+) -> Option<Vec<SecondMomentMin>> {
+    matches!(config.rule.switch(), Some(Switch::Global | Switch::Layer)).then(|| {
+        grads
+            .iter()
+            .zip(states)
+            .map(|(g, state)| home_first_pass(g, &state[g.len()..2 * g.len()], s).0)
+            .collect()
+    })
+}
+
+/// Whether ρ over the active elements decided otherwise than ρ over all would have, for the
+/// model (global) or one tensor (per-layer).
+fn active_decided(config: &Config, minima: &[SecondMomentMin], bc2: f32, tau: f32) -> bool {
+    let differs = |m: &SecondMomentMin| {
+        let (all, active) = (m.all / bc2, m.active / bc2);
+        goes_home(RhoOver::All.rho(all, active), tau) != goes_home(RhoOver::Active.rho(all, active), tau)
+    };
+    match config.rule.switch() {
+        Some(Switch::Global) => differs(&minima.iter().fold(SecondMomentMin::EMPTY, |a, &b| a.merge(b))),
+        _ => minima.iter().any(differs),
+    }
+}
+
 fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64, counts: &mut Counts) {
     let mut rng = Rng(0x5eed ^ (code(P::DTYPE) * 9 + code(G::DTYPE) * 3 + code(S::DTYPE)) as u64);
     let (layout, groups) = model(n);
@@ -292,17 +381,26 @@ fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64
     let mut expected = Vec::new();
     for config in configs() {
         let slots = config.state_slots();
-        let mut opt = Optimizer::new(config).expect("valid config");
+        // ρ over the active elements: one tensor never active, moderate values elsewhere, so
+        // that ρ_active falls on both sides of τ while ρ over all is 0.
+        let active = config.rho_over == RhoOver::Active;
         let mut params: Vec<Vec<P>> = layout
             .iter()
             .map(|&(len, _)| (0..len).map(|_| P::from_f32(rng.finite())).collect())
             .collect();
         let mut states: Vec<Vec<S>> = layout
             .iter()
-            .map(|&(len, _)| {
+            .enumerate()
+            .map(|(k, &(len, _))| {
                 (0..slots * len)
                     .map(|i| {
-                        let x = rng.finite();
+                        let x = if !active {
+                            rng.finite()
+                        } else if k == INACTIVE_TENSOR {
+                            0.0
+                        } else {
+                            rng.moderate()
+                        };
                         // Second moments are never negative.
                         S::from_f32(if config.is_second_moment_slot(i / len) {
                             x.abs()
@@ -313,6 +411,7 @@ fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64
                     .collect()
             })
             .collect();
+        let mut opt = Optimizer::new(config).expect("valid config");
         let mut auxes = vec![TensorAux::default(); layout.len()];
         for _ in 0..steps {
             let grad_scale = [1.0, 65536.0, 0.5, 3.0][rng.below(4) as usize];
@@ -326,8 +425,12 @@ fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64
                         .map(|i| {
                             let x = if bad && k == BAD_TENSOR && i == len / 2 {
                                 f32::INFINITY
-                            } else {
+                            } else if !active {
                                 rng.value()
+                            } else if k == INACTIVE_TENSOR {
+                                0.0
+                            } else {
+                                rng.moderate()
                             };
                             G::from_f32(if !bad && !x.is_finite() { 1.0 } else { x })
                         })
@@ -335,41 +438,32 @@ fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64
                 })
                 .collect();
             // The scalars a backend gets from the core: a step begun and dropped is not counted.
-            let (t, pre, scalars) = {
+            let (t, pre, mut scalars, calibrates) = {
                 let step = opt.begin(grad_scale).expect("grad scale");
                 let scalars: Vec<StepScalars> = groups.iter().map(|&g| step.group_scalars(g)).collect();
-                (step.t(), *step.scalars(), scalars)
+                (step.t(), *step.scalars(), scalars, step.calibrates())
             };
+            let minima = first_pass(&config, &pre, &grads, &states);
+            let ew_calibrates = calibrates && config.rule.switch() == Some(Switch::Element);
+            let calibration = ew_calibrates.then(|| {
+                let mut h = Histogram::new();
+                for (g, state) in grads.iter().zip(&states) {
+                    home_calibration_pass(g, &state[g.len()..2 * g.len()], &pre, &mut h);
+                }
+                h
+            });
             let (kernel, mut f) = kernels::rule_kernel(&config, opt.swats_sgd_lr().is_some());
             counts.swats_sgd_steps += (kernel == UpdateKernel::SwatsSgd) as u64;
             if config.rounding == Rounding::Stochastic {
                 f |= flags::STOCHASTIC;
             }
-            let check = (config.finite_check == FiniteCheck::SkipStep) as u32;
-            input.extend_from_slice(&0u32.to_le_bytes());
-            for h in [
-                kernel.id(),
-                code(P::DTYPE),
-                code(G::DTYPE),
-                code(S::DTYPE),
-                f,
-                check,
-            ] {
-                input.extend_from_slice(&h.to_le_bytes());
-            }
-            input.extend_from_slice(&kernels::sr_base(config.seed, t).to_le_bytes());
-            input.extend_from_slice(&(groups.len() as u32).to_le_bytes());
-            input.extend_from_slice(scalar_bytes(&pre));
-            for s in &scalars {
-                input.extend_from_slice(scalar_bytes(s));
-            }
-            input.extend_from_slice(&(layout.len() as u32).to_le_bytes());
+            let mut tensors = Vec::new();
             for (k, &(len, group)) in layout.iter().enumerate() {
-                input.extend_from_slice(&(group as u32).to_le_bytes());
-                input.extend_from_slice(&(len as u64).to_le_bytes());
-                put(&mut input, &params[k]);
-                put(&mut input, &grads[k]);
-                put(&mut input, &states[k]);
+                tensors.extend_from_slice(&(group as u32).to_le_bytes());
+                tensors.extend_from_slice(&(len as u64).to_le_bytes());
+                put(&mut tensors, &params[k]);
+                put(&mut tensors, &grads[k]);
+                put(&mut tensors, &states[k]);
             }
             let report = {
                 let mut model: Vec<Tensor<'_, P, G, S>> = params
@@ -381,11 +475,45 @@ fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64
                     .collect();
                 opt.step_reference(&mut model, grad_scale).expect("step")
             };
+            // The update takes the τ the core's step used (calibrated or not).
+            if let Some(tau) = report.tau {
+                for s in &mut scalars {
+                    s.tau = tau;
+                }
+            }
+            let check = (config.finite_check == FiniteCheck::SkipStep) as u32;
+            input.extend_from_slice(&0u32.to_le_bytes());
+            for h in [
+                kernel.id(),
+                code(P::DTYPE),
+                code(G::DTYPE),
+                code(S::DTYPE),
+                f,
+                check,
+                ew_calibrates as u32,
+            ] {
+                input.extend_from_slice(&h.to_le_bytes());
+            }
+            input.extend_from_slice(&kernels::sr_base(config.seed, t).to_le_bytes());
+            input.extend_from_slice(&(groups.len() as u32).to_le_bytes());
+            input.extend_from_slice(scalar_bytes(&pre));
+            for s in &scalars {
+                input.extend_from_slice(scalar_bytes(s));
+            }
+            input.extend_from_slice(&(layout.len() as u32).to_le_bytes());
+            input.extend_from_slice(&tensors);
             counts.steps += 1;
             counts.skipped += report.skipped as u64;
             counts.home += report.home_elements;
             if !report.skipped {
                 counts.elements += layout.iter().map(|&(len, _)| len as u64).sum::<u64>();
+                counts.calibrated += calibrates as u64;
+                if config.home_lr_scale != 1.0 {
+                    counts.home_at_home_lr += report.home_elements;
+                }
+                if let (Some(m), Some(tau), true) = (&minima, report.tau, active) {
+                    counts.active_decided += active_decided(&config, m, pre.bc2, tau) as u64;
+                }
             }
             expected.push(Expected {
                 what: format!(
@@ -397,6 +525,8 @@ fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64
                 ),
                 report,
                 bc2: pre.bc2,
+                minima,
+                calibration,
                 params: params.clone(),
                 states: states.clone(),
                 auxes: auxes.clone(),
@@ -406,15 +536,34 @@ fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64
     let out = run_harness(exe, &input);
     let mut r = Reader(&out);
     let rho_bits = |vmin: u32, bc2: f32| (f32::from_bits(vmin) / bc2).to_bits();
+    let min_bits = |m: &SecondMomentMin| (m.all.to_bits(), m.active.to_bits());
     for e in expected {
         let what = &e.what;
         let (skipped, vmin, home) = (r.u32(), r.u32(), r.u32());
+        let model_pre = (r.u32(), r.u32());
         assert_eq!(skipped != 0, e.report.skipped, "{what}: skipped");
         assert_eq!(home as u64, e.report.home_elements, "{what}: home elements");
         if let Some(rho) = e.report.rho {
             assert_eq!(rho.to_bits(), rho_bits(vmin, e.bc2), "{what}: rho");
         }
+        if let Some(minima) = &e.minima {
+            let model = minima.iter().fold(SecondMomentMin::EMPTY, |a, &b| a.merge(b));
+            assert_eq!(
+                model_pre,
+                min_bits(&model),
+                "{what}: the model's first-pass minima"
+            );
+        }
+        if let Some(h) = &e.calibration {
+            for (b, &c) in h.counts().iter().enumerate() {
+                assert_eq!(r.u64(), u64::from(c), "{what}: calibration bucket {b}");
+            }
+        }
         for (k, aux) in e.auxes.iter().enumerate() {
+            let pre = (r.u32(), r.u32());
+            if let Some(minima) = &e.minima {
+                assert_eq!(pre, min_bits(&minima[k]), "{what}: tensor {k} first-pass minima");
+            }
             let (vmin, home) = (r.u32(), r.u32());
             assert_eq!(aux.rho.to_bits(), rho_bits(vmin, e.bc2), "{what}: tensor {k} rho");
             assert_eq!(aux.home_elements, home, "{what}: tensor {k} home elements");
@@ -461,11 +610,19 @@ fn element_math_matches_the_core_bit_for_bit() {
     combos_p::<bf16>(&exe, n, 8, &mut counts);
     let _ = std::fs::remove_file(&exe);
     println!(
-        "parity_gxx: {} element updates in {} steps ({} skipped steps not counted, {} SWATS SGD-phase steps, {} home elements): all bit-identical",
-        counts.elements, counts.steps, counts.skipped, counts.swats_sgd_steps, counts.home
+        "parity_gxx: {} element updates in {} steps ({} skipped steps not counted, {} SWATS SGD-phase steps, {} home elements, {} at η_h ≠ η, {} steps calibrating τ, {} where ρ over the active elements decided otherwise): all bit-identical",
+        counts.elements,
+        counts.steps,
+        counts.skipped,
+        counts.swats_sgd_steps,
+        counts.home,
+        counts.home_at_home_lr,
+        counts.calibrated,
+        counts.active_decided
     );
     assert!(counts.swats_sgd_steps > 0, "the SWATS SGD phase was not reached");
     assert!(counts.home > 0 && counts.skipped > 0);
+    assert!(counts.home_at_home_lr > 0 && counts.calibrated > 0 && counts.active_decided > 0);
 }
 
 #[test]

@@ -3,24 +3,25 @@
 //
 // Reads cases from stdin and writes results to stdout, all little-endian:
 //   case:   u32 kind; kind 0 = one step of a model, 1 = conversions, 2 = an exact sum
-//   step:   u32 rule, p, g, s (0 f32, 1 f16, 2 bf16), flags, check; u64 sr_base;
-//           u32 groups; HaScalars of the step (first pass); HaScalars × groups;
+//   step:   u32 rule, p, g, s (0 f32, 1 f16, 2 bf16), flags, check, calibrate; u64 sr_base;
+//           u32 groups; HaScalars of the step (first pass); HaScalars × groups (update);
 //           u32 tensors; per tensor: u32 group, u64 n, param (n·w_p bytes), grad (n·w_g),
 //           state (slots·n·w_s)
-//        -> u32 skipped, model vmin bits, home; per tensor: u32 vmin bits, home; param, state
+//        -> u32 skipped, model vmin bits, home; HaVmin of the model's first pass;
+//           with calibrate: HA_BUCKETS × u64 counts of the calibration pass;
+//           per tensor: HaVmin of its first pass, u32 vmin bits, home; param, state
 //   conv:   u64 n; n × (u32 f32 bits, u32 r24)
 //        -> n × (u16 f16 RNE, u16 bf16 RNE, u16 f16 stochastic, u16 bf16 stochastic,
 //                u32 f32 of (low 16 bits as f16), u32 f32 of (low 16 bits as bf16))
 //   exact:  u32 n; n × (u32 a bits, u32 b bits)
 //        -> HA_EXACT_WORDS × u64: Σ a·b, normalized
-// The step mirrors ha_check / ha_home_pre / ha_update of homeadam.cuh over the model's tensors.
+// The step mirrors ha_check / ha_home_pre / ha_home_hist / ha_update of homeadam.cuh over the
+// model's tensors.
 #include "homeadam_exact.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
-
-static const ha_u32 INF_BITS = 0x7f800000u;
 
 static void get(void* dst, size_t bytes) {
     if (bytes && fread(dst, 1, bytes, stdin) != bytes) { fprintf(stderr, "harness: short read\n"); exit(2); }
@@ -34,11 +35,12 @@ template <typename P, typename G, typename S> struct Tensor {
     std::vector<P> param;
     std::vector<G> grad;
     std::vector<S> state;
-    ha_u32 vmin_pre, vmin, home;
+    HaVmin pre;
+    ha_u32 vmin, home;
 };
 
 template <int RULE, typename P, typename G, typename S>
-static void step(ha_u32 flags, ha_u32 check, ha_u64 sr_base) {
+static void step(ha_u32 flags, ha_u32 check, ha_u32 calibrate, ha_u64 sr_base) {
     ha_u32 group_count, count;
     HaScalars pre;
     get(&group_count, 4);
@@ -58,27 +60,33 @@ static void step(ha_u32 flags, ha_u32 check, ha_u64 sr_base) {
         get(t.grad.data(), t.n * sizeof(G));
         get(t.state.data(), t.state.size() * sizeof(S));
     }
-    ha_u32 bad = 0, model_vmin_pre = INF_BITS, model_vmin = INF_BITS, model_home = 0;
+    ha_u32 bad = 0, model_vmin = HA_INF_BITS, model_home = 0;
+    HaVmin model_pre = {HA_INF_BITS, HA_INF_BITS};
+    ha_u64 counts[HA_BUCKETS] = {};
     ha_u32 sw = (flags >> HA_SWITCH_SHIFT) & 3u;
     bool first_pass = RULE == HA_RULE_HOMEADAM && (sw == HA_SWITCH_GLOBAL || sw == HA_SWITCH_LAYER);
     for (Tensor<P, G, S>& t : model) {
-        t.vmin_pre = t.vmin = INF_BITS;
+        t.pre.all = t.pre.active = t.vmin = HA_INF_BITS;
         t.home = 0;
-        if (!first_pass && !check) continue;
+        if (!first_pass && !check && !calibrate) continue;
         for (ha_u64 i = 0; i < t.n; i++) {
             float g = ha_to_f32(t.grad[i]) * pre.inv_grad_scale;
             bad |= ha_nonfinite(g);
+            if (!first_pass && !calibrate) continue;
+            float v = ha_second_moment(pre, ha_to_f32(t.state[t.n + i]), g);
             if (first_pass) {
-                float v = ha_second_moment(pre, ha_to_f32(t.state[t.n + i]), g);
-                t.vmin_pre = min_bits(t.vmin_pre, v);
+                t.pre.all = min_bits(t.pre.all, v);
+                if (v > 0.0f) t.pre.active = min_bits(t.pre.active, v);
             }
+            if (calibrate && v > 0.0f) counts[ha_bucket(v / pre.bc2)]++;
         }
-        model_vmin_pre = t.vmin_pre < model_vmin_pre ? t.vmin_pre : model_vmin_pre;
+        model_pre.all = t.pre.all < model_pre.all ? t.pre.all : model_pre.all;
+        model_pre.active = t.pre.active < model_pre.active ? t.pre.active : model_pre.active;
     }
     for (ha_u32 k = 0; k < count && !bad; k++) {
         Tensor<P, G, S>& t = model[k];
         const HaScalars& s = groups[t.group];
-        int branch = ha_home_branch(flags, model_vmin_pre, t.vmin_pre, s);
+        int branch = ha_home_branch(flags, model_pre, t.pre, s);
         ha_u64 key = ha_tensor_key(sr_base, k);
         for (ha_u64 i = 0; i < t.n; i++) {
             float st[HA_MAX_SLOTS] = {};
@@ -97,7 +105,10 @@ static void step(ha_u32 flags, ha_u32 check, ha_u64 sr_base) {
     put(&bad, 4);
     put(&model_vmin, 4);
     put(&model_home, 4);
+    put(&model_pre, sizeof model_pre);
+    if (calibrate) put(counts, sizeof counts);
     for (const Tensor<P, G, S>& t : model) {
+        put(&t.pre, sizeof t.pre);
         put(&t.vmin, 4);
         put(&t.home, 4);
         put(t.param.data(), t.n * sizeof(P));
@@ -106,33 +117,33 @@ static void step(ha_u32 flags, ha_u32 check, ha_u64 sr_base) {
 }
 
 template <int RULE, typename P, typename G>
-static void dispatch_s(ha_u32 s_type, ha_u32 f, ha_u32 c, ha_u64 b) {
-    if (s_type == 0) step<RULE, P, G, float>(f, c, b);
-    else if (s_type == 1) step<RULE, P, G, ha_f16>(f, c, b);
-    else step<RULE, P, G, ha_bf16>(f, c, b);
+static void dispatch_s(ha_u32 s_type, ha_u32 f, ha_u32 c, ha_u32 cal, ha_u64 b) {
+    if (s_type == 0) step<RULE, P, G, float>(f, c, cal, b);
+    else if (s_type == 1) step<RULE, P, G, ha_f16>(f, c, cal, b);
+    else step<RULE, P, G, ha_bf16>(f, c, cal, b);
 }
 template <int RULE, typename P>
-static void dispatch_g(ha_u32 g, ha_u32 st, ha_u32 f, ha_u32 c, ha_u64 b) {
-    if (g == 0) dispatch_s<RULE, P, float>(st, f, c, b);
-    else if (g == 1) dispatch_s<RULE, P, ha_f16>(st, f, c, b);
-    else dispatch_s<RULE, P, ha_bf16>(st, f, c, b);
+static void dispatch_g(ha_u32 g, ha_u32 st, ha_u32 f, ha_u32 c, ha_u32 cal, ha_u64 b) {
+    if (g == 0) dispatch_s<RULE, P, float>(st, f, c, cal, b);
+    else if (g == 1) dispatch_s<RULE, P, ha_f16>(st, f, c, cal, b);
+    else dispatch_s<RULE, P, ha_bf16>(st, f, c, cal, b);
 }
 template <int RULE>
-static void dispatch_p(ha_u32 p, ha_u32 g, ha_u32 st, ha_u32 f, ha_u32 c, ha_u64 b) {
-    if (p == 0) dispatch_g<RULE, float>(g, st, f, c, b);
-    else if (p == 1) dispatch_g<RULE, ha_f16>(g, st, f, c, b);
-    else dispatch_g<RULE, ha_bf16>(g, st, f, c, b);
+static void dispatch_p(ha_u32 p, ha_u32 g, ha_u32 st, ha_u32 f, ha_u32 c, ha_u32 cal, ha_u64 b) {
+    if (p == 0) dispatch_g<RULE, float>(g, st, f, c, cal, b);
+    else if (p == 1) dispatch_g<RULE, ha_f16>(g, st, f, c, cal, b);
+    else dispatch_g<RULE, ha_bf16>(g, st, f, c, cal, b);
 }
 
 static void step_case() {
-    ha_u32 h[6];
+    ha_u32 h[7];
     ha_u64 sr_base;
     get(h, sizeof h);
     get(&sr_base, 8);
-    ha_u32 rule = h[0], p = h[1], g = h[2], st = h[3], f = h[4], c = h[5];
+    ha_u32 rule = h[0], p = h[1], g = h[2], st = h[3], f = h[4], c = h[5], cal = h[6];
     switch (rule) {
 #define HA_CASE(name, id, slots, rho_slot) \
-    case id: dispatch_p<id>(p, g, st, f, c, sr_base); break;
+    case id: dispatch_p<id>(p, g, st, f, c, cal, sr_base); break;
     HA_RULE_KERNELS(HA_CASE)
 #undef HA_CASE
     default: fprintf(stderr, "harness: unknown rule id %u\n", rule); exit(2);
