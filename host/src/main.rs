@@ -9,10 +9,11 @@ use clap::{Args, Parser, Subcommand};
 use homeadam_host::device::DeviceSpec;
 use homeadam_host::models::VggVariant;
 use homeadam_host::preset::{departures_markdown, DecayMask, Preset, ALL_OPTIMIZERS};
+use homeadam_host::report::StabilityRecord;
 use homeadam_host::train::experiments::{BuildOptions, Experiment};
 use homeadam_host::train::run::RunSettings;
 use homeadam_host::train::runner::{outcome, run_experiment, ExperimentRun, Outcome};
-use homeadam_host::train::stability::{run_stability, StabilityOptions};
+use homeadam_host::train::stability::{matched_loss, run_stability, StabilityOptions};
 
 #[derive(Parser)]
 #[command(
@@ -41,7 +42,10 @@ enum Command {
         #[arg(long, default_value = "all")]
         optimizers: String,
         /// Optimizers of the language model (comma-separated, or `all`).
-        #[arg(long, default_value = "adamw,adamw-srf,homeadamw,homeadamw-ew")]
+        #[arg(
+            long,
+            default_value = "adamw,adamw-srf,homeadamw,homeadamw-ew,homeadamw-active,homeadamw-calibrated"
+        )]
         lm_optimizers: String,
         /// Epochs of the language model.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
@@ -146,8 +150,8 @@ struct TrainArgs {
     /// digits-mlp, wikitext2-quick, cifar10-vgg16, tinyimagenet-resnet34, wikitext2-transformer
     /// or wikitext103-transformer.
     experiment: String,
-    /// Comma-separated optimizer names, or `all` (the 11 of the paper and the element-wise
-    /// HomeAdam(W)).
+    /// Comma-separated optimizer names, or `all` (the 11 of the paper, the element-wise
+    /// HomeAdam(W), and homeadamw-active and homeadamw-calibrated beyond the paper).
     #[arg(long, default_value = "all")]
     optimizers: String,
     /// Epochs per optimizer.
@@ -175,7 +179,8 @@ struct TrainArgs {
     /// Continue each optimizer's run from its checkpoint.
     #[arg(long)]
     resume: bool,
-    /// Also record the training loss, home share and ρ every N steps (`iterations.csv`).
+    /// Also record the training loss, home share, ρ (over all and over the active elements)
+    /// and τ every N steps (`iterations.csv`).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     log_every: Option<u64>,
     /// Also evaluate the test subset every N steps: its loss and accuracy or perplexity in
@@ -346,16 +351,41 @@ fn stability(o: &StabilityOptions) -> Result<()> {
         o.experiment.name(),
         o.replace
     );
+    let width = rows.iter().map(|r| r.optimizer.len()).max().unwrap_or(0).max(9);
     println!(
-        "{:<13} {:>6} {:>14} {:>14} {:>14} {:>14}",
-        "optimizer", "epoch", "|θ(S)-θ(Si)|", "train gap", "test gap", "gen. gap"
+        "{:<width$} {:>6} {:>14} {:>12} {:>11} {:>11} {:>11} {:>11}",
+        "optimizer",
+        "epoch",
+        "|θ(S)-θ(Si)|",
+        "/ |θ(S)-θ0|",
+        "train loss",
+        "train gap",
+        "test gap",
+        "gen. gap"
     );
-    for r in rows {
-        let l = r.last;
+    let line = |name: &str, l: &StabilityRecord| {
+        let or_dash = |x: Option<f64>, digits: usize| x.map_or("-".to_string(), |x| format!("{x:.digits$}"));
         println!(
-            "{:<13} {:>6} {:>14.6} {:>14.3e} {:>14.3e} {:>14.4}",
-            r.optimizer, l.epoch, l.param_distance, l.train_loss_gap, l.test_loss_gap, l.generalization_gap
+            "{name:<width$} {:>6} {:>14.6} {:>12} {:>11} {:>11.3e} {:>11.3e} {:>11.4}",
+            l.epoch,
+            l.param_distance,
+            or_dash(l.relative_distance(), 4),
+            or_dash(l.train_loss, 4),
+            l.train_loss_gap,
+            l.test_loss_gap,
+            l.generalization_gap
         );
+    };
+    for r in &rows {
+        line(&r.optimizer, r.last());
+    }
+    if let Some(loss) = matched_loss(&rows) {
+        println!("\nat the first epoch with training loss <= {loss:.4}, the loss every optimizer reached:\n");
+        for r in &rows {
+            if let Some(l) = r.at_loss(loss) {
+                line(&r.optimizer, l);
+            }
+        }
     }
     for f in figures {
         println!("figure: {}", f.display());

@@ -246,10 +246,14 @@ fn raw_protocol(text: &str) -> Result<BTreeMap<String, RawChoice>> {
 }
 
 /// One optimizer's entry: the shared hyper-parameter keys ([`HyperParams`]; absent keys keep
-/// [`Config::named`]'s values, `lr` is required) and where the values come from.
+/// [`Config::named`]'s values, `lr` is required), where the values come from, and, for an
+/// entry named otherwise (a variant of a rule, e.g. `homeadamw-active`), the core config name
+/// it runs.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(try_from = "RawOptimizerPreset")]
 pub struct OptimizerPreset {
+    /// The core config name ([`Config::named`]); `None`: the entry's own name.
+    pub rule: Option<String>,
     /// The hyper-parameters.
     pub hyper: HyperParams,
     /// Where the values come from.
@@ -260,6 +264,8 @@ pub struct OptimizerPreset {
 /// unknown ones (serde's `flatten` cannot do both).
 #[derive(Deserialize)]
 struct RawOptimizerPreset {
+    #[serde(default)]
+    rule: Option<String>,
     source: String,
     #[serde(flatten)]
     hyper: serde_json::Map<String, serde_json::Value>,
@@ -274,6 +280,7 @@ impl TryFrom<RawOptimizerPreset> for OptimizerPreset {
             bail!("missing field `lr` (every preset states its learning rate)");
         }
         Ok(OptimizerPreset {
+            rule: raw.rule,
             hyper,
             source: raw.source,
         })
@@ -361,9 +368,10 @@ impl Preset {
         Ok(preset)
     }
 
-    /// The validated core config of optimizer `name` (a core config name, e.g. `"homeadamw-ew"`
-    /// or `"sgdm"`): [`Config::named`] with the entry's keys overlaid, and MIAdam's switch step
-    /// from the protocol for epochs of `steps_per_epoch` minibatches.
+    /// The validated core config of optimizer `name` (an entry: a core config name, e.g.
+    /// `"homeadamw-ew"` or `"sgdm"`, or a variant with its `rule`, e.g. `"homeadamw-active"`):
+    /// [`Config::named`] with the entry's keys overlaid, and MIAdam's switch step from the
+    /// protocol for epochs of `steps_per_epoch` minibatches.
     pub fn config(&self, name: &str, steps_per_epoch: u64) -> Result<Config> {
         let Some(p) = self.optimizers.get(name) else {
             let known: Vec<_> = self.optimizers.keys().map(String::as_str).collect();
@@ -379,7 +387,7 @@ impl Preset {
             hyper.switch_step = Some(switch.switch_step(steps_per_epoch));
         }
         hyper
-            .config(name)
+            .config(p.rule.as_deref().unwrap_or(name))
             .map_err(|e| anyhow!("preset {}, optimizer {name}: {e:#}", self.experiment))
     }
 
@@ -447,9 +455,10 @@ pub fn departures_markdown() -> Result<String> {
         .collect())
 }
 
-/// Every optimizer of the paper, plus the element-wise HomeAdam(W), by the core's names: the
-/// entries of every preset file.
-pub const ALL_OPTIMIZERS: [&str; 13] = [
+/// Every optimizer of the paper, plus the element-wise HomeAdam(W), by the core's names, and two
+/// variants of the global HomeAdamW beyond the paper (ρ over the active elements; that and a
+/// calibrated τ with its own home learning rate): the entries of every preset file.
+pub const ALL_OPTIMIZERS: [&str; 15] = [
     "sgd",
     "sgdm",
     "adam",
@@ -463,6 +472,8 @@ pub const ALL_OPTIMIZERS: [&str; 13] = [
     "homeadamw",
     "homeadam-ew",
     "homeadamw-ew",
+    "homeadamw-active",
+    "homeadamw-calibrated",
 ];
 
 #[cfg(test)]
@@ -476,7 +487,8 @@ mod tests {
             assert_eq!(preset.optimizers.len(), ALL_OPTIMIZERS.len(), "{experiment}");
             for name in ALL_OPTIMIZERS {
                 let c = preset.config(name, 100).unwrap_or_else(|e| panic!("{e:#}"));
-                assert_eq!(c.name(), name);
+                let rule = preset.optimizers[name].rule.as_deref();
+                assert_eq!(c.name(), rule.unwrap_or(name));
                 assert!(!preset.optimizers[name].source.is_empty());
             }
         }

@@ -152,7 +152,7 @@ fn evaluations_record_without_changing_the_training() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let path = lm.join("homeadamw-ew/iterations.csv");
-    assert!(text(&path).starts_with("step,train_loss,home_share,rho,test_loss,test_ppl\n"));
+    assert!(text(&path).starts_with("step,train_loss,home_share,rho,rho_active,tau,test_loss,test_ppl\n"));
     let (_, rows) = read_iterations(&path).expect("iterations");
     assert_eq!(rows.len(), 2);
     for r in rows {

@@ -20,8 +20,9 @@ use anyhow::{anyhow, bail, Context, Result};
 
 /// A row type of one of the report's CSV files.
 pub trait CsvRow: Sized {
-    /// What selects the file's header: [`crate::report::Task`] for `metrics.csv`, `()` for files
-    /// with a single header.
+    /// What selects the file's header: [`crate::report::MetricsColumns`] for `metrics.csv`,
+    /// [`crate::report::IterationColumns`] for `iterations.csv`, `()` for files with a single
+    /// header.
     type Kind: Copy + PartialEq + std::fmt::Debug;
     /// The name of the key column (`epoch`, `step`).
     const KEY: &'static str;
@@ -29,6 +30,11 @@ pub trait CsvRow: Sized {
     fn header(kind: Self::Kind) -> String;
     /// The kind whose header is `header`, if any.
     fn kind_of_header(header: &str) -> Option<Self::Kind>;
+    /// Whether a run that writes files of kind `wanted` may resume a file of kind `found`: the
+    /// same kind, or an older layout of it (fewer optional columns), which the file then keeps.
+    fn resumes_as(found: Self::Kind, wanted: Self::Kind) -> bool {
+        found == wanted
+    }
     /// The row's key: strictly increasing down a file.
     fn key(&self) -> u64;
     /// The row's fields for a file of `kind`, in header order.
@@ -220,8 +226,9 @@ impl<R: CsvRow> CsvWriter<R> {
     /// Reopens the file of a run resumed after key `last_key` (the last finished epoch or step):
     /// rows up to `last_key` stay, later rows and an unfinished last line (a run killed while
     /// writing it) are cut, and new rows append after them. A missing or empty file is created as
-    /// by [`CsvWriter::create`]. A file written for another kind, or a malformed kept row, is an
-    /// error naming the line.
+    /// by [`CsvWriter::create`]. A file of an older layout of `kind` ([`CsvRow::resumes_as`])
+    /// keeps its layout: new rows are written in it. A file written for another kind, or a
+    /// malformed kept row, is an error naming the line.
     pub fn resume(path: &Path, kind: R::Kind, last_key: u64) -> Result<Self> {
         if !path.exists() || fs::metadata(path).map(|m| m.len() == 0).unwrap_or(false) {
             return Self::create(path, kind);
@@ -234,9 +241,10 @@ impl<R: CsvRow> CsvWriter<R> {
             return Self::create(path, kind);
         }
         let found = parse_header::<R>(header.as_ref(), path)?;
-        if found != kind {
+        if !R::resumes_as(found, kind) {
             bail!("{}: written for {found:?}, resumed as {kind:?}", path.display());
         }
+        let kind = found;
         let mut keep = header.map_or(0, |h| h.end);
         let mut last = None;
         for line in all {

@@ -6,26 +6,35 @@
 //! - `curves.png` — the paper's Figures 2–5: training loss, training accuracy (%) or perplexity,
 //!   test loss, test accuracy (%) or perplexity, per epoch (and the clean training evaluation's
 //!   loss and accuracy or perplexity, when a run recorded it with `--eval-train`);
-//! - `home.png` — the share of home (SGDM) updates (%) and ρ = min v̂ per epoch, when some
-//!   optimizer recorded them;
-//! - `iterations.png` — training loss, home share and ρ per iteration, when some optimizer wrote
-//!   `iterations.csv`, and the test subset's loss and accuracy or perplexity when it was
-//!   evaluated (`--eval-every`): the per-iteration panels of Figures 4–5;
-//! - `stability.png` — the stability experiment: ‖θ(S) − θ(S⁽ⁱ⁾)‖, both loss gaps and the
+//! - `home.png` — per epoch, when some optimizer recorded them: the share of home (SGDM)
+//!   updates (%), the τ of the epoch's last step, and side by side the epoch's smallest
+//!   ρ = min v̂ over all elements and over the active elements (v > 0);
+//! - `iterations.png` — per row of `iterations.csv`, when some optimizer wrote one: training
+//!   loss, the home share of the logged window (with `--log-every 1`, of every step), τ, ρ over
+//!   all and over the active elements, and the test subset's loss and accuracy or perplexity
+//!   when it was evaluated (`--eval-every`): the per-iteration panels of Figures 4–5;
+//! - `stability.png` — the stability experiment: ‖θ(S) − θ(S⁽ⁱ⁾)‖, the same relative to the
+//!   distance travelled ‖θ(S) − θ₀‖ and against the training loss, both loss gaps and the
 //!   generalization gap per epoch, when some optimizer wrote `stability.csv`.
 //!
-//! Perplexity, ρ and the parameter distance go on a log scale when their values span at least a
-//! factor of ten (the axis label then says so), else on a linear one.
+//! Perplexity, ρ, τ and the parameter distance go on a log scale when their positive values span
+//! at least a factor of ten (the axis label then says so), else on a linear one. A log axis has
+//! no place for 0, yet ρ = 0 is what decides the global rule's every step when some element
+//! never had a gradient: such values are drawn on a floor line below the axis' lowest value,
+//! marked `0` on the axis and by a note above it, with hollow markers, and not joined to the
+//! values above (the axis is broken between them).
 //!
 //! Each optimizer keeps its colour, line style (solid or dashed) and marker in every figure; the
 //! legend sits under the panels and says which HomeAdam(W) rule a line is (Alg. 2, global;
-//! Alg. 3, element-wise). An optimizer run with several seeds is drawn as the mean over its
-//! seeds, in a band from their smallest to their largest value. Non-finite values (a diverged run) and, on log scales,
-//! non-positive ones are left out: the line breaks there. Text uses the bundled DejaVu Sans
-//! (`host/assets/`, Bitstream Vera licence). Each PNG is written to a temporary file and renamed,
-//! so a reader never sees half a figure.
+//! Alg. 3, element-wise) and how a variant beyond the paper departs from it (ρ over the active
+//! elements, a calibrated τ). An optimizer run with several seeds is drawn as the mean over its
+//! seeds, in a band from their smallest to their largest value. Non-finite values (a diverged
+//! run) and, on log scales, negative ones are left out: the line breaks there. Text uses the
+//! bundled DejaVu Sans (`host/assets/`, Bitstream Vera licence). Each PNG is written to a
+//! temporary file and renamed, so a reader never sees half a figure.
 
 use std::fs;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -53,10 +62,16 @@ const LEGEND_FONT_SIZE: f64 = 20.0;
 const LEGEND_SAMPLE: i32 = 48;
 /// At most this many markers per line, so long runs stay readable.
 const MARKERS_PER_LINE: usize = 14;
+/// How far a log panel's floor line for zeros lies under the values' axis range (the axis
+/// break), as a share of that range.
+const FLOOR_GAP: f64 = 0.12;
+/// The margin under the floor line, as a share of the values' axis range.
+const FLOOR_MARGIN: f64 = 0.04;
 
 /// Colours of the optimizers' lines, in order (the tab10 palette, then black, navy, dark
-/// green and maroon): distinct for all 13 optimizers of a full run.
-const PALETTE: [RGBColor; 14] = [
+/// green, maroon, teal and dark magenta): distinct for every optimizer of a full run
+/// ([`crate::preset::ALL_OPTIMIZERS`]).
+const PALETTE: [RGBColor; 16] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -71,6 +86,8 @@ const PALETTE: [RGBColor; 14] = [
     RGBColor(0, 0, 128),
     RGBColor(0, 100, 0),
     RGBColor(128, 0, 0),
+    RGBColor(0, 128, 128),
+    RGBColor(139, 0, 139),
 ];
 
 /// The marker shapes, in order.
@@ -146,6 +163,8 @@ struct Panel {
     x_label: &'static str,
     y_label: String,
     scale: Scale,
+    /// On a log scale: some value is 0 (a y of −∞), drawn on the floor line.
+    zeros: bool,
     series: Vec<Series>,
 }
 
@@ -219,20 +238,30 @@ impl Panel {
             _ => Scale::Linear,
         };
         let mut y_label = y_label.to_string();
+        let mut zeros = false;
         if scale == Scale::Log {
             y_label.push_str(" (log scale)");
-            // Non-positive values have no place on a log axis: they break the line.
-            let log = |y: f64| if y > 0.0 { y.log10() } else { f64::NAN };
+            // log10(0) = −∞ goes on the floor line; negative values have no place on a log axis
+            // and break the line.
+            let log = |y: f64| if y >= 0.0 { y.log10() } else { f64::NAN };
             for s in series.iter_mut() {
                 s.points.iter_mut().for_each(|p| p.1 = log(p.1));
                 s.band.iter_mut().for_each(|b| (b.1, b.2) = (log(b.1), log(b.2)));
             }
+            zeros = series.iter().any(|s| {
+                s.points
+                    .iter()
+                    .map(|p| p.1)
+                    .chain(s.band.iter().map(|b| b.1))
+                    .any(|y| y == f64::NEG_INFINITY)
+            });
         }
         Panel {
             title: title.to_string(),
             x_label,
             y_label,
             scale,
+            zeros,
             series,
         }
     }
@@ -321,11 +350,13 @@ fn stability(o: &OptimizerRun) -> Vec<&[StabilityRecord]> {
 }
 
 /// The legend's name of an optimizer: its folder name, and for HomeAdam(W) which algorithm of
-/// the paper it runs.
+/// the paper it runs and how a variant beyond the paper departs from it.
 fn label(name: &str) -> String {
     let rule = match name {
         "homeadam" | "homeadamw" => "Alg. 2, global",
         "homeadam-ew" | "homeadamw-ew" => "Alg. 3, element-wise",
+        "homeadamw-active" => "Alg. 2, ρ over active",
+        "homeadamw-calibrated" => "Alg. 2, ρ over active, calibrated τ",
         _ => return name.to_string(),
     };
     format!("{name} ({rule})")
@@ -407,31 +438,76 @@ fn curve_panels(run: &Run, task: Task) -> Vec<Panel> {
     ]
 }
 
-fn home_panels(run: &Run) -> Vec<Panel> {
+/// The panels of the home branch's telemetry over `x` (`x_label`): the home share (titled
+/// `share_title`), τ, and ρ over all and over the active elements side by side; `per` names
+/// the stretch of steps one value covers. `fields` gives (home share, τ, ρ, ρ_active).
+fn home_telemetry_panels<R>(
+    run: &Run,
+    rows: impl Fn(&OptimizerRun) -> Vec<&[R]> + Copy,
+    x: impl Fn(&R) -> f64 + Copy,
+    x_label: &'static str,
+    (share_title, per): (&str, &str),
+    fields: impl Fn(&R) -> [Option<f64>; 4],
+) -> Vec<Panel> {
+    let fields = &fields;
+    let field = |i: usize| move |r: &R| fields(r)[i];
     vec![
         Panel::build(
             run,
-            epochs,
-            epoch_of,
-            |r| r.home_share,
+            rows,
+            x,
+            field(0),
             100.0,
-            "Share of home (SGDM) updates",
-            "epoch",
+            share_title,
+            x_label,
             "home updates (%)",
             Scale::Linear,
         ),
         Panel::build(
             run,
-            epochs,
-            epoch_of,
-            |r| r.rho,
+            rows,
+            x,
+            field(1),
             1.0,
-            "ρ: smallest second moment of the epoch",
-            "epoch",
+            &format!("τ (home iff ρ < τ), at the {per}'s last step"),
+            x_label,
+            "τ",
+            Scale::Log,
+        ),
+        Panel::build(
+            run,
+            rows,
+            x,
+            field(2),
+            1.0,
+            &format!("ρ over all elements, smallest per {per}"),
+            x_label,
+            "ρ = min v (bias-corrected)",
+            Scale::Log,
+        ),
+        Panel::build(
+            run,
+            rows,
+            x,
+            field(3),
+            1.0,
+            &format!("ρ over active elements (v > 0), smallest per {per}"),
+            x_label,
             "ρ = min v (bias-corrected)",
             Scale::Log,
         ),
     ]
+}
+
+fn home_panels(run: &Run) -> Vec<Panel> {
+    home_telemetry_panels(
+        run,
+        epochs,
+        epoch_of,
+        "epoch",
+        ("Share of home (SGDM) updates per epoch", "epoch"),
+        |r| [r.home_share, r.tau, r.rho, r.rho_active],
+    )
 }
 
 fn iteration_panels(run: &Run) -> Vec<Panel> {
@@ -442,40 +518,29 @@ fn iteration_panels(run: &Run) -> Vec<Panel> {
         Task::LanguageModel => (Scale::Log, 1.0, ""),
     };
     let quality = task.quality_name();
-    vec![
-        Panel::build(
-            run,
-            iterations,
-            step,
-            |r| Some(r.train_loss),
-            1.0,
-            "Training loss",
-            "iteration",
-            "train loss",
-            Scale::Linear,
+    let mut panels = vec![Panel::build(
+        run,
+        iterations,
+        step,
+        |r| Some(r.train_loss),
+        1.0,
+        "Training loss",
+        "iteration",
+        "train loss",
+        Scale::Linear,
+    )];
+    panels.extend(home_telemetry_panels(
+        run,
+        iterations,
+        step,
+        "iteration",
+        (
+            "Home share per logged window (per step at --log-every 1)",
+            "window",
         ),
-        Panel::build(
-            run,
-            iterations,
-            step,
-            |r| r.home_share,
-            100.0,
-            "Share of home (SGDM) updates",
-            "iteration",
-            "home updates (%)",
-            Scale::Linear,
-        ),
-        Panel::build(
-            run,
-            iterations,
-            step,
-            |r| r.rho,
-            1.0,
-            "ρ: smallest second moment",
-            "iteration",
-            "ρ = min v (bias-corrected)",
-            Scale::Log,
-        ),
+        |r| [r.home_share, r.tau, r.rho, r.rho_active],
+    ));
+    panels.extend([
         Panel::build(
             run,
             iterations,
@@ -498,7 +563,8 @@ fn iteration_panels(run: &Run) -> Vec<Panel> {
             &format!("test {quality}{unit}"),
             quality_scale,
         ),
-    ]
+    ]);
+    panels
 }
 
 fn stability_panels(run: &Run) -> Vec<Panel> {
@@ -512,6 +578,28 @@ fn stability_panels(run: &Run) -> Vec<Panel> {
             1.0,
             "Parameter distance",
             "epoch",
+            "‖θ(S) − θ(S⁽ⁱ⁾)‖",
+            Scale::Log,
+        ),
+        Panel::build(
+            run,
+            stability,
+            epoch,
+            |r| r.relative_distance(),
+            1.0,
+            "Distance relative to the distance travelled",
+            "epoch",
+            "‖θ(S) − θ(S⁽ⁱ⁾)‖ / ‖θ(S) − θ₀‖",
+            Scale::Log,
+        ),
+        Panel::build(
+            run,
+            stability,
+            |r| r.train_loss.unwrap_or(f64::NAN),
+            |r| r.train_loss.map(|_| r.param_distance),
+            1.0,
+            "Distance at a training loss (compare at matched loss)",
+            "training loss F_S(θ(S))",
             "‖θ(S) − θ(S⁽ⁱ⁾)‖",
             Scale::Log,
         ),
@@ -675,6 +763,30 @@ fn draw_figure(path: &Path, title: &str, names: &[&str], panels: &[Panel]) -> Re
     write_png(path, width, height, pixels)
 }
 
+/// The runs of a line's points that are drawn joined, as index ranges: a non-finite point breaks
+/// the line and, with a `floor` line (a log panel with zeros), so does a step between a zero
+/// (y = −∞, drawn on the floor) and a value above the axis break.
+fn line_runs(points: &[(f64, f64)], floor: bool) -> Vec<Range<usize>> {
+    // Some(whether on the floor) for a drawn point, None for a break.
+    let class = |p: &(f64, f64)| {
+        let zero = floor && p.1 == f64::NEG_INFINITY;
+        (p.0.is_finite() && (p.1.is_finite() || zero)).then_some(zero)
+    };
+    let mut runs: Vec<Range<usize>> = Vec::new();
+    let mut previous = None;
+    for (i, p) in points.iter().enumerate() {
+        let c = class(p);
+        if c.is_some() {
+            match runs.last_mut() {
+                Some(run) if previous == c => run.end = i + 1,
+                _ => runs.push(i..i + 1),
+            }
+        }
+        previous = c;
+    }
+    runs
+}
+
 fn draw_panel<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,
     area: &DrawingArea<DB, plotters::coord::Shift>,
@@ -688,17 +800,35 @@ fn draw_panel<DB: DrawingBackend>(
             .flat_map(|s| s.band.iter().flat_map(|b| [b.1, b.2]))
     };
     let x_range = axis_range(finite_bounds(all().map(|p| p.0)), 0.02, 1.0);
-    let y_range = axis_range(finite_bounds(all().map(|p| p.1).chain(band_ys())), 0.05, 0.0);
+    let values = axis_range(finite_bounds(all().map(|p| p.1).chain(band_ys())), 0.05, 0.0);
+    let values_span = values.end - values.start;
+    // Zeros on a log panel: the floor line under the values, with the axis broken between them.
+    let floor = panel.zeros.then_some(values.start - FLOOR_GAP * values_span);
+    let y_range = match floor {
+        Some(f) => f - FLOOR_MARGIN * values_span..values.end,
+        None => values.clone(),
+    };
+    let place = |y: f64| match floor {
+        Some(f) if y == f64::NEG_INFINITY => f,
+        _ => y,
+    };
     let y_span = y_range.end - y_range.start;
     let mut chart = ChartBuilder::on(area)
         .caption(&panel.title, (FONT, 24))
         .margin(14)
         .x_label_area_size(56)
         .y_label_area_size(90)
-        .build_cartesian_2d(x_range, y_range)
+        .build_cartesian_2d(x_range.clone(), y_range)
         .map_err(plot_err)?;
     let x_fmt = |v: &f64| x_tick(*v);
-    let y_fmt = |v: &f64| y_tick(*v, panel.scale, y_span);
+    // No value lies between the floor and the values: ticks there would label nothing.
+    let y_fmt = |v: &f64| {
+        if floor.is_some() && *v < values.start {
+            String::new()
+        } else {
+            y_tick(*v, panel.scale, y_span)
+        }
+    };
     chart
         .configure_mesh()
         .x_desc(panel.x_label)
@@ -713,10 +843,40 @@ fn draw_panel<DB: DrawingBackend>(
         .light_line_style(BLACK.mix(0.04))
         .draw()
         .map_err(plot_err)?;
+    if let Some(f) = floor {
+        let grey = BLACK.mix(0.45);
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(x_range.start, f), (x_range.end, f)],
+                6,
+                4,
+                grey.stroke_width(1),
+            ))
+            .map_err(plot_err)?;
+        let (left, y) = chart.backend_coord(&(x_range.start, f));
+        let label = (FONT, 17).into_font().color(&BLACK);
+        root.draw(&Text::new(
+            "0",
+            (left - 8, y),
+            label.pos(Pos::new(HPos::Right, VPos::Center)),
+        ))
+        .map_err(plot_err)?;
+        let note = (FONT, 15).into_font().color(&grey);
+        root.draw(&Text::new(
+            "0, off the log scale (hollow markers)",
+            (left + 6, y - 4),
+            note.pos(Pos::new(HPos::Left, VPos::Bottom)),
+        ))
+        .map_err(plot_err)?;
+    }
     for series in &panel.series {
         let colour = line_style(series.optimizer).colour.mix(0.15).filled();
-        let segments = series
+        let placed: Vec<(f64, f64, f64)> = series
             .band
+            .iter()
+            .map(|b| (b.0, place(b.1), place(b.2)))
+            .collect();
+        let segments = placed
             .split(|b| !(b.0.is_finite() && b.1.is_finite() && b.2.is_finite()))
             .filter(|seg| !seg.is_empty());
         for segment in segments {
@@ -733,50 +893,56 @@ fn draw_panel<DB: DrawingBackend>(
     for series in &panel.series {
         let style = line_style(series.optimizer);
         let stroke = style.colour.stroke_width(2);
-        // Finite runs of points: a non-finite value breaks the line.
-        let segments = series
-            .points
-            .split(|p| !(p.0.is_finite() && p.1.is_finite()))
-            .filter(|seg| !seg.is_empty());
-        for segment in segments {
+        let every = series.points.len().div_ceil(MARKERS_PER_LINE).max(1);
+        for run in line_runs(&series.points, floor.is_some()) {
+            let segment = series.points[run.clone()].iter().map(|p| (p.0, place(p.1)));
             if style.dashed {
                 chart
-                    .draw_series(DashedLineSeries::new(segment.iter().copied(), 10, 6, stroke))
+                    .draw_series(DashedLineSeries::new(segment, 10, 6, stroke))
                     .map_err(plot_err)?;
             } else {
                 chart
-                    .draw_series(LineSeries::new(segment.iter().copied(), stroke))
+                    .draw_series(LineSeries::new(segment, stroke))
                     .map_err(plot_err)?;
             }
-        }
-        let every = series.points.len().div_ceil(MARKERS_PER_LINE).max(1);
-        for (i, p) in series.points.iter().enumerate() {
-            let finite = |q: Option<&(f64, f64)>| q.is_some_and(|q| q.0.is_finite() && q.1.is_finite());
-            if !finite(Some(p)) {
-                continue;
-            }
             // Stagger the optimizers' markers; always mark an isolated point (else invisible).
-            let isolated = !finite(i.checked_sub(1).and_then(|j| series.points.get(j)))
-                && !finite(series.points.get(i + 1));
-            if isolated || i % every == series.optimizer % every {
-                draw_marker(root, chart.backend_coord(p), style)?;
+            let isolated = run.len() == 1;
+            for i in run {
+                if isolated || i % every == series.optimizer % every {
+                    let (x, y) = series.points[i];
+                    let at = chart.backend_coord(&(x, place(y)));
+                    draw_marker(root, at, style, y == f64::NEG_INFINITY)?;
+                }
             }
         }
     }
     Ok(())
 }
 
+/// Draws `style`'s marker at `(x, y)`: filled, or `hollow` for a zero on the floor line (the
+/// shape's outline; the cross, an outline already, in a circle).
 fn draw_marker<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,
     (x, y): (i32, i32),
     style: LineStyle,
+    hollow: bool,
 ) -> Result<()> {
-    let fill = style.colour.filled();
+    let outline = style.colour.stroke_width(2);
+    let fill = if hollow { outline } else { style.colour.filled() };
     match style.marker {
         Marker::Circle => root.draw(&Circle::new((x, y), 5, fill)),
+        // plotters fills its triangle marker whatever the style: the outline by hand, through
+        // the same corners (radius 7 at −90°, −210°, −330°).
+        Marker::Triangle if hollow => root.draw(&PathElement::new(
+            vec![(x, y - 7), (x - 6, y + 4), (x + 6, y + 4), (x, y - 7)],
+            outline,
+        )),
         Marker::Triangle => root.draw(&TriangleMarker::new((x, y), 7, fill)),
         Marker::Square => root.draw(&Rectangle::new([(x - 4, y - 4), (x + 4, y + 4)], fill)),
-        Marker::Cross => root.draw(&Cross::new((x, y), 5, style.colour.stroke_width(2))),
+        Marker::Cross if hollow => root
+            .draw(&Cross::new((x, y), 5, outline))
+            .and_then(|()| root.draw(&Circle::new((x, y), 8, outline))),
+        Marker::Cross => root.draw(&Cross::new((x, y), 5, outline)),
     }
     .map_err(plot_err)
 }
@@ -806,7 +972,7 @@ fn draw_legend<DB: DrawingBackend>(
                 root.draw(&PathElement::new(line.to_vec(), stroke))
             }
             .map_err(plot_err)?;
-            draw_marker(root, (x + LEGEND_SAMPLE / 2, y), style)?;
+            draw_marker(root, (x + LEGEND_SAMPLE / 2, y), style, false)?;
             let text_x = x + LEGEND_SAMPLE + 10;
             root.draw(&Text::new(names[i], (text_x, y), text_style.clone()))
                 .map_err(plot_err)?;
@@ -852,6 +1018,67 @@ mod tests {
         assert_eq!(y_tick(2.5, Scale::Log, 3.0), "");
         assert_eq!(x_tick(3.0), "3");
         assert_eq!(x_tick(2.5), "");
+    }
+
+    #[test]
+    fn zeros_on_the_floor_break_the_line_from_the_values_above() {
+        let inf = f64::NEG_INFINITY;
+        let points = [
+            (1.0, -8.0),
+            (2.0, -9.0),
+            (3.0, inf),
+            (4.0, inf),
+            (5.0, f64::NAN),
+            (6.0, -7.0),
+            (7.0, inf),
+        ];
+        assert_eq!(line_runs(&points, true), [0..2, 2..4, 5..6, 6..7]);
+        // Without a floor line (no zeros on a linear panel) −∞ is a break like NaN.
+        assert_eq!(line_runs(&points, false), [0..2, 5..6]);
+        assert!(line_runs(&[], true).is_empty());
+    }
+
+    #[test]
+    fn every_optimizer_has_its_own_colour_and_the_variants_say_what_they_change() {
+        assert!(PALETTE.len() >= crate::preset::ALL_OPTIMIZERS.len());
+        assert_eq!(label("homeadamw"), "homeadamw (Alg. 2, global)");
+        assert_eq!(
+            label("homeadamw-active"),
+            "homeadamw-active (Alg. 2, ρ over active)"
+        );
+        assert_eq!(
+            label("homeadamw-calibrated"),
+            "homeadamw-calibrated (Alg. 2, ρ over active, calibrated τ)"
+        );
+        assert_eq!(label("adamw"), "adamw");
+    }
+
+    /// Every panel's title fits its panel's width, and its axis label (with "(log scale)") the
+    /// panel's height.
+    #[test]
+    fn titles_and_axis_labels_fit_their_panels() {
+        register_bundled_font().unwrap();
+        for task in Task::ALL {
+            let run = Run {
+                name: "run".into(),
+                task: Some(task),
+                optimizers: Vec::new(),
+            };
+            let panels = [
+                curve_panels(&run, task),
+                home_panels(&run),
+                iteration_panels(&run),
+                stability_panels(&run),
+            ];
+            for panel in panels.iter().flatten() {
+                let width = |text: &str, size: f64| (FONT, size).into_font().box_size(text).unwrap().0;
+                let title = width(&panel.title, 24.0);
+                assert!(title + 2 * 14 <= PANEL_WIDTH - 40, "{}: {title} px", panel.title);
+                let label = format!("{} (log scale)", panel.y_label);
+                let height = width(&label, 19.0);
+                assert!(height <= PANEL_HEIGHT - 140, "{label}: {height} px");
+            }
+        }
     }
 
     #[test]

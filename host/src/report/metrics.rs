@@ -2,15 +2,17 @@
 //! optimizer's run.
 //!
 //! `RUN_DIR/<optimizer>/metrics.csv` has the header
-//! `epoch,train_loss,train_acc,test_loss,test_acc,seconds,home_share,rho` for image classification
-//! ([`Task::Classification`], accuracies as fractions in [0, 1]) and
-//! `epoch,train_loss,train_ppl,test_loss,test_ppl,seconds,home_share,rho` for language modelling
-//! ([`Task::LanguageModel`]); the header says which. A run with `--eval-train` adds the columns
-//! `clean_train_loss,clean_train_acc` (or `_ppl`): the training split evaluated after the epoch
-//! in eval mode. `RUN_DIR/<optimizer>/iterations.csv` has the header
-//! `step,train_loss,home_share,rho`, and with `--eval-every` also `test_loss,test_acc` (or
-//! `test_ppl`): the test subset's, on the rows where it was evaluated. See
-//! [`crate::report::csv`] for the dialect, crash safety and resuming.
+//! `epoch,train_loss,train_acc,test_loss,test_acc,seconds,home_share,rho,rho_active,tau` for image
+//! classification ([`Task::Classification`], accuracies as fractions in [0, 1]) and
+//! `epoch,train_loss,train_ppl,test_loss,test_ppl,seconds,home_share,rho,rho_active,tau` for
+//! language modelling ([`Task::LanguageModel`]); the header says which. A run with `--eval-train`
+//! adds the columns `clean_train_loss,clean_train_acc` (or `_ppl`): the training split evaluated
+//! after the epoch in eval mode. `RUN_DIR/<optimizer>/iterations.csv` has the header
+//! `step,train_loss,home_share,rho,rho_active,tau`, and with `--eval-every` also
+//! `test_loss,test_acc` (or `test_ppl`): the test subset's, on the rows where it was evaluated.
+//! Files written before `rho_active` and `tau` existed (`...,rho` without them) still read, their
+//! rows without either value, and a resumed run keeps writing them in their own layout
+//! ([`CsvRow::resumes_as`]). See [`crate::report::csv`] for the dialect, crash safety and resuming.
 
 use std::path::Path;
 
@@ -52,21 +54,81 @@ impl Task {
     }
 }
 
-/// The columns of a `metrics.csv`: the task's, and whether the clean training evaluation's.
+/// The ρ columns after `home_share`, in order; a file written before `rho_active` and `tau`
+/// existed has only the first.
+const RHO_COLUMNS: [&str; 3] = ["rho", "rho_active", "tau"];
+
+/// How many of [`RHO_COLUMNS`] a file has.
+fn rho_column_count(rho_active_tau: bool) -> usize {
+    if rho_active_tau {
+        RHO_COLUMNS.len()
+    } else {
+        1
+    }
+}
+
+/// The header of the ρ columns.
+fn rho_header(rho_active_tau: bool) -> String {
+    RHO_COLUMNS[..rho_column_count(rho_active_tau)].join(",")
+}
+
+/// The fields of the ρ columns: (ρ, ρ_active, τ), as many as the file has.
+fn rho_fields(values: [Option<f64>; 3], rho_active_tau: bool) -> impl Iterator<Item = Field> {
+    values
+        .into_iter()
+        .take(rho_column_count(rho_active_tau))
+        .map(Field::Optional)
+}
+
+/// Parses the ρ columns, which start at field `at`: (ρ, ρ_active, τ), `None` for those the
+/// file lacks, and the index of the field after them.
+fn parse_rho_fields(
+    f: &[&str],
+    at: usize,
+    rho_active_tau: bool,
+) -> Result<([Option<f64>; 3], usize), String> {
+    let count = rho_column_count(rho_active_tau);
+    let mut values = [None; 3];
+    for (i, name) in RHO_COLUMNS[..count].iter().enumerate() {
+        values[i] = parse_optional(name, f[at + i])?;
+    }
+    Ok((values, at + count))
+}
+
+/// The columns of a `metrics.csv`: the task's, whether the clean training evaluation's, and
+/// whether `rho_active,tau`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MetricsColumns {
     /// The task (accuracy or perplexity columns).
     pub task: Task,
     /// The `clean_train_*` columns (`--eval-train`).
     pub clean_train: bool,
+    /// The `rho_active,tau` columns after `rho`: in every file written now, absent from files
+    /// written before they existed.
+    pub rho_active_tau: bool,
 }
 
 impl MetricsColumns {
+    /// The columns a run of `task` writes now (`clean_train` with `--eval-train`).
+    pub fn new(task: Task, clean_train: bool) -> Self {
+        MetricsColumns {
+            task,
+            clean_train,
+            rho_active_tau: true,
+        }
+    }
+
     /// Every kind of file, in header-lookup order.
     fn all() -> impl Iterator<Item = MetricsColumns> {
-        Task::ALL
-            .into_iter()
-            .flat_map(|task| [false, true].map(|clean_train| MetricsColumns { task, clean_train }))
+        Task::ALL.into_iter().flat_map(|task| {
+            [(false, true), (true, true), (false, false), (true, false)].map(
+                |(clean_train, rho_active_tau)| MetricsColumns {
+                    task,
+                    clean_train,
+                    rho_active_tau,
+                },
+            )
+        })
     }
 }
 
@@ -92,6 +154,13 @@ pub struct EpochRecord {
     /// The smallest ρ_t = min_j (v̂_t)_j over the epoch's steps; `None` (empty field) for rules
     /// without a second moment (SGD, SGDM, …) or an epoch where every step lacked one.
     pub rho: Option<f64>,
+    /// Global and per-layer HomeAdam(W): the smallest ρ_t over the active elements,
+    /// min over j with v_{t,j} > 0 of (v̂_t)_j (0 at a step without any), over the epoch's steps,
+    /// whichever ρ the rule decides with; `None` for other rules and files without the column.
+    pub rho_active: Option<f64>,
+    /// HomeAdam(W): the τ the epoch's last applied step compared ρ with (it changes over a run
+    /// when τ is calibrated); `None` for other rules and files without the column.
+    pub tau: Option<f64>,
     /// `--eval-train`: the mean loss over the training split, evaluated after the epoch in eval
     /// mode (no dropout or augmentation, BatchNorm's running statistics); `None` without.
     pub clean_train_loss: Option<f64>,
@@ -105,7 +174,8 @@ impl CsvRow for EpochRecord {
 
     fn header(c: MetricsColumns) -> String {
         let q = c.task.quality_column();
-        let mut h = format!("epoch,train_loss,train_{q},test_loss,test_{q},seconds,home_share,rho");
+        let rho = rho_header(c.rho_active_tau);
+        let mut h = format!("epoch,train_loss,train_{q},test_loss,test_{q},seconds,home_share,{rho}");
         if c.clean_train {
             h.push_str(&format!(",clean_train_loss,clean_train_{q}"));
         }
@@ -114,6 +184,10 @@ impl CsvRow for EpochRecord {
 
     fn kind_of_header(header: &str) -> Option<MetricsColumns> {
         MetricsColumns::all().find(|&c| Self::header(c) == header)
+    }
+
+    fn resumes_as(found: MetricsColumns, wanted: MetricsColumns) -> bool {
+        (found.task, found.clean_train) == (wanted.task, wanted.clean_train)
     }
 
     fn key(&self) -> u64 {
@@ -129,8 +203,11 @@ impl CsvRow for EpochRecord {
             Field::Float(self.test_quality),
             Field::Float(self.seconds),
             Field::Optional(self.home_share),
-            Field::Optional(self.rho),
         ];
+        fields.extend(rho_fields(
+            [self.rho, self.rho_active, self.tau],
+            c.rho_active_tau,
+        ));
         if c.clean_train {
             fields.extend([
                 Field::Optional(self.clean_train_loss),
@@ -147,6 +224,7 @@ impl CsvRow for EpochRecord {
             None => Ok(None),
         };
         let epoch = parse_int("epoch", f[0])?;
+        let ([rho, rho_active, tau], next) = parse_rho_fields(f, 7, c.rho_active_tau)?;
         Ok(EpochRecord {
             epoch: u32::try_from(epoch).map_err(|_| format!("epoch {epoch} is too large"))?,
             train_loss: parse_float("train_loss", f[1])?,
@@ -155,9 +233,11 @@ impl CsvRow for EpochRecord {
             test_quality: parse_float(&format!("test_{q}"), f[4])?,
             seconds: parse_float("seconds", f[5])?,
             home_share: parse_optional("home_share", f[6])?,
-            rho: parse_optional("rho", f[7])?,
-            clean_train_loss: optional(8, "clean_train_loss")?,
-            clean_train_quality: optional(9, &format!("clean_train_{q}"))?,
+            rho,
+            rho_active,
+            tau,
+            clean_train_loss: optional(next, "clean_train_loss")?,
+            clean_train_quality: optional(next + 1, &format!("clean_train_{q}"))?,
         })
     }
 
@@ -182,49 +262,82 @@ pub struct IterationRecord {
     /// Mean training loss over the steps since the previous row.
     pub train_loss: f64,
     /// HomeAdam(W) only: the share of updates since the previous row that took the home branch
-    /// (as [`EpochRecord::home_share`]); `None` for other rules.
+    /// (as [`EpochRecord::home_share`]; with a row every step, that step's share); `None` for
+    /// other rules.
     pub home_share: Option<f64>,
     /// The smallest ρ_t since the previous row; `None` without a second moment.
     pub rho: Option<f64>,
+    /// The smallest ρ_t over the active elements since the previous row (as
+    /// [`EpochRecord::rho_active`]).
+    pub rho_active: Option<f64>,
+    /// The τ of the last applied step since the previous row (as [`EpochRecord::tau`]).
+    pub tau: Option<f64>,
     /// `--eval-every`: the test subset's mean loss after this step; `None` on other rows.
     pub test_loss: Option<f64>,
     /// `--eval-every`: the test subset's accuracy or perplexity after this step.
     pub test_quality: Option<f64>,
 }
 
-/// The columns of an `iterations.csv`: `None` without the test subset's, `Some(task)` with them.
-pub type IterationColumns = Option<Task>;
+/// The columns of an `iterations.csv`: the test subset's, and whether `rho_active,tau`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IterationColumns {
+    /// `--eval-every`: the task of the test subset's columns; `None` without them.
+    pub test: Option<Task>,
+    /// The `rho_active,tau` columns after `rho` (as [`MetricsColumns::rho_active_tau`]).
+    pub rho_active_tau: bool,
+}
+
+impl IterationColumns {
+    /// The columns a run writes now: with the test subset's of `test` (`--eval-every`).
+    pub fn new(test: Option<Task>) -> Self {
+        IterationColumns {
+            test,
+            rho_active_tau: true,
+        }
+    }
+}
 
 impl CsvRow for IterationRecord {
     type Kind = IterationColumns;
     const KEY: &'static str = "step";
 
-    fn header(test: IterationColumns) -> String {
-        let base = "step,train_loss,home_share,rho".to_string();
-        match test {
+    fn header(c: IterationColumns) -> String {
+        let base = format!("step,train_loss,home_share,{}", rho_header(c.rho_active_tau));
+        match c.test {
             Some(task) => format!("{base},test_loss,test_{}", task.quality_column()),
             None => base,
         }
     }
 
     fn kind_of_header(header: &str) -> Option<IterationColumns> {
-        [None, Some(Task::Classification), Some(Task::LanguageModel)]
+        [true, false]
             .into_iter()
+            .flat_map(|rho_active_tau| {
+                [None, Some(Task::Classification), Some(Task::LanguageModel)]
+                    .map(|test| IterationColumns { test, rho_active_tau })
+            })
             .find(|&c| Self::header(c) == header)
+    }
+
+    fn resumes_as(found: IterationColumns, wanted: IterationColumns) -> bool {
+        found.test == wanted.test
     }
 
     fn key(&self) -> u64 {
         self.step
     }
 
-    fn fields(&self, test: IterationColumns) -> Vec<Field> {
+    fn fields(&self, c: IterationColumns) -> Vec<Field> {
         let mut fields = vec![
             Field::Int(self.step),
             Field::Float(self.train_loss),
             Field::Optional(self.home_share),
-            Field::Optional(self.rho),
         ];
-        if test.is_some() {
+        fields.extend(rho_fields(
+            [self.rho, self.rho_active, self.tau],
+            c.rho_active_tau,
+        ));
+        if c.test.is_some() {
             fields.extend([
                 Field::Optional(self.test_loss),
                 Field::Optional(self.test_quality),
@@ -233,24 +346,27 @@ impl CsvRow for IterationRecord {
         fields
     }
 
-    fn parse(f: &[&str], test: IterationColumns) -> Result<Self, String> {
-        let q = test.map_or("", Task::quality_column);
+    fn parse(f: &[&str], c: IterationColumns) -> Result<Self, String> {
+        let q = c.test.map_or("", Task::quality_column);
         let optional = |i: usize, name: &str| match f.get(i) {
             Some(text) => parse_optional(name, text),
             None => Ok(None),
         };
+        let ([rho, rho_active, tau], next) = parse_rho_fields(f, 3, c.rho_active_tau)?;
         Ok(IterationRecord {
             step: parse_int("step", f[0])?,
             train_loss: parse_float("train_loss", f[1])?,
             home_share: parse_optional("home_share", f[2])?,
-            rho: parse_optional("rho", f[3])?,
-            test_loss: optional(4, "test_loss")?,
-            test_quality: optional(5, &format!("test_{q}"))?,
+            rho,
+            rho_active,
+            tau,
+            test_loss: optional(next, "test_loss")?,
+            test_quality: optional(next + 1, &format!("test_{q}"))?,
         })
     }
 
-    fn validate(&self, test: IterationColumns) -> Result<(), String> {
-        if test == Some(Task::Classification) {
+    fn validate(&self, c: IterationColumns) -> Result<(), String> {
+        if c.test == Some(Task::Classification) {
             self.test_quality
                 .map_or(Ok(()), |q| check_fraction("test_acc", q))?;
         }
@@ -275,6 +391,6 @@ pub fn read_metrics(path: &Path) -> Result<(Task, Vec<EpochRecord>)> {
 
 /// Reads an `iterations.csv`: the task of its test columns (`None` without them) and its rows.
 /// Errors name the line.
-pub fn read_iterations(path: &Path) -> Result<(IterationColumns, Vec<IterationRecord>)> {
-    read_rows(path)
+pub fn read_iterations(path: &Path) -> Result<(Option<Task>, Vec<IterationRecord>)> {
+    read_rows(path).map(|(c, rows): (IterationColumns, _)| (c.test, rows))
 }

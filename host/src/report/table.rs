@@ -1,6 +1,7 @@
 //! The summary table of a run (what `homeadam quick` prints): per optimizer, the last epoch's
 //! train loss, train accuracy / perplexity, test loss, test accuracy / perplexity, the share of
-//! home steps over the run and the run's wall time. As aligned text or as Markdown.
+//! home steps over the run, the last epoch's τ (HomeAdam(W)) and the run's wall time. As aligned
+//! text or as Markdown.
 //!
 //! An optimizer run with several seeds shows, in a `seeds` column, how many, and in every cell
 //! `mean ± s`: the mean over its seeds and their sample standard deviation
@@ -25,6 +26,15 @@ fn number(value: f64, decimals: usize) -> String {
         format!("{value:.decimals$}")
     } else {
         // NaN, inf, -inf: a diverged run.
+        format!("{value}")
+    }
+}
+
+/// A value with three significant digits in scientific notation (τ spans many decades).
+fn scientific(value: f64) -> String {
+    if value.is_finite() {
+        format!("{value:.2e}")
+    } else {
         format!("{value}")
     }
 }
@@ -54,8 +64,9 @@ fn home_share(epochs: &[EpochRecord]) -> Option<f64> {
 impl SummaryTable {
     /// Summarises `run`. Accuracies and the home share are shown in percent; the home share is the
     /// mean of the epochs' shares (every epoch has the same number of steps), `-` for rules that
-    /// never take the home branch; the time is the sum of the epochs' seconds. With several
-    /// seeds, the row is over the epochs every seed finished.
+    /// never take the home branch; τ is the last epoch's (calibrated τ changes over a run), `-`
+    /// for other rules; the time is the sum of the epochs' seconds. With several seeds, the row
+    /// is over the epochs every seed finished.
     pub fn from_run(run: &Run) -> Self {
         let task = run.task.unwrap_or(Task::Classification);
         let quality = match task {
@@ -74,6 +85,7 @@ impl SummaryTable {
             "test loss".to_string(),
             format!("test {quality}"),
             "home steps (%)".to_string(),
+            "final τ".to_string(),
             "time (s)".to_string(),
         ]);
         let show_quality = |q: f64| match task {
@@ -101,6 +113,10 @@ impl SummaryTable {
                     cell(&last(|e| e.test_loss), |v| number(v, 4)),
                     cell(&last(|e| e.test_quality), show_quality),
                     cell(&over(&home_share), |v| number(100.0 * v, 1)),
+                    cell(
+                        &over(&|e: &[EpochRecord]| e.last().and_then(|r| r.tau)),
+                        scientific,
+                    ),
                     cell(
                         &over(&|e: &[EpochRecord]| {
                             (!e.is_empty()).then(|| e.iter().map(|r| r.seconds).sum())

@@ -15,6 +15,8 @@ fn record(epoch: u32, loss: f64, acc: f64) -> EpochRecord {
         seconds: 12.5,
         home_share: None,
         rho: Some(1e-9 / f64::from(epoch)),
+        rho_active: None,
+        tau: None,
         clean_train_loss: None,
         clean_train_quality: None,
     }
@@ -22,10 +24,7 @@ fn record(epoch: u32, loss: f64, acc: f64) -> EpochRecord {
 
 /// The columns of a `metrics.csv` of `task` without the clean training evaluation.
 fn cols(task: Task) -> MetricsColumns {
-    MetricsColumns {
-        task,
-        clean_train: false,
-    }
+    MetricsColumns::new(task, false)
 }
 
 fn write_metrics(dir: &Path, optimizer: &str, task: Task, rows: &[EpochRecord]) -> PathBuf {
@@ -46,11 +45,15 @@ fn metrics_round_trip_keeps_every_value() {
     let dir = tempfile::tempdir().unwrap();
     let mut rows: Vec<EpochRecord> = (1..=3).map(|e| record(e, 2.0 / f64::from(e), 0.3)).collect();
     rows[1].home_share = Some(0.25);
+    rows[1].rho_active = Some(3e-9);
+    rows[1].tau = Some(2f64.powi(-30));
     rows[2].rho = None;
     rows[2].train_loss = 0.1 + 0.2; // not exactly representable in short decimal
     let path = write_metrics(dir.path(), "Adam", Task::Classification, &rows);
     let text = fs::read_to_string(&path).unwrap();
-    assert!(text.starts_with("epoch,train_loss,train_acc,test_loss,test_acc,seconds,home_share,rho\n"));
+    assert!(text.starts_with(
+        "epoch,train_loss,train_acc,test_loss,test_acc,seconds,home_share,rho,rho_active,tau\n"
+    ));
     assert_eq!(read_metrics(&path).unwrap(), (Task::Classification, rows));
 }
 
@@ -128,15 +131,17 @@ fn writer_rejects_bad_rows() {
 fn malformed_files_name_the_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("metrics.csv");
-    let header = "epoch,train_loss,train_acc,test_loss,test_acc,seconds,home_share,rho\n";
+    let header = "epoch,train_loss,train_acc,test_loss,test_acc,seconds,home_share,rho,rho_active,tau\n";
     let cases = [
         ("", "line 1"),
         ("epoch,loss\n1,2\n", "line 1"),
-        ("1,0.5,0.5,0.5,0.5,1,,\n2,0.4,abc,0.5,0.5,1,,\n", "line 3"),
-        ("1,0.5,0.5,0.5,0.5,1,,\n\n2,0.4,0.5,0.5\n", "line 4"),
-        ("1,0.5,0.5,0.5,0.5,1,,\n1,0.4,0.5,0.5,0.5,1,,\n", "line 3"),
-        ("x,0.5,0.5,0.5,0.5,1,,\n", "line 2"),
-        ("1,0.5,50,0.5,0.5,1,,\n", "line 2"),
+        ("1,0.5,0.5,0.5,0.5,1,,,,\n2,0.4,abc,0.5,0.5,1,,,,\n", "line 3"),
+        ("1,0.5,0.5,0.5,0.5,1,,,,\n\n2,0.4,0.5,0.5\n", "line 4"),
+        ("1,0.5,0.5,0.5,0.5,1,,,,\n1,0.4,0.5,0.5,0.5,1,,,,\n", "line 3"),
+        ("x,0.5,0.5,0.5,0.5,1,,,,\n", "line 2"),
+        ("1,0.5,50,0.5,0.5,1,,,,\n", "line 2"),
+        ("1,0.5,0.5,0.5,0.5,1,,,x,\n", "line 2"),
+        ("1,0.5,0.5,0.5,0.5,1,,,\n", "line 2"),
     ];
     for (i, (body, want)) in cases.iter().enumerate() {
         let text = if i < 2 {
@@ -164,16 +169,19 @@ fn iterations_and_stability_round_trip() {
             train_loss: 5.0 / i as f64,
             home_share: (i % 2 == 0).then_some(0.5),
             rho: Some(1e-12),
+            rho_active: None,
+            tau: None,
             test_loss: None,
             test_quality: None,
         })
         .collect();
-    let mut w = IterationWriter::create(&path, None).unwrap();
+    let columns = IterationColumns::new(None);
+    let mut w = IterationWriter::create(&path, columns).unwrap();
     for r in &rows {
         w.append(r).unwrap();
     }
     assert_eq!(read_iterations(&path).unwrap(), (None, rows.clone()));
-    let mut w = IterationWriter::resume(&path, None, 250).unwrap();
+    let mut w = IterationWriter::resume(&path, columns, 250).unwrap();
     w.append(&rows[2]).unwrap();
     assert_eq!(read_iterations(&path).unwrap(), (None, rows[..3].to_vec()));
 
@@ -185,13 +193,27 @@ fn iterations_and_stability_round_trip() {
             train_loss_gap: 0.001,
             test_loss_gap: 0.002,
             generalization_gap: -0.05,
+            travelled: Some(0.5 * f64::from(e)),
+            train_loss: Some(1.0 / f64::from(e)),
         })
         .collect();
-    let mut w = StabilityWriter::create(&path, ()).unwrap();
+    let mut w = StabilityWriter::create(&path, true).unwrap();
     for r in &rows {
         w.append(r).unwrap();
     }
     assert_eq!(read_stability(&path).unwrap(), rows);
+    assert_eq!(rows[1].relative_distance(), Some(0.02));
+    // The first layout, without the distance travelled and the training loss, still reads.
+    fs::write(
+        &path,
+        "epoch,param_distance,train_loss_gap,test_loss_gap,generalization_gap\n1,0.5,0,0,0\n",
+    )
+    .unwrap();
+    let old = read_stability(&path).unwrap();
+    assert_eq!(
+        (old[0].travelled, old[0].train_loss, old[0].relative_distance()),
+        (None, None, None)
+    );
     fs::write(
         &path,
         "epoch,param_distance,train_loss_gap,test_loss_gap,generalization_gap\n1,-1,0,0,0\n",
@@ -234,6 +256,8 @@ fn classification_run(dir: &Path) {
                     seconds: 40.0,
                     home_share: (*name == "HomeAdamW").then_some(0.2 + 0.02 * t.sin()),
                     rho: (*name != "AdamW").then_some(1e-8 * (-t / 3.0).exp()),
+                    rho_active: None,
+                    tau: (*name == "HomeAdamW").then_some(1e-9),
                     clean_train_loss: None,
                     clean_train_quality: None,
                 };
@@ -247,7 +271,7 @@ fn classification_run(dir: &Path) {
             })
             .collect();
         write_metrics(dir, name, Task::Classification, &rows);
-        let mut w = StabilityWriter::create(&optimizer_file(dir, name, run::STABILITY_FILE), ()).unwrap();
+        let mut w = StabilityWriter::create(&optimizer_file(dir, name, run::STABILITY_FILE), true).unwrap();
         for e in 1..=epochs {
             let t = f64::from(e);
             w.append(&StabilityRecord {
@@ -256,6 +280,8 @@ fn classification_run(dir: &Path) {
                 train_loss_gap: 1e-4 * t * (k + 1) as f64,
                 test_loss_gap: 2e-4 * t * (k + 1) as f64,
                 generalization_gap: 0.01 * t * (k + 1) as f64,
+                travelled: Some(0.1 * t * (k + 1) as f64),
+                train_loss: Some(2.0 / (t + k as f64)),
             })
             .unwrap();
         }
@@ -288,12 +314,14 @@ fn figures_of_a_single_epoch_language_model_run() {
         r.home_share = (k == 0).then_some(0.01);
         write_metrics(dir.path(), name, Task::LanguageModel, &[r]);
         let path = optimizer_file(dir.path(), name, run::ITERATIONS_FILE);
-        let mut w = IterationWriter::create(&path, None).unwrap();
+        let mut w = IterationWriter::create(&path, IterationColumns::new(None)).unwrap();
         w.append(&IterationRecord {
             step: 200,
             train_loss: 6.5,
             home_share: None,
             rho: None,
+            rho_active: None,
+            tau: None,
             test_loss: None,
             test_quality: None,
         })
@@ -322,6 +350,8 @@ fn figures_of_a_language_model_run_use_log_scales() {
                     seconds: 100.0,
                     home_share: (*name == "HomeAdam").then_some(0.9 / f64::from(e)),
                     rho: (*name != "SGDM").then_some(1e-6 * (-f64::from(e) / 4.0).exp()),
+                    rho_active: None,
+                    tau: None,
                     clean_train_loss: None,
                     clean_train_quality: None,
                 }
@@ -329,7 +359,7 @@ fn figures_of_a_language_model_run_use_log_scales() {
             .collect();
         write_metrics(dir.path(), name, Task::LanguageModel, &rows);
         let path = optimizer_file(dir.path(), name, run::ITERATIONS_FILE);
-        let mut w = IterationWriter::create(&path, Some(Task::LanguageModel)).unwrap();
+        let mut w = IterationWriter::create(&path, IterationColumns::new(Some(Task::LanguageModel))).unwrap();
         for i in 1..=200u64 {
             let t = i as f64;
             let test = (i % 4 == 0).then_some(8.0 * (-t / 40.0).exp() + 4.7);
@@ -338,6 +368,8 @@ fn figures_of_a_language_model_run_use_log_scales() {
                 train_loss: 8.0 * (-t / (30.0 + 10.0 * k as f64)).exp() + 4.5 + 0.1 * (t * 0.7).sin(),
                 home_share: (*name == "HomeAdam").then_some((1.0 / t).min(1.0)),
                 rho: (*name != "SGDM").then_some(1e-6 * (-t / 20.0).exp()),
+                rho_active: None,
+                tau: None,
                 test_loss: test,
                 test_quality: test.map(f64::exp),
             })
@@ -383,7 +415,7 @@ fn loading_refuses_mixed_tasks_and_empty_dirs() {
     assert!(err_of(load_run(dir.path())).contains("LanguageModel"));
     fs::write(
         optimizer_file(dir.path(), "b", run::METRICS_FILE),
-        "epoch,train_loss,train_acc,test_loss,test_acc,seconds,home_share,rho\n1,2\n",
+        "epoch,train_loss,train_acc,test_loss,test_acc,seconds,home_share,rho,rho_active,tau\n1,2\n",
     )
     .unwrap();
     let e = err_of(draw_figures(dir.path()));
@@ -395,6 +427,7 @@ fn summary_table_text_and_markdown() {
     let dir = tempfile::tempdir().unwrap();
     let mut home = record(2, 0.123456, 0.9);
     home.home_share = Some(0.5);
+    home.tau = Some(2f64.powi(-30));
     let mut first = home;
     first.epoch = 1;
     first.home_share = Some(0.25);
@@ -422,7 +455,9 @@ fn summary_table_text_and_markdown() {
         home_line.contains("85.50") && home_line.contains("37.5"),
         "{text}"
     );
+    assert!(home_line.contains(" 9.31e-10 "), "{text}");
     assert!(home_line.trim_end().ends_with("25.0"), "{text}");
+    assert_eq!(table.headers[6..], ["home steps (%)", "final τ", "time (s)"]);
     assert!(lines[4].starts_with("SGD") && lines[4].contains(" - "), "{text}");
 
     let md = table.to_markdown();
@@ -437,16 +472,14 @@ fn summary_table_text_and_markdown() {
 fn clean_training_and_test_subset_columns_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("metrics.csv");
-    let columns = MetricsColumns {
-        task: Task::Classification,
-        clean_train: true,
-    };
+    let columns = MetricsColumns::new(Task::Classification, true);
     let mut r = record(1, 0.5, 0.8);
     (r.clean_train_loss, r.clean_train_quality) = (Some(0.4), Some(0.85));
     MetricsWriter::create(&path, columns).unwrap().append(&r).unwrap();
     let text = fs::read_to_string(&path).unwrap();
     assert!(text.starts_with(
-        "epoch,train_loss,train_acc,test_loss,test_acc,seconds,home_share,rho,clean_train_loss,clean_train_acc\n"
+        "epoch,train_loss,train_acc,test_loss,test_acc,seconds,home_share,rho,rho_active,tau,\
+         clean_train_loss,clean_train_acc\n"
     ));
     assert_eq!(read_metrics(&path).unwrap(), (Task::Classification, vec![r]));
     let mut bad = record(2, 0.5, 0.8);
@@ -462,17 +495,19 @@ fn clean_training_and_test_subset_columns_round_trip() {
         train_loss: 1.0,
         home_share: None,
         rho: None,
+        rho_active: None,
+        tau: None,
         test_loss: test,
         test_quality: test.map(|t| t / 10.0),
     };
-    let mut w = IterationWriter::create(&path, Some(Task::Classification)).unwrap();
+    let mut w = IterationWriter::create(&path, IterationColumns::new(Some(Task::Classification))).unwrap();
     w.append(&row(10, None)).unwrap();
     w.append(&row(20, Some(2.0))).unwrap();
     assert!(err_of(w.append(&row(30, Some(20.0)))).contains("test_acc"));
     let text = fs::read_to_string(&path).unwrap();
     assert_eq!(
         text,
-        "step,train_loss,home_share,rho,test_loss,test_acc\n10,1,,,,\n20,1,,,2,0.2\n"
+        "step,train_loss,home_share,rho,rho_active,tau,test_loss,test_acc\n10,1,,,,,,\n20,1,,,,,2,0.2\n"
     );
     let (columns, rows) = read_iterations(&path).unwrap();
     assert_eq!(
@@ -495,7 +530,7 @@ fn seed_runs(dir: &Path, name: &str, seeds: u64, epochs: u32) {
         rows.iter().for_each(|r| w.append(r).unwrap());
         let mut w = IterationWriter::create(
             &path.with_file_name(run::ITERATIONS_FILE),
-            Some(Task::Classification),
+            IterationColumns::new(Some(Task::Classification)),
         )
         .unwrap();
         for i in 1..=20u64 {
@@ -505,6 +540,8 @@ fn seed_runs(dir: &Path, name: &str, seeds: u64, epochs: u32) {
                 train_loss: 1.0 / i as f64 + 0.1 * s as f64,
                 home_share: None,
                 rho: None,
+                rho_active: None,
+                tau: None,
                 test_loss: test,
                 test_quality: Some(0.5),
             })
@@ -551,4 +588,135 @@ fn seeds_load_as_one_optimizer_with_mean_and_spread() {
     // A single run's files next to seed folders are refused.
     write_metrics(dir.path(), "adamw", Task::Classification, &[record(1, 1.0, 0.5)]);
     assert!(err_of(load_run(dir.path())).contains("seed-<s>"));
+}
+
+#[test]
+fn rho_active_and_tau_round_trip_and_older_files_keep_their_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rows: Vec<EpochRecord> = (1..=3).map(|e| record(e, 1.0, 0.5)).collect();
+    for (r, tau) in rows.iter_mut().zip([-20, -24, -24]) {
+        r.home_share = Some(1.0);
+        r.rho = Some(0.0);
+        r.rho_active = Some(1e-7 / f64::from(r.epoch));
+        r.tau = Some(2f64.powi(tau));
+    }
+    rows[2].rho_active = Some(0.0);
+    let path = write_metrics(dir.path(), "homeadamw-calibrated", Task::LanguageModel, &rows);
+    let text = fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        text.lines().nth(3),
+        Some("3,1,0.5,1.1,0.475,12.5,1,0,0,0.00000005960464477539063")
+    );
+    assert_eq!(read_metrics(&path).unwrap(), (Task::LanguageModel, rows.clone()));
+
+    let path = dir.path().join("iterations.csv");
+    let columns = IterationColumns::new(Some(Task::LanguageModel));
+    let row = |step: u64| IterationRecord {
+        step,
+        train_loss: 6.0,
+        home_share: Some(0.0),
+        rho: Some(0.0),
+        rho_active: Some(2.5e-9),
+        tau: Some(0.5),
+        test_loss: None,
+        test_quality: None,
+    };
+    let mut w = IterationWriter::create(&path, columns).unwrap();
+    w.append(&row(1)).unwrap();
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        "step,train_loss,home_share,rho,rho_active,tau,test_loss,test_ppl\n1,6,0,0,0.0000000025,0.5,,\n"
+    );
+    assert_eq!(
+        read_iterations(&path).unwrap(),
+        (Some(Task::LanguageModel), vec![row(1)])
+    );
+
+    // A file written before the columns existed reads (without them) and, resumed, keeps its
+    // layout; a resumed run of another task is still refused.
+    let old = dir.path().join("old/metrics.csv");
+    fs::create_dir_all(old.parent().unwrap()).unwrap();
+    fs::write(
+        &old,
+        "epoch,train_loss,train_ppl,test_loss,test_ppl,seconds,home_share,rho\n\
+         1,7,1100,7.7,1045,12.5,0.5,1e-9\n",
+    )
+    .unwrap();
+    let (_, back) = read_metrics(&old).unwrap();
+    assert_eq!(
+        (back[0].rho, back[0].rho_active, back[0].tau),
+        (Some(1e-9), None, None)
+    );
+    let mut w = MetricsWriter::resume(&old, cols(Task::LanguageModel), 1).unwrap();
+    w.append(&rows[1]).unwrap();
+    let text = fs::read_to_string(&old).unwrap();
+    assert!(text.ends_with("\n2,1,0.5,1.1,0.475,12.5,1,0\n"), "{text}");
+    assert!(MetricsWriter::resume(&old, cols(Task::Classification), 1).is_err());
+    let old = dir.path().join("old/iterations.csv");
+    fs::write(&old, "step,train_loss,home_share,rho\n5,6,,\n").unwrap();
+    let mut w = IterationWriter::resume(&old, IterationColumns::new(None), 5).unwrap();
+    w.append(&row(6)).unwrap();
+    assert_eq!(
+        fs::read_to_string(&old).unwrap(),
+        "step,train_loss,home_share,rho\n5,6,,\n6,6,0,0\n"
+    );
+    assert!(IterationWriter::resume(&old, columns, 5).is_err());
+}
+
+/// The global rule whose ρ over all elements is 0 at every step (some element never had a
+/// gradient), beside the same rule deciding with ρ over the active elements and a calibrated τ,
+/// and Adam-W whose ρ is positive over decades: the zeros go on the ρ panels' floor line.
+#[test]
+fn figures_draw_a_rho_of_zero_on_a_log_axis() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["adamw", "homeadamw", "homeadamw-calibrated"] {
+        let home = name != "adamw";
+        let rows: Vec<EpochRecord> = (1..=12)
+            .map(|e| {
+                let t = f64::from(e);
+                EpochRecord {
+                    home_share: home.then_some(if name == "homeadamw" { 1.0 } else { 0.2 }),
+                    rho: Some(if home { 0.0 } else { 1e-6 * (-t).exp() }),
+                    rho_active: home.then_some(1e-6 * (-t / 2.0).exp()),
+                    tau: home.then_some(if name == "homeadamw" {
+                        1e-8
+                    } else {
+                        2f64.powi(-20 - e as i32)
+                    }),
+                    ..record(e, 2.0 / t, 0.5)
+                }
+            })
+            .collect();
+        write_metrics(dir.path(), name, Task::Classification, &rows);
+        let path = optimizer_file(dir.path(), name, run::ITERATIONS_FILE);
+        let mut w = IterationWriter::create(&path, IterationColumns::new(None)).unwrap();
+        for step in 1..=60u64 {
+            let t = step as f64;
+            w.append(&IterationRecord {
+                step,
+                train_loss: 2.0 / t,
+                home_share: home.then_some(if name == "homeadamw" { 1.0 } else { 0.0 }),
+                // adamw's ρ touches 0 once: a hollow marker among its values.
+                rho: Some(if home || step == 30 {
+                    0.0
+                } else {
+                    1e-6 * (-t / 5.0).exp()
+                }),
+                rho_active: home.then_some(1e-6 * (-t / 10.0).exp()),
+                tau: home.then_some(2f64.powi(-20 - (step / 10) as i32)),
+                test_loss: None,
+                test_quality: None,
+            })
+            .unwrap();
+        }
+    }
+    let written = draw_figures(dir.path()).unwrap();
+    let names: Vec<String> = written
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["curves.png", "home.png", "iterations.png"]);
+    for path in &written {
+        assert_figure(path);
+    }
 }

@@ -71,6 +71,14 @@ pub struct EpochProgress {
     pub home_share_sum: f64,
     /// The smallest ρ_t of the epoch's steps (`None`: no step had a second moment).
     pub rho_min: Option<f64>,
+    /// The smallest ρ_t over the active elements (v > 0) of the epoch's steps (`None`: no step
+    /// reported one); absent from checkpoints written before it existed.
+    #[serde(default)]
+    pub rho_active_min: Option<f64>,
+    /// The τ of the epoch's last applied step (`None`: no step reported one); absent from
+    /// checkpoints written before it existed.
+    #[serde(default)]
+    pub tau: Option<f64>,
     /// Seconds spent in this epoch before the checkpoint.
     pub seconds: f64,
 }
@@ -247,7 +255,9 @@ mod tests {
                     seen: 64,
                     steps: 7,
                     home_share_sum: 0.5,
-                    rho_min: Some(1e-30),
+                    rho_min: Some(0.0),
+                    rho_active_min: Some(1e-30),
+                    tau: Some(2f64.powi(-40)),
                     seconds: 0.1,
                 },
                 window: EpochProgress::default(),
@@ -284,6 +294,17 @@ mod tests {
         json.as_object_mut().expect("object").remove("device");
         let meta: RunMeta = serde_json::from_value(json).expect("older meta");
         assert_eq!(meta.device, "cpu");
+    }
+
+    #[test]
+    fn a_meta_without_rho_active_or_tau_reads_as_none() {
+        let mut json = serde_json::to_value(&sample().meta).expect("json");
+        let progress = json["progress"].as_object_mut().expect("object");
+        progress.remove("rho_active_min").expect("rho_active_min");
+        progress.remove("tau").expect("tau");
+        let meta: RunMeta = serde_json::from_value(json).expect("older meta");
+        assert_eq!((meta.progress.rho_active_min, meta.progress.tau), (None, None));
+        assert_eq!(meta.progress.rho_min, sample().meta.progress.rho_min);
     }
 
     #[test]

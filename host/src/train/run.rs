@@ -25,7 +25,9 @@ use super::data::{Minibatch, TrainData};
 use super::scores::{loss_and_correct, PendingScores};
 use crate::models::Model;
 use crate::progress::bar;
-use crate::report::{EpochRecord, IterationRecord, IterationWriter, MetricsColumns, MetricsWriter, Task};
+use crate::report::{
+    EpochRecord, IterationColumns, IterationRecord, IterationWriter, MetricsColumns, MetricsWriter, Task,
+};
 use crate::rng::Rng;
 use homeadam_candle::VarOptimizer;
 
@@ -202,16 +204,21 @@ fn start(model: &dyn Model, opt: &mut VarOptimizer, o: &RunOptions, device: &str
 }
 
 /// Adds one optimizer step's report to the sums of `p` (the minibatch's scores come later, from
-/// [`PendingScores`]).
+/// [`PendingScores`]): the step count, the home share, the smallest ρ and ρ_active, the last τ.
+/// A skipped step changes nothing.
 fn count_step(p: &mut EpochProgress, report: &StepReport, params: f64) {
-    if !report.skipped {
-        p.steps += 1;
-        p.home_share_sum += report.home_elements as f64 / params;
-        if let Some(rho) = report.rho {
-            let rho = f64::from(rho);
-            p.rho_min = Some(p.rho_min.map_or(rho, |r| r.min(rho)));
-        }
+    if report.skipped {
+        return;
     }
+    let smallest = |min: Option<f64>, value: Option<f32>| match value.map(f64::from) {
+        Some(v) => Some(min.map_or(v, |m| m.min(v))),
+        None => min,
+    };
+    p.steps += 1;
+    p.home_share_sum += report.home_elements as f64 / params;
+    p.rho_min = smallest(p.rho_min, report.rho);
+    p.rho_active_min = smallest(p.rho_active_min, report.rho_active);
+    p.tau = report.tau.map(f64::from).or(p.tau);
 }
 
 /// Reads the held minibatch scores into the epoch's and the window's sums.
@@ -253,17 +260,14 @@ pub fn train(
     let mut meta = start(model, opt, o, &device)?;
     let s = &o.settings;
     let metrics = dir.join("metrics.csv");
-    let columns = MetricsColumns {
-        task: data.task(),
-        clean_train: s.eval_train,
-    };
+    let columns = MetricsColumns::new(data.task(), s.eval_train);
     let mut writer = if o.resume {
         MetricsWriter::resume(&metrics, columns, meta.epoch)?
     } else {
         MetricsWriter::create(&metrics, columns)?
     };
     // The test columns exist only with `eval_every`, so that runs without it keep their format.
-    let test_columns = s.eval_every.map(|_| data.task());
+    let test_columns = IterationColumns::new(s.eval_every.map(|_| data.task()));
     let iterations_path = dir.join("iterations.csv");
     let mut iterations = match (s.log_every.or(s.eval_every), o.resume) {
         (Some(_), true) => Some(IterationWriter::resume(
@@ -333,6 +337,8 @@ pub fn train(
                     train_loss: w.loss_sum / w.seen.max(1) as f64,
                     home_share: homeadam.then(|| w.home_share_sum / w.steps.max(1) as f64),
                     rho: w.rho_min,
+                    rho_active: w.rho_active_min,
+                    tau: w.tau,
                     test_loss: test.map(|t| t.0),
                     test_quality: test.map(|t| t.1),
                 })?;
@@ -360,6 +366,8 @@ pub fn train(
             seconds: seconds_before + clock.elapsed().as_secs_f64(),
             home_share: homeadam.then(|| p.home_share_sum / p.steps.max(1) as f64),
             rho: p.rho_min,
+            rho_active: p.rho_active_min,
+            tau: p.tau,
             clean_train_loss: clean.map(|c| c.0),
             clean_train_quality: clean.map(|c| c.1),
         };
@@ -372,4 +380,38 @@ pub fn train(
     }
     save(model, opt, &meta, &dir.join("final.bin"))?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_keeps_the_smallest_rho_and_rho_active_and_the_last_tau_of_applied_steps() {
+        let step = |t, rho, rho_active, tau, home_elements| StepReport {
+            rho,
+            rho_active,
+            tau,
+            home_elements,
+            ..StepReport::applied(t)
+        };
+        let mut p = EpochProgress::default();
+        count_step(&mut p, &step(1, Some(0.0), Some(3e-8), Some(2e-9), 4), 4.0);
+        count_step(&mut p, &step(2, Some(0.0), Some(1e-8), Some(4e-9), 0), 4.0);
+        count_step(&mut p, &StepReport::skipped(2), 4.0);
+        count_step(&mut p, &step(3, Some(0.0), Some(2e-8), Some(8e-9), 2), 4.0);
+        assert_eq!(p.steps, 3);
+        assert_eq!(p.home_share_sum, 1.5);
+        assert_eq!(p.rho_min, Some(0.0));
+        assert_eq!(p.rho_active_min, Some(f64::from(1e-8f32)));
+        assert_eq!(p.tau, Some(f64::from(8e-9f32)));
+
+        // Rules without ρ_active or τ leave them empty.
+        let mut p = EpochProgress::default();
+        count_step(&mut p, &step(1, Some(1e-6), None, None, 0), 4.0);
+        assert_eq!(
+            (p.rho_min, p.rho_active_min, p.tau),
+            (Some(f64::from(1e-6f32)), None, None)
+        );
+    }
 }

@@ -9,7 +9,13 @@
 //! train_loss_gap      |F_S(θ_t(S)) − F_S(θ_t(S⁽ⁱ⁾))|
 //! test_loss_gap       |F_test(θ_t(S)) − F_test(θ_t(S⁽ⁱ⁾))|
 //! generalization_gap  F_test(θ_t(S)) − F_S(θ_t(S))
+//! travelled           ‖θ_t(S) − θ_0‖₂
+//! train_loss          F_S(θ_t(S))
 //! ```
+//!
+//! Optimizers whose steps differ in size drift apart in proportion to how far they move, so the
+//! distance is also reported relative to the distance travelled, and at a matched training loss
+//! ([`matched_loss`]).
 //!
 //! into `RUN_DIR/<optimizer>/stability.csv`, and `RUN_DIR/figures/stability.png`.
 //! S is the training split but its last example, which is the fresh one: offline on the shipped
@@ -63,13 +69,40 @@ pub struct StabilityOptions {
     pub device: Device,
 }
 
-/// One optimizer's last epoch.
+/// One optimizer's rows, one per epoch (at least one).
 #[derive(Clone, Debug)]
 pub struct StabilitySummary {
     /// The optimizer.
     pub optimizer: String,
-    /// Its last row.
-    pub last: StabilityRecord,
+    /// Its rows.
+    pub rows: Vec<StabilityRecord>,
+}
+
+impl StabilitySummary {
+    /// The last epoch's row.
+    pub fn last(&self) -> &StabilityRecord {
+        self.rows.last().expect("a summary has at least one row")
+    }
+
+    /// The first epoch whose training loss is at most `loss`.
+    pub fn at_loss(&self, loss: f64) -> Option<&StabilityRecord> {
+        self.rows.iter().find(|r| r.train_loss.is_some_and(|l| l <= loss))
+    }
+}
+
+/// The training loss every optimizer reached: the largest of their smallest training losses
+/// (`None` without one).
+pub fn matched_loss(summaries: &[StabilitySummary]) -> Option<f64> {
+    summaries
+        .iter()
+        .map(|s| {
+            s.rows
+                .iter()
+                .filter_map(|r| r.train_loss)
+                .fold(f64::INFINITY, f64::min)
+        })
+        .filter(|l| l.is_finite())
+        .reduce(f64::max)
 }
 
 /// S, S⁽ⁱ⁾ and the test split: the digits.
@@ -213,16 +246,17 @@ fn lockstep<E: Examples + Clone>(
             ..OptimConfig::new(preset.config(name, on_s.train_batches() as u64)?)
         };
         let models = [new_model(o.seed)?, new_model(o.seed)?];
+        let initial = new_model(o.seed)?;
         let mut opts = [
             VarOptimizer::from_named(models[0].vars(), config.clone())?,
             VarOptimizer::from_named(models[1].vars(), config)?,
         ];
         let dir = o.out_dir.join(name);
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let mut writer = StabilityWriter::create(&dir.join("stability.csv"), ())?;
+        let mut writer = StabilityWriter::create(&dir.join("stability.csv"), true)?;
         let batches = on_s.train_batches();
         let pb = bar(o.progress, o.epochs * batches as u64, format!("stability {name}"));
-        let mut last = None;
+        let mut rows = Vec::new();
         for epoch in 0..o.epochs {
             for b in 0..batches {
                 for (k, data) in [&on_s, &on_s_i].into_iter().enumerate() {
@@ -243,15 +277,17 @@ fn lockstep<E: Examples + Clone>(
                 train_loss_gap: (train_a - train_b).abs(),
                 test_loss_gap: (test_a - test_b).abs(),
                 generalization_gap: test_a - train_a,
+                travelled: Some(distance(models[0].as_ref(), initial.as_ref())?),
+                train_loss: Some(train_a),
             };
             writer.append(&row)?;
-            last = Some(row);
+            rows.push(row);
         }
         pb.finish_and_clear();
-        if let Some(last) = last {
+        if !rows.is_empty() {
             summaries.push(StabilitySummary {
                 optimizer: name.clone(),
-                last,
+                rows,
             });
         }
     }
