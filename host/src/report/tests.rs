@@ -224,6 +224,21 @@ fn iterations_and_stability_round_trip() {
 
 /// Checks that `path` is a decodable PNG of a real figure: large, with plenty of non-white pixels
 /// and some pixels of the first or second optimizer's colour (blue, orange).
+/// Draws the figures of the run in `dir`, which must be `curves.png`, `home.png` and
+/// `iterations.png`, each a readable figure.
+fn draw_curves_home_and_iterations(dir: &Path) -> Vec<PathBuf> {
+    let written = draw_figures(dir).unwrap();
+    let names: Vec<String> = written
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["curves.png", "home.png", "iterations.png"]);
+    for path in &written {
+        assert_figure(path);
+    }
+    written
+}
+
 fn assert_figure(path: &Path) {
     let bytes = fs::metadata(path).unwrap().len();
     assert!(bytes > 20_000, "{}: only {bytes} bytes", path.display());
@@ -566,15 +581,7 @@ fn seeds_load_as_one_optimizer_with_mean_and_spread() {
     assert_eq!(table.rows[0][..4], ["adamw", "3", "5", "0.5000 ± 0.1000"]);
     assert_eq!(table.rows[1][..3], ["homeadamw", "2", "4"]);
 
-    let written = draw_figures(dir.path()).unwrap();
-    let names: Vec<String> = written
-        .iter()
-        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(names, ["curves.png", "home.png", "iterations.png"]);
-    for path in &written {
-        assert_figure(path);
-    }
+    let written = draw_curves_home_and_iterations(dir.path());
     // The band: pixels of the first optimizer's colour at 15 % over white, (221, 235, 244).
     let image = image::open(&written[0]).unwrap().to_rgb8();
     let near = |p: &image::Rgb<u8>| {
@@ -710,13 +717,5 @@ fn figures_draw_a_rho_of_zero_on_a_log_axis() {
             .unwrap();
         }
     }
-    let written = draw_figures(dir.path()).unwrap();
-    let names: Vec<String> = written
-        .iter()
-        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(names, ["curves.png", "home.png", "iterations.png"]);
-    for path in &written {
-        assert_figure(path);
-    }
+    draw_curves_home_and_iterations(dir.path());
 }
