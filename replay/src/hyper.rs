@@ -184,4 +184,43 @@ mod tests {
         let err = format!("{:#}", amsgrad.config("adamw").unwrap_err());
         assert!(err.contains("amsgrad"), "{err}");
     }
+
+    #[test]
+    fn the_options_beyond_the_paper() {
+        let text =
+            r#"{"lr": 0.01, "rho_over": "active", "home_lr": 0.5, "tau": {"home_share": 0.1, "every": 20}}"#;
+        let c = HyperParams::from_keys(keys(text))
+            .unwrap()
+            .config("homeadamw")
+            .unwrap();
+        assert_eq!(c.rho_over, RhoOver::Active);
+        assert_eq!(c.home_lr_scale, 50.0);
+        assert_eq!(
+            c.tau_calibration,
+            Some(TauCalibration {
+                home_share: 0.1,
+                every: 20
+            })
+        );
+        for (rule, text, needle) in [
+            ("homeadamw", r#"{"rho_over": "some"}"#, "all, active"),
+            ("homeadamw-ew", r#"{"rho_over": "active"}"#, "rho_over"),
+            ("adamw", r#"{"home_lr": 0.1}"#, "home_lr"),
+            ("homeadamw", r#"{"lr": 0, "home_lr": 0.1}"#, "lr > 0"),
+            (
+                "homeadamw",
+                r#"{"tau": {"home_share": 1.5, "every": 2}}"#,
+                "home_share",
+            ),
+            (
+                "homeadamw",
+                r#"{"tau": {"home_share": 0.1, "every": 0}}"#,
+                "every",
+            ),
+        ] {
+            let err = HyperParams::from_keys(keys(text)).and_then(|h| h.config(rule));
+            let err = format!("{:#}", err.unwrap_err());
+            assert!(err.contains(needle), "{rule} {text}: {err}");
+        }
+    }
 }
