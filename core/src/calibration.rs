@@ -78,6 +78,10 @@ impl Default for Histogram {
 }
 
 impl Histogram {
+    /// No values, as a constant: `&Histogram::EMPTY` is static, where `&Histogram::new()` is a
+    /// 512-byte temporary on the stack.
+    pub const EMPTY: Histogram = Histogram::new();
+
     /// No values.
     pub const fn new() -> Self {
         Histogram { counts: [0; BUCKETS] }
@@ -131,7 +135,14 @@ impl Histogram {
 
     /// τ = 2^(k* − 127) for home share `q` (module docs); `None` when nothing was counted.
     pub fn tau(&self, q: f64) -> Option<f32> {
-        let n = self.total();
+        Histogram::tau_of_sum(self, &Histogram::EMPTY, q)
+    }
+
+    /// [`Histogram::tau`] of the sum of `a` and `b` (counts saturating as [`Histogram::merge`]),
+    /// without a copy: on a microcontroller's stack, every histogram is 512 bytes.
+    pub fn tau_of_sum(a: &Histogram, b: &Histogram, q: f64) -> Option<f32> {
+        let count = |k: usize| a.counts[k].saturating_add(b.counts[k]) as u64;
+        let n: u64 = (0..BUCKETS).map(count).sum();
         if n == 0 {
             return None;
         }
@@ -139,7 +150,7 @@ impl Histogram {
         let mut below = 0u64;
         let mut best = 1;
         for k in 1..BUCKETS {
-            below += self.counts[k - 1] as u64;
+            below += count(k - 1);
             if below as f64 <= limit {
                 best = k;
             }

@@ -370,11 +370,11 @@ impl Step<'_> {
         let Some(c) = config.tau_calibration else {
             return;
         };
-        let mut values = self.pending;
-        if config.rule.switch() != Some(Switch::Element) {
-            values.merge(&self.opt.window);
-        }
-        self.new_tau = values.tau(c.home_share);
+        let window = match config.rule.switch() {
+            Some(Switch::Element) => &Histogram::EMPTY,
+            _ => &self.opt.window,
+        };
+        self.new_tau = Histogram::tau_of_sum(&self.pending, window, c.home_share);
         self.scalars.tau = self.new_tau.unwrap_or(self.scalars.tau);
         self.calibrated = true;
     }
@@ -417,9 +417,7 @@ impl Step<'_> {
             Some(Switch::Element) if self.calibrates => {
                 for tensor in tensors.iter() {
                     let n = tensor.param.len();
-                    let (values, finite) = self.calibration_pass(tensor.grad, &tensor.state[n..2 * n]);
-                    self.finite &= finite;
-                    self.pending.merge(&values);
+                    self.finite &= self.calibration_pass(tensor.grad, &tensor.state[n..2 * n]);
                 }
             }
             _ if config.finite_check == FiniteCheck::SkipStep => {
@@ -447,23 +445,26 @@ impl Step<'_> {
         home_first_pass(grad, v, scalars)
     }
 
-    /// [`home_calibration_pass`] of one tensor, over the step's threads.
-    fn calibration_pass<G: Storage, S: Storage>(&self, grad: &[G], v: &[S]) -> (Histogram, bool) {
+    /// [`home_calibration_pass`] of one tensor into the step's values, over the step's
+    /// threads; whether every unscaled gradient is finite.
+    fn calibration_pass<G: Storage, S: Storage>(&mut self, grad: &[G], v: &[S]) -> bool {
         let scalars = &self.scalars;
-        let pass = |(g, v): (&[G], &[S])| {
-            let mut values = Histogram::new();
-            let finite = home_calibration_pass(g, v, scalars, &mut values);
-            (values, finite)
-        };
         #[cfg(feature = "std")]
         if self.threads > 1 {
+            let pass = |(g, v): (&[G], &[S])| {
+                let mut values = Histogram::new();
+                let finite = home_calibration_pass(g, v, scalars, &mut values);
+                (values, finite)
+            };
             let merge = |mut a: (Histogram, bool), b: (Histogram, bool)| {
                 a.0.merge(&b.0);
                 (a.0, a.1 && b.1)
             };
-            return parallel::run_split((grad, v), self.threads, pass, merge);
+            let (values, finite) = parallel::run_split((grad, v), self.threads, pass, merge);
+            self.pending.merge(&values);
+            return finite;
         }
-        pass((grad, v))
+        home_calibration_pass(grad, v, scalars, &mut self.pending)
     }
 
     /// Whether every unscaled gradient of one tensor is finite, over the step's threads.
