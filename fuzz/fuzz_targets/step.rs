@@ -209,7 +209,8 @@ enum Op {
 
 enum End {
     Finish,
-    External(Outcome),
+    /// Boxed: an outcome carries a 512-byte histogram.
+    External(Box<Outcome>),
     Drop,
 }
 
@@ -228,14 +229,14 @@ fn ops(u: &mut Unstructured<'_>, slices: usize) -> Result<Ops> {
     }
     let end = match u.int_in_range(0u8..=2)? {
         0 => End::Finish,
-        1 => End::External(Outcome {
+        1 => End::External(Box::new(Outcome {
             skipped: u.arbitrary()?,
             v_min: u.arbitrary::<Option<u32>>()?.map(f32::from_bits),
             v_min_active: u.arbitrary::<Option<u32>>()?.map(f32::from_bits),
             home_elements: u.arbitrary()?,
             nonfinite_applied: u.arbitrary()?,
             decisions: Histogram::from_counts(u.arbitrary()?),
-        }),
+        })),
         _ => End::Drop,
     };
     Ok(Ops::Any(ops, end))
@@ -277,7 +278,7 @@ fn drive(
             }
             match end {
                 End::Finish => results.push(show(step.finish())),
-                End::External(outcome) => results.push(show(step.finish_external(*outcome))),
+                End::External(outcome) => results.push(show(step.finish_external(**outcome))),
                 // Dropped unfinished: the step must not count.
                 End::Drop => {}
             }
