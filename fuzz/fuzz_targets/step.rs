@@ -49,11 +49,13 @@ const SPECIAL: [f64; 22] = [
     2.0,
 ];
 
-/// Checkpoint offsets (core/src/checkpoint.rs) used to restore a step counter and SWATS phase.
+/// Checkpoint offsets (core/src/checkpoint.rs) used to restore a step counter, SWATS phase and,
+/// with a calibrated τ, its state: with no tensors, the calibration block (τ, 128 counts) follows
+/// the 36-byte header, and the CRC-32 ends the bytes.
 const PHASE: usize = 13;
 const STEP: usize = 16;
 const SWATS_LR: usize = 24;
-const CHECKSUMMED: usize = 36;
+const CALIBRATION: usize = 36;
 
 fuzz_target!(|data: &[u8]| {
     let _ = fuzz(&mut Unstructured::new(data));
@@ -169,8 +171,9 @@ fn hyper(u: &mut Unstructured<'_>, default: f64) -> Result<f64> {
     })
 }
 
-/// Sets the step counter (and SWATS's phase) through a checkpoint of no tensors, the only way
-/// in: a long-running state, or one the checkpoint format lets through, is an input too.
+/// Sets the step counter (and SWATS's phase, a calibrated τ and its window) through a checkpoint
+/// of no tensors, the only way in: a long-running state, or one the checkpoint format lets
+/// through, is an input too.
 fn restore(opt: &mut Optimizer, u: &mut Unstructured<'_>) -> Result<()> {
     let step: u64 = match u.int_in_range(0u8..=3)? {
         0 => u64::MAX,
@@ -185,9 +188,22 @@ fn restore(opt: &mut Optimizer, u: &mut Unstructured<'_>) -> Result<()> {
     bytes[STEP..STEP + 8].copy_from_slice(&step.to_le_bytes());
     bytes[PHASE] = swats_lr.is_some().into();
     bytes[SWATS_LR..SWATS_LR + 8].copy_from_slice(&swats_lr.unwrap_or(0.0).to_bits().to_le_bytes());
+    let checksummed = bytes.len() - 4;
+    if checksummed > CALIBRATION {
+        // τ: none yet, a power of two (as calibrated) or any bits (refused unless valid).
+        let tau: u32 = match u.int_in_range(0u8..=2)? {
+            0 => 0,
+            1 => u32::from(u.int_in_range(1u8..=127)?) << 23,
+            _ => u.arbitrary()?,
+        };
+        bytes[CALIBRATION..CALIBRATION + 4].copy_from_slice(&tau.to_le_bytes());
+        for count in bytes[CALIBRATION + 4..checksummed].chunks_exact_mut(4) {
+            count.copy_from_slice(&u.arbitrary::<u32>()?.to_le_bytes());
+        }
+    }
     let mut crc = Crc32::default();
-    crc.update(&bytes[..CHECKSUMMED]);
-    bytes[CHECKSUMMED..].copy_from_slice(&crc.finish().to_le_bytes());
+    crc.update(&bytes[..checksummed]);
+    bytes[checksummed..].copy_from_slice(&crc.finish().to_le_bytes());
     // A state the core refuses (a corrupt SWATS learning rate, say) leaves `opt` as it was.
     let _ = opt.load_state::<f32>(&bytes, &mut []);
     Ok(())
