@@ -9,6 +9,7 @@
 //! re-implements a rule (CUDA, MCU) is tested against [`run_reference`] too.
 
 use crate::calibration::Histogram;
+use crate::config::RhoOver;
 use crate::exact::ExactSum;
 use crate::rounding::ParamStore;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -399,6 +400,13 @@ impl SecondMomentMin {
         } else {
             self.active
         };
+    }
+
+    /// ρ = `rho_over`'s minimum of v̂: each minimum divided by bc2 (exact: division by bc2 > 0
+    /// is monotonic), then [`RhoOver::rho`].
+    #[inline]
+    pub fn rho(self, rho_over: RhoOver, bc2: f32) -> f32 {
+        rho_over.rho(self.all / bc2, self.active / bc2)
     }
 
     /// The minima of two parts (min is exact: the order does not matter).

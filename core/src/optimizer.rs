@@ -408,7 +408,7 @@ impl Step<'_> {
                         self.rho_active
                     };
                     // Until its update, a tensor's ρ is the one that decides its layer.
-                    tensor.aux.rho = config.rho_over.rho(all, active);
+                    tensor.aux.rho = v_min.rho(config.rho_over, bc2);
                     if switch == Switch::Layer {
                         self.pending.add(tensor.aux.rho);
                     }

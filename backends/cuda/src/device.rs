@@ -23,11 +23,9 @@ impl HaVmin {
         }
     }
 
-    /// ρ = `rho_over`'s min v̂ (as the core's first pass: each min / bc2, then
-    /// [`RhoOver::rho`]).
+    /// ρ = `rho_over`'s min v̂, as the core's first pass ([`SecondMomentMin::rho`]).
     pub fn rho(self, rho_over: RhoOver, bc2: f32) -> f32 {
-        let m = self.get();
-        rho_over.rho(m.all / bc2, m.active / bc2)
+        self.get().rho(rho_over, bc2)
     }
 }
 

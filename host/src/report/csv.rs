@@ -91,6 +91,12 @@ pub(crate) fn parse_optional(name: &str, text: &str) -> Result<Option<f64>, Stri
     }
 }
 
+/// Field `i` of a row, named `name`, as [`parse_optional`]; `None` when the row has no such field
+/// (a column of a layout the file does not have).
+pub(crate) fn parse_optional_at(f: &[&str], i: usize, name: &str) -> Result<Option<f64>, String> {
+    f.get(i).map_or(Ok(None), |text| parse_optional(name, text))
+}
+
 /// Checks that a fraction (accuracy, share) lies in [0, 1]; NaN passes (a diverged run).
 pub(crate) fn check_fraction(name: &str, value: f64) -> Result<(), String> {
     if value.is_nan() || (0.0..=1.0).contains(&value) {

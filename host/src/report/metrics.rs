@@ -19,7 +19,8 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::csv::{
-    check_fraction, parse_float, parse_int, parse_optional, read_rows, CsvRow, CsvWriter, Field,
+    check_fraction, parse_float, parse_int, parse_optional, parse_optional_at, read_rows, CsvRow, CsvWriter,
+    Field,
 };
 
 /// What a run trains; decides the quality columns of `metrics.csv`.
@@ -219,10 +220,6 @@ impl CsvRow for EpochRecord {
 
     fn parse(f: &[&str], c: MetricsColumns) -> Result<Self, String> {
         let q = c.task.quality_column();
-        let optional = |i: usize, name: &str| match f.get(i) {
-            Some(text) => parse_optional(name, text),
-            None => Ok(None),
-        };
         let epoch = parse_int("epoch", f[0])?;
         let ([rho, rho_active, tau], next) = parse_rho_fields(f, 7, c.rho_active_tau)?;
         Ok(EpochRecord {
@@ -236,8 +233,8 @@ impl CsvRow for EpochRecord {
             rho,
             rho_active,
             tau,
-            clean_train_loss: optional(next, "clean_train_loss")?,
-            clean_train_quality: optional(next + 1, &format!("clean_train_{q}"))?,
+            clean_train_loss: parse_optional_at(f, next, "clean_train_loss")?,
+            clean_train_quality: parse_optional_at(f, next + 1, &format!("clean_train_{q}"))?,
         })
     }
 
@@ -348,10 +345,6 @@ impl CsvRow for IterationRecord {
 
     fn parse(f: &[&str], c: IterationColumns) -> Result<Self, String> {
         let q = c.test.map_or("", Task::quality_column);
-        let optional = |i: usize, name: &str| match f.get(i) {
-            Some(text) => parse_optional(name, text),
-            None => Ok(None),
-        };
         let ([rho, rho_active, tau], next) = parse_rho_fields(f, 3, c.rho_active_tau)?;
         Ok(IterationRecord {
             step: parse_int("step", f[0])?,
@@ -360,8 +353,8 @@ impl CsvRow for IterationRecord {
             rho,
             rho_active,
             tau,
-            test_loss: optional(next, "test_loss")?,
-            test_quality: optional(next + 1, &format!("test_{q}"))?,
+            test_loss: parse_optional_at(f, next, "test_loss")?,
+            test_quality: parse_optional_at(f, next + 1, &format!("test_{q}"))?,
         })
     }
 

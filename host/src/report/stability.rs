@@ -14,7 +14,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::csv::{parse_float, parse_int, parse_optional, read_rows, CsvRow, CsvWriter, Field};
+use super::csv::{parse_float, parse_int, parse_optional_at, read_rows, CsvRow, CsvWriter, Field};
 
 /// One epoch of the stability experiment.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -85,20 +85,16 @@ impl CsvRow for StabilityRecord {
         fields
     }
 
-    fn parse(f: &[&str], extended: bool) -> Result<Self, String> {
+    fn parse(f: &[&str], _: bool) -> Result<Self, String> {
         let epoch = parse_int("epoch", f[0])?;
-        let optional = |i: usize, name: &str| match (extended, f.get(i)) {
-            (true, Some(text)) => parse_optional(name, text),
-            _ => Ok(None),
-        };
         Ok(StabilityRecord {
             epoch: u32::try_from(epoch).map_err(|_| format!("epoch {epoch} is too large"))?,
             param_distance: parse_float("param_distance", f[1])?,
             train_loss_gap: parse_float("train_loss_gap", f[2])?,
             test_loss_gap: parse_float("test_loss_gap", f[3])?,
             generalization_gap: parse_float("generalization_gap", f[4])?,
-            travelled: optional(5, "travelled")?,
-            train_loss: optional(6, "train_loss")?,
+            travelled: parse_optional_at(f, 5, "travelled")?,
+            train_loss: parse_optional_at(f, 6, "train_loss")?,
         })
     }
 
