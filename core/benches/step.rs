@@ -5,9 +5,9 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use common::{Model, Path};
+use common::{Model, Path, StateBits};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use homeadam_core::{bf16, f16, Config, FiniteCheck, Optimizer, Rule, Storage, Switch};
+use homeadam_core::{bf16, f16, Config, FiniteCheck, Optimizer, Q8Block, Rule, Storage, Switch};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -16,7 +16,7 @@ const PARAMS: usize = 16 << 20;
 const TENSORS: usize = 8;
 
 /// The bench model: the tests' [`common::Model`] with deterministic values.
-fn model<P: Storage, G: Storage, S: Storage>(opt: &Optimizer) -> Model<P, G, S> {
+fn model<P: Storage, G: Storage, S: StateBits>(opt: &Optimizer) -> Model<P, G, S> {
     let n = PARAMS / TENSORS;
     let values = |offset: usize, scale: f32| -> Vec<Vec<f32>> {
         let tensor: Vec<f32> = (0..n)
@@ -30,7 +30,8 @@ fn model<P: Storage, G: Storage, S: Storage>(opt: &Optimizer) -> Model<P, G, S> 
 }
 
 /// Bytes one step moves per parameter: the check pass (or the global rule's first pass), then
-/// the update reading θ, g and the state and writing θ and the state.
+/// the update reading θ, g and the state and writing θ and the state (q8: its 1-byte codes; the
+/// block scales add 1.6 %).
 fn bytes_per_param(config: &Config, p: usize, g: usize, s: usize) -> usize {
     let first_pass = match config.rule.switch() {
         Some(Switch::Global | Switch::Layer) => g + s,
@@ -40,12 +41,12 @@ fn bytes_per_param(config: &Config, p: usize, g: usize, s: usize) -> usize {
     first_pass + 2 * p + g + 2 * s * config.state_slots()
 }
 
-fn bench_rule<P: Storage, G: Storage, S: Storage>(c: &mut Criterion, name: &str, config: Config) {
+fn bench_rule<P: Storage, G: Storage, S: StateBits>(c: &mut Criterion, name: &str, config: Config) {
     bench_threads::<P, G, S>(c, name, config, 1);
 }
 
 /// One row; `threads` > 1 runs the parallel step ([`homeadam_core::Step::with_threads`]).
-fn bench_threads<P: Storage, G: Storage, S: Storage>(
+fn bench_threads<P: Storage, G: Storage, S: StateBits>(
     c: &mut Criterion,
     name: &str,
     config: Config,
@@ -92,6 +93,9 @@ fn steps(c: &mut Criterion) {
     bench_rule::<bf16, f32, bf16>(c, "homeadamw_ew_bf16p_bf16s_g32", config(ew, SkipStep));
     bench_rule::<bf16, f32, f32>(c, "adamw_bf16p_f32s_g32", config(Rule::AdamW, SkipStep));
     bench_rule::<f16, f16, f32>(c, "homeadamw_ew_f16p_f32s", config(ew, SkipStep));
+    // 8-bit state (issue 17): the ratio to the f32-state rows above is its price.
+    bench_rule::<f32, f32, Q8Block>(c, "adamw_q8s", config(Rule::AdamW, SkipStep));
+    bench_rule::<f32, f32, Q8Block>(c, "homeadamw_ew_q8s", config(ew, SkipStep));
     // The parallel step on 2 threads (the rows above are its 1-thread baseline).
     bench_threads::<f32, f32, f32>(c, "adamw_f32_trust_t2", config(Rule::AdamW, Trust), 2);
     bench_threads::<f32, f32, f32>(c, "homeadamw_ew_f32_t2", config(ew, SkipStep), 2);

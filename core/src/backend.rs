@@ -4,8 +4,8 @@
 //! [`Outcome`] for [`crate::Step::finish_external`] ([`SwatsDots`] for SWATS). A training loop
 //! needs none of it.
 
-use crate::kernel;
 use crate::rules::homeadam::{branch, Home};
+use crate::state::StateStorage;
 use crate::storage::Storage;
 
 pub use crate::calibration::{Histogram, BUCKETS};
@@ -28,19 +28,19 @@ pub fn goes_home(v_hat: f32, tau: f32) -> bool {
 /// over every element and over those with v_t,j > 0, and whether every unscaled g is finite.
 /// ρ_t is the min of `Config::rho_over` divided by bc2 ([`crate::RhoOver::rho`], then
 /// [`goes_home`]). A backend that runs its own first pass (CUDA) is tested against this one.
-pub fn home_first_pass<G: Storage, S: Storage>(
+pub fn home_first_pass<G: Storage, S: StateStorage>(
     grad: &[G],
     v: &[S],
     s: &StepScalars,
 ) -> (SecondMomentMin, bool) {
     let home = Home::<{ branch::PER_ELEMENT }>::new(s);
-    kernel::min_new_second_moment(grad, v, s.inv_grad_scale, |v, g| home.second_moment(v, g))
+    S::min_new_v(grad, v, s.inv_grad_scale, |v, g| home.second_moment(v, g))
 }
 
 /// The element-wise rule's calibration pass over one tensor (at the steps a calibrated τ is
 /// set): v̂_t,j = v_t,j / bc2 of every element with v_t,j > 0 counted into `hist`, and whether
 /// every unscaled g is finite.
-pub fn home_calibration_pass<G: Storage, S: Storage>(
+pub fn home_calibration_pass<G: Storage, S: StateStorage>(
     grad: &[G],
     v: &[S],
     s: &StepScalars,
@@ -48,5 +48,5 @@ pub fn home_calibration_pass<G: Storage, S: Storage>(
 ) -> bool {
     let home = Home::<{ branch::PER_ELEMENT }>::new(s);
     let v_new = |v, g| home.second_moment(v, g);
-    kernel::count_new_second_moment(grad, v, s.inv_grad_scale, s.bc2, v_new, hist)
+    S::count_new_v(grad, v, s.inv_grad_scale, s.bc2, v_new, hist)
 }

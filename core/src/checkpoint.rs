@@ -6,7 +6,7 @@
 //!      0     8  magic "HOMEADAM"
 //!      8     2  format version (2; 3 with a calibrated τ)
 //!     10     1  rule code (Rule::code: fixed numbers, never positions in a list)
-//!     11     1  state dtype (0 f32, 1 f16, 2 bf16)
+//!     11     1  state dtype (0 f32, 1 f16, 2 bf16, 3 q8)
 //!     12     1  state slots per element
 //!     13     1  SWATS phase (0 adaptive, 1 SGD)
 //!     14     2  reserved, 0
@@ -16,7 +16,8 @@
 //! per tensor:
 //!              8  element count d
 //!              4  SWATS Λ (f32 bits)
-//!       slots·d·w  state slots, each element little-endian (w = 2 or 4 bytes)
+//!       slots·d·w  state slots, each element little-endian (w = 2 or 4 bytes); q8: slots·⌈d/256⌉
+//!                  blocks of 260 bytes (the f32 scale, then 256 codes; crate::q8)
 //! version 3 only (a calibrated τ, `Config::tau_calibration`):
 //!              4  the calibrated τ (f32 bits; 0 before the first calibration)
 //!          128·4  the calibration window's histogram, counts as u32
@@ -30,7 +31,8 @@ use crate::config::Rule;
 use crate::crc32::Crc32;
 use crate::error::{CheckpointError, Error};
 use crate::optimizer::Optimizer;
-use crate::storage::{Dtype, Storage};
+use crate::state::StateStorage;
+use crate::storage::Dtype;
 use crate::tensor::TensorAux;
 
 const MAGIC: &[u8; 8] = b"HOMEADAM";
@@ -129,7 +131,7 @@ impl Optimizer {
             + 4
             + numels
                 .into_iter()
-                .map(|d| TENSOR_HEADER + slots * d * dtype.size())
+                .map(|d| TENSOR_HEADER + slots * dtype.slot_bytes(d))
                 .sum::<usize>()
     }
 
@@ -142,7 +144,7 @@ impl Optimizer {
     }
 
     /// Writes the step counter, SWATS phase, a calibrated τ and every tensor's state to `sink`.
-    pub fn save_state<S: Storage, W: ByteSink>(
+    pub fn save_state<S: StateStorage, W: ByteSink>(
         &self,
         tensors: &[TensorState<'_, S>],
         sink: &mut W,
@@ -167,20 +169,22 @@ impl Optimizer {
         header[24..32].copy_from_slice(&self.swats_sgd_lr().unwrap_or(0.0).to_bits().to_le_bytes());
         header[32..36].copy_from_slice(&(tensors.len() as u32).to_le_bytes());
         out.put(&header)?;
-        let width = S::DTYPE.size();
         for (k, t) in tensors.iter().enumerate() {
-            if Some(t.state.len()) != slots.checked_mul(t.numel) {
+            if Some(t.state.len()) != slots.checked_mul(S::slot_len(t.numel)) {
                 return Err(Error::StateLength {
                     tensor: k,
                     slots,
                     numel: t.numel,
+                    per_slot: S::slot_len(t.numel),
                     actual: t.state.len(),
                 });
             }
             out.put(&(t.numel as u64).to_le_bytes())?;
             out.put(&t.aux.swats_lambda.to_bits().to_le_bytes())?;
+            let mut item = [0u8; crate::q8::BLOCK_BYTES];
             for x in t.state.iter() {
-                out.put(&x.to_bits32().to_le_bytes()[..width])?;
+                x.write_item(&mut item[..S::ITEM_BYTES]);
+                out.put(&item[..S::ITEM_BYTES])?;
             }
         }
         if self.calibration_bytes() != 0 {
@@ -197,21 +201,19 @@ impl Optimizer {
 
     /// Reads state saved by [`Optimizer::save_state`] into `tensors`. On any error (corrupt
     /// bytes, another rule, other sizes) nothing is changed.
-    pub fn load_state<S: Storage>(
+    pub fn load_state<S: StateStorage>(
         &mut self,
         bytes: &[u8],
         tensors: &mut [TensorStateMut<'_, S>],
     ) -> Result<(), Error> {
         let (step, swats_lr, calibration_at) = self.check_state(bytes, tensors)?;
-        let width = S::DTYPE.size();
+        let width = S::ITEM_BYTES;
         let mut at = HEADER;
         for t in tensors.iter_mut() {
             t.aux.swats_lambda = f32::from_bits(read_u32(bytes, at + 8));
             at += TENSOR_HEADER;
             for x in t.state.iter_mut() {
-                let mut b = [0u8; 4];
-                b[..width].copy_from_slice(&bytes[at..at + width]);
-                *x = S::from_bits32(u32::from_le_bytes(b));
+                *x = S::read_item(&bytes[at..at + width]);
                 at += width;
             }
         }
@@ -226,7 +228,7 @@ impl Optimizer {
         Ok(())
     }
 
-    fn check_state<S: Storage>(
+    fn check_state<S: StateStorage>(
         &self,
         bytes: &[u8],
         tensors: &[TensorStateMut<'_, S>],
@@ -254,7 +256,8 @@ impl Optimizer {
             let numel = read_u64(bytes, at).ok_or(Truncated)?;
             let body = usize::try_from(numel)
                 .ok()
-                .and_then(|n| n.checked_mul(stored_slots * stored_dtype.size()))
+                .filter(|&n| n <= isize::MAX as usize)
+                .and_then(|n| stored_dtype.slot_bytes(n).checked_mul(stored_slots))
                 .and_then(|b| b.checked_add(TENSOR_HEADER))
                 .ok_or(Corrupt)?;
             at = at.checked_add(body).ok_or(Corrupt)?;
@@ -293,14 +296,13 @@ impl Optimizer {
             }
             .into());
         }
-        let width = S::DTYPE.size();
         let mut at = HEADER;
         for (k, t) in tensors.iter().enumerate() {
             let numel = read_u64(bytes, at).ok_or(Truncated)? as usize;
-            if numel != t.numel || Some(t.state.len()) != slots.checked_mul(numel) {
+            if numel != t.numel || Some(t.state.len()) != slots.checked_mul(S::slot_len(numel)) {
                 return Err(TensorSizeMismatch { tensor: k as u32 }.into());
             }
-            at += TENSOR_HEADER + numel * slots * width;
+            at += TENSOR_HEADER + slots * S::DTYPE.slot_bytes(numel);
         }
         let step = read_u64(bytes, 16).ok_or(Truncated)?;
         let lr_bits = read_u64(bytes, 24).ok_or(Truncated)?;

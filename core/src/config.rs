@@ -363,6 +363,16 @@ impl Config {
             && !(matches!(self.rule, Rule::Swats | Rule::MiAdam) && slot == 2)
     }
 
+    /// The q8 code map of state slot `slot` ([`crate::q8`]): unsigned for second moments,
+    /// signed for every other slot.
+    pub const fn q8_map(&self, slot: usize) -> crate::q8::Map {
+        if self.is_second_moment_slot(slot) {
+            crate::q8::Map::Unsigned
+        } else {
+            crate::q8::Map::Signed
+        }
+    }
+
     /// The state slot holding v, whose minimum over the elements divided by bc2 is ρ = min v̂
     /// (reported by every step); `None` for rules that report no ρ (SGD, AdaBelief). SWATS
     /// reports it in its adaptive phase only.

@@ -43,7 +43,7 @@ pub enum Error {
         /// The gradient's length.
         actual: usize,
     },
-    /// A tensor's state is not `slots × numel` long.
+    /// A tensor's state is not `slots × per_slot` items long.
     StateLength {
         /// Index of the tensor in the model.
         tensor: usize,
@@ -51,6 +51,8 @@ pub enum Error {
         slots: usize,
         /// Parameters of the tensor.
         numel: usize,
+        /// Items per slot ([`crate::StateStorage::slot_len`]: `numel`, or its q8 blocks).
+        per_slot: usize,
         /// The state's length.
         actual: usize,
     },
@@ -155,12 +157,25 @@ impl fmt::Display for Error {
                 tensor,
                 slots,
                 numel,
+                per_slot,
                 actual,
-            } => write!(
+            } if per_slot == numel => write!(
                 f,
                 "tensor {tensor}: state has {actual} elements, expected {} = {slots} state slots \
                  × {numel} parameters",
                 slots.saturating_mul(numel)
+            ),
+            Error::StateLength {
+                tensor,
+                slots,
+                numel,
+                per_slot,
+                actual,
+            } => write!(
+                f,
+                "tensor {tensor}: state has {actual} q8 blocks, expected {} = {slots} state slots \
+                 × {per_slot} blocks of 256 for {numel} parameters",
+                slots.saturating_mul(per_slot)
             ),
             Error::InvalidLrScale { tensor, value } => write!(
                 f,

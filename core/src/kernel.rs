@@ -11,12 +11,14 @@
 use crate::calibration::Histogram;
 use crate::config::RhoOver;
 use crate::exact::ExactSum;
+use crate::q8::Map;
 use crate::rounding::ParamStore;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 use crate::simd::Avx2;
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 use crate::simd::Neon;
 use crate::simd::{Convert, Isa, Portable};
+use crate::state::{Requantize, StateStorage};
 use crate::storage::{Dtype, Storage};
 use crate::tensor::Tensor;
 
@@ -93,40 +95,115 @@ pub(crate) fn is_nonfinite(x: f32) -> bool {
     x.to_bits() & 0x7f80_0000 == 0x7f80_0000
 }
 
-/// The scalar reference: one element at a time, in index order.
-pub(crate) fn run_reference<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore>(
+/// The scalar reference: one element at a time, in index order, with the state staged a chunk
+/// at a time (a q8 block is stored as a whole; the element types store the same bits either way).
+pub(crate) fn run_reference<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
     kernel: K,
     tensor: &mut Tensor<'_, P, G, S>,
     inv_grad_scale: f32,
     store: R,
+    slots: SlotStores,
 ) -> TensorResult {
     let n = tensor.param.len();
+    let mut part = Part::whole(&mut *tensor.param, tensor.grad, &mut *tensor.state, K::SLOTS);
     let mut result = TensorResult::new();
-    for i in 0..n {
-        let p = tensor.param[i].to_f32();
-        let g = tensor.grad[i].to_f32() * inv_grad_scale;
-        result.nonfinite |= is_nonfinite(g);
-        let mut s = [0.0f32; 3];
-        for (k, slot) in s.iter_mut().enumerate().take(K::SLOTS) {
-            *slot = tensor.state[k * n + i].to_f32();
-        }
-        let e = kernel.element(p, g, &mut s);
-        tensor.param[i] = store.store(e.p, i);
-        for (k, slot) in s.iter().enumerate().take(K::SLOTS) {
-            tensor.state[k * n + i] = S::from_f32(*slot);
-        }
-        if let Some(r) = K::RHO_SLOT {
-            if s[r] < result.v_min {
-                result.v_min = s[r];
+    let mut bufs = [[0.0f32; CHUNK]; 3];
+    let mut start = 0;
+    while start < n {
+        let len = CHUNK.min(n - start);
+        let mut staged = stage_slots::<K, S, _>(Portable, &mut part.slots, &mut bufs, start, len, slots);
+        for i in 0..len {
+            let p = part.param[start + i].to_f32();
+            let g = part.grad[start + i].to_f32() * inv_grad_scale;
+            result.nonfinite |= is_nonfinite(g);
+            let mut s = [0.0f32; 3];
+            for (slot, values) in s.iter_mut().zip(&staged).take(K::SLOTS) {
+                *slot = values[i];
+            }
+            let e = kernel.element(p, g, &mut s);
+            part.param[start + i] = store.store(e.p, start + i);
+            for (slot, values) in s.iter().zip(&mut staged).take(K::SLOTS) {
+                values[i] = *slot;
+            }
+            if let Some(r) = K::RHO_SLOT {
+                if s[r] < result.v_min {
+                    result.v_min = s[r];
+                }
+            }
+            result.home += e.home as u32;
+            if K::DOTS {
+                result.step_sq.add_square(e.step);
+                result.step_grad.add_product(e.step, e.grad);
             }
         }
-        result.home += e.home as u32;
-        if K::DOTS {
-            result.step_sq.add_square(e.step);
-            result.step_grad.add_product(e.step, e.grad);
-        }
+        unstage_slots::<K, S, _>(Portable, &mut part.slots, &bufs, start, len, slots, 0);
+        start += len;
     }
     result
+}
+
+/// The code maps and random keys a tensor's state slots are stored with (q8; unused by the
+/// element types).
+#[derive(Clone, Copy)]
+pub(crate) struct SlotStores {
+    pub maps: [Map; 3],
+    /// [`Map::slot_key`] of each slot.
+    pub keys: [u64; 3],
+}
+
+impl SlotStores {
+    /// The slots of `config`'s rule, keyed by the tensor's step key.
+    pub fn new(config: &crate::Config, key: u64) -> Self {
+        SlotStores {
+            maps: [0, 1, 2].map(|k| config.q8_map(k)),
+            keys: [0, 1, 2].map(|k| Map::slot_key(key, k)),
+        }
+    }
+}
+
+/// The rule's slots of the chunk of `len` elements at `start`, as `f32` (see
+/// [`StateOps::stage`]); the unused ones are parts of `bufs`.
+#[inline(always)]
+fn stage_slots<'a, K: Kernel, S: StateStorage, C: Convert>(
+    conv: C,
+    slots: &'a mut [&mut [S]; 3],
+    bufs: &'a mut [[f32; CHUNK]; 3],
+    start: usize,
+    len: usize,
+    how: SlotStores,
+) -> [&'a mut [f32]; 3] {
+    let [s0, s1, s2] = slots;
+    let [b0, b1, b2] = bufs;
+    let one = |k: usize, s: &'a mut [S], b: &'a mut [f32; CHUNK]| -> &'a mut [f32] {
+        if K::SLOTS > k {
+            S::stage(conv, s, start, len, how.maps[k], b)
+        } else {
+            &mut b[..len]
+        }
+    };
+    [one(0, s0, b0), one(1, s1, b1), one(2, s2, b2)]
+}
+
+/// Stores back what [`stage_slots`] staged; `first` is the tensor's index of the slots' first
+/// element.
+#[inline(always)]
+fn unstage_slots<K: Kernel, S: StateStorage, C: Convert>(
+    conv: C,
+    slots: &mut [&mut [S]; 3],
+    bufs: &[[f32; CHUNK]; 3],
+    start: usize,
+    len: usize,
+    how: SlotStores,
+    first: usize,
+) {
+    for (k, (slot, buf)) in slots.iter_mut().zip(bufs).enumerate().take(K::SLOTS) {
+        let requantize = Requantize {
+            map: how.maps[k],
+            slot_key: how.keys[k],
+            first: first + start,
+        };
+        S::unstage(conv, slot, start, &buf[..len], requantize);
+    }
 }
 
 /// Elements `first .. first + param.len()` of one tensor: what the fast path updates (the
@@ -140,10 +217,10 @@ pub(crate) struct Part<'a, P, G, S> {
     pub first: usize,
 }
 
-impl<'a, P, G, S> Part<'a, P, G, S> {
+impl<'a, P, G, S: StateStorage> Part<'a, P, G, S> {
     /// The whole tensor, whose `state` holds `slots` slots one after the other.
     pub fn whole(param: &'a mut [P], grad: &'a [G], state: &'a mut [S], slots: usize) -> Self {
-        let n = param.len();
+        let n = S::slot_len(param.len());
         let len = |k: usize| if slots > k { n } else { 0 };
         let (s0, rest) = state.split_at_mut(len(0));
         let (s1, rest) = rest.split_at_mut(len(1));
@@ -156,14 +233,14 @@ impl<'a, P, G, S> Part<'a, P, G, S> {
         }
     }
 
-    /// Elements before `mid` (at most `len()`) and from `mid` on.
+    /// Elements before `mid` (at most `len()`; a multiple of [`CHUNK`]) and from `mid` on.
     #[cfg(feature = "std")]
     pub fn split_at(self, mid: usize) -> (Self, Self) {
         let mid = mid.min(self.param.len());
         let (p0, p1) = self.param.split_at_mut(mid);
         let (g0, g1) = self.grad.split_at(mid.min(self.grad.len()));
         let [a, b, c] = self.slots.map(|s| {
-            let at = mid.min(s.len());
+            let at = S::slot_len(mid).min(s.len());
             s.split_at_mut(at)
         });
         let head = Part {
@@ -191,20 +268,21 @@ impl<'a, P, G, S> Part<'a, P, G, S> {
 /// The fast path: chunks of [`CHUNK`] elements, each converted into `f32` arrays in L1 where its
 /// storage is not `f32` (in place where it is), updated by a vectorizable element loop, and
 /// converted back. `isa` picks the conversions and the instructions the loop is compiled for.
-pub(crate) fn run_fast<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore>(
+pub(crate) fn run_fast<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
     kernel: K,
     part: Part<'_, P, G, S>,
     inv_grad_scale: f32,
     store: R,
+    slots: SlotStores,
     isa: Isa,
 ) -> TensorResult {
     match isa {
         #[cfg(all(feature = "std", target_arch = "x86_64"))]
         // SAFETY: the token exists only where AVX2 and F16C were detected.
-        Isa::Avx2(avx2) => unsafe { run_avx2(kernel, part, inv_grad_scale, store, avx2) },
+        Isa::Avx2(avx2) => unsafe { run_avx2(kernel, part, inv_grad_scale, store, slots, avx2) },
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-        Isa::Neon => run_chunks(kernel, part, inv_grad_scale, store, Neon),
-        Isa::Portable => run_chunks(kernel, part, inv_grad_scale, store, Portable),
+        Isa::Neon => run_chunks(kernel, part, inv_grad_scale, store, slots, Neon),
+        Isa::Portable => run_chunks(kernel, part, inv_grad_scale, store, slots, Portable),
     }
 }
 
@@ -215,14 +293,15 @@ pub(crate) fn run_fast<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamSt
 /// The CPU has AVX2 and F16C (which `avx2` proves).
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn run_avx2<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore>(
+unsafe fn run_avx2<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
     kernel: K,
     part: Part<'_, P, G, S>,
     inv_grad_scale: f32,
     store: R,
+    slots: SlotStores,
     avx2: Avx2,
 ) -> TensorResult {
-    run_chunks(kernel, part, inv_grad_scale, store, avx2)
+    run_chunks(kernel, part, inv_grad_scale, store, slots, avx2)
 }
 
 /// `dst` itself for `f32` data, else `buf` holding `dst` converted.
@@ -247,17 +326,18 @@ fn stage<'a, T: Storage, C: Convert>(conv: C, src: &'a [T], buf: &'a mut [f32]) 
 
 /// The chunk loop of [`run_fast`] with the conversions of `conv`.
 #[inline(always)]
-fn run_chunks<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore, C: Convert>(
+fn run_chunks<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore, C: Convert>(
     kernel: K,
     part: Part<'_, P, G, S>,
     inv_grad_scale: f32,
     store: R,
+    how: SlotStores,
     conv: C,
 ) -> TensorResult {
     let Part {
         param,
         grad,
-        slots: [s0, s1, s2],
+        mut slots,
         first,
     } = part;
     let n = param.len();
@@ -273,22 +353,10 @@ fn run_chunks<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore, C: C
     while start < n {
         let len = CHUNK.min(n - start);
         let end = start + len;
-        let [b0, b1, b2] = &mut sb;
         let slot = |k: usize| K::SLOTS > k;
         let p = &mut stage_mut(conv, &mut param[start..end], &mut pb[..len])[..len];
         let g = &stage(conv, &grad[start..end], &mut gb[..len])[..len];
-        let c0 = match slot(0) {
-            true => &mut stage_mut(conv, &mut s0[start..end], &mut b0[..len])[..len],
-            false => &mut b0[..len],
-        };
-        let c1 = match slot(1) {
-            true => &mut stage_mut(conv, &mut s1[start..end], &mut b1[..len])[..len],
-            false => &mut b1[..len],
-        };
-        let c2 = match slot(2) {
-            true => &mut stage_mut(conv, &mut s2[start..end], &mut b2[..len])[..len],
-            false => &mut b2[..len],
-        };
+        let [c0, c1, c2] = stage_slots::<K, S, C>(conv, &mut slots, &mut sb, start, len, how);
         let mut home = 0u32;
         for i in 0..len {
             let mut s = [0.0f32; 3];
@@ -327,17 +395,7 @@ fn run_chunks<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore, C: C
         if P::DTYPE != Dtype::F32 {
             store.store_chunk(conv, &pb[..len], &mut param[start..end], first + start);
         }
-        if S::DTYPE != Dtype::F32 {
-            for (k, (dst, buf)) in [&mut *s0, &mut *s1, &mut *s2]
-                .into_iter()
-                .zip([b0, b1, b2])
-                .enumerate()
-            {
-                if slot(k) {
-                    conv.store(&buf[..len], &mut dst[start..end]);
-                }
-            }
-        }
+        unstage_slots::<K, S, C>(conv, &mut slots, &sb, start, len, how, first);
         start = end;
     }
     result.nonfinite = nonfinite != 0;

@@ -17,10 +17,12 @@ mod math;
 mod optimizer;
 #[cfg(feature = "std")]
 mod parallel;
+pub mod q8;
 mod rounding;
 pub mod rules;
 mod scalars;
 mod simd;
+mod state;
 mod storage;
 mod tensor;
 
@@ -30,7 +32,9 @@ pub use config::{Config, FiniteCheck, RhoOver, Rule, Switch, ALL_RULES};
 pub use error::{CheckpointError, Error};
 pub use exact::ExactSum;
 pub use optimizer::{Optimizer, Step};
+pub use q8::Q8Block;
 pub use rounding::Rounding;
+pub use state::StateStorage;
 pub use storage::{Dtype, Storage};
 pub use tensor::{Group, StepReport, Tensor, TensorAux};
 

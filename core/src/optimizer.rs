@@ -8,7 +8,7 @@ use crate::calibration::Histogram;
 use crate::config::{Config, FiniteCheck, RhoOver, Rule, Switch};
 use crate::error::Error;
 use crate::exact::ExactSum;
-use crate::kernel::{self, Kernel, Part, SecondMomentMin, TensorResult};
+use crate::kernel::{self, Kernel, Part, SecondMomentMin, SlotStores, TensorResult};
 #[cfg(feature = "std")]
 use crate::parallel;
 use crate::rounding::{tensor_key, NearestStore, ParamStore, Rounding, StochasticStore};
@@ -21,6 +21,7 @@ use crate::rules::srf;
 use crate::rules::swats::{self, SwatsAdam, SwatsSgd};
 use crate::scalars::{powi_by_squaring, StepScalars};
 use crate::simd::Isa;
+use crate::state::StateStorage;
 use crate::storage::Storage;
 use crate::tensor::{Group, StepReport, Tensor, TensorAux};
 
@@ -121,9 +122,23 @@ impl Optimizer {
         Ok(())
     }
 
-    /// Elements of state a tensor of `numel` parameters needs.
+    /// Elements of state a tensor of `numel` parameters needs (one per parameter and slot).
     pub fn state_len(&self, numel: usize) -> usize {
-        self.config.state_slots() * numel
+        self.state_len_of::<f32>(numel)
+    }
+
+    /// Items of state of type `S` a tensor of `numel` parameters needs: [`Optimizer::state_len`]
+    /// elements, or for q8 ⌈numel / 256⌉ [`crate::Q8Block`]s per slot.
+    ///
+    /// ```
+    /// use homeadam_core::{Config, Optimizer, Q8Block, Rule};
+    ///
+    /// let opt = Optimizer::new(Config::new(Rule::AdamW))?;
+    /// assert_eq!(opt.state_len_of::<Q8Block>(600), 2 * 3); // m and v, 3 blocks each
+    /// # Ok::<(), homeadam_core::Error>(())
+    /// ```
+    pub fn state_len_of<S: StateStorage>(&self, numel: usize) -> usize {
+        self.config.state_slots() * S::slot_len(numel)
     }
 
     pub(crate) fn restore(
@@ -143,7 +158,7 @@ impl Optimizer {
     ///
     /// Gradients are multiplied by `1 / grad_scale` first. If any unscaled gradient is not
     /// finite, nothing changes and the report says `skipped` (under [`FiniteCheck::SkipStep`]).
-    pub fn step<P: Storage, G: Storage, S: Storage>(
+    pub fn step<P: Storage, G: Storage, S: StateStorage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
         grad_scale: f64,
@@ -157,7 +172,7 @@ impl Optimizer {
     /// [`Optimizer::step`] with each tensor's elements spread over up to `threads` threads
     /// (`std`; [`Step::with_threads`]). The same bits for any thread count.
     #[cfg(feature = "std")]
-    pub fn step_parallel<P: Storage, G: Storage, S: Storage>(
+    pub fn step_parallel<P: Storage, G: Storage, S: StateStorage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
         grad_scale: f64,
@@ -171,7 +186,7 @@ impl Optimizer {
 
     /// The same step through the scalar reference: one element at a time. Every fast path
     /// (this crate's, CUDA, MCU) must give the same bits.
-    pub fn step_reference<P: Storage, G: Storage, S: Storage>(
+    pub fn step_reference<P: Storage, G: Storage, S: StateStorage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
         grad_scale: f64,
@@ -382,7 +397,7 @@ impl Step<'_> {
     /// The finite check and the first pass of global / per-layer HomeAdam over `tensors`
     /// (nothing is written but each tensor's telemetry). Every tensor of the model is checked
     /// before the first [`Step::update`].
-    pub fn check<P: Storage, G: Storage, S: Storage>(
+    pub fn check<P: Storage, G: Storage, S: StateStorage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
     ) -> Result<(), Error> {
@@ -397,7 +412,7 @@ impl Step<'_> {
         match config.rule.switch() {
             Some(switch @ (Switch::Global | Switch::Layer)) => {
                 for tensor in tensors.iter_mut() {
-                    let n = tensor.param.len();
+                    let n = S::slot_len(tensor.param.len());
                     let (v_min, finite) = self.first_pass(tensor.grad, &tensor.state[n..2 * n]);
                     self.finite &= finite;
                     let (all, active) = (v_min.all / bc2, v_min.active / bc2);
@@ -416,7 +431,7 @@ impl Step<'_> {
             }
             Some(Switch::Element) if self.calibrates => {
                 for tensor in tensors.iter() {
-                    let n = tensor.param.len();
+                    let n = S::slot_len(tensor.param.len());
                     self.finite &= self.calibration_pass(tensor.grad, &tensor.state[n..2 * n]);
                 }
             }
@@ -434,7 +449,7 @@ impl Step<'_> {
     }
 
     /// [`home_first_pass`] of one tensor, over the step's threads.
-    fn first_pass<G: Storage, S: Storage>(&self, grad: &[G], v: &[S]) -> (SecondMomentMin, bool) {
+    fn first_pass<G: Storage, S: StateStorage>(&self, grad: &[G], v: &[S]) -> (SecondMomentMin, bool) {
         let scalars = &self.scalars;
         #[cfg(feature = "std")]
         if self.threads > 1 {
@@ -447,7 +462,7 @@ impl Step<'_> {
 
     /// [`home_calibration_pass`] of one tensor into the step's values, over the step's
     /// threads; whether every unscaled gradient is finite.
-    fn calibration_pass<G: Storage, S: Storage>(&mut self, grad: &[G], v: &[S]) -> bool {
+    fn calibration_pass<G: Storage, S: StateStorage>(&mut self, grad: &[G], v: &[S]) -> bool {
         let scalars = &self.scalars;
         #[cfg(feature = "std")]
         if self.threads > 1 {
@@ -479,7 +494,7 @@ impl Step<'_> {
 
     /// Updates `tensors` with the fast path (after every tensor was checked); on a skipped
     /// step only their telemetry is cleared.
-    pub fn update<P: Storage, G: Storage, S: Storage>(
+    pub fn update<P: Storage, G: Storage, S: StateStorage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
     ) -> Result<(), Error> {
@@ -487,7 +502,7 @@ impl Step<'_> {
     }
 
     /// [`Step::update`] through the scalar reference.
-    pub fn update_reference<P: Storage, G: Storage, S: Storage>(
+    pub fn update_reference<P: Storage, G: Storage, S: StateStorage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
     ) -> Result<(), Error> {
@@ -497,7 +512,7 @@ impl Step<'_> {
     /// [`Step::update`] with the fast path's portable code only (no explicit SIMD: what a
     /// `no_std` build runs, or a CPU without the instruction sets the fast path detects). Same
     /// bits as [`Step::update`]; for tests that cover both on one machine.
-    pub fn update_portable<P: Storage, G: Storage, S: Storage>(
+    pub fn update_portable<P: Storage, G: Storage, S: StateStorage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
     ) -> Result<(), Error> {
@@ -633,7 +648,7 @@ impl Step<'_> {
     }
 
     /// Lengths, state type and groups of `tensors`, numbered from `first`.
-    fn validate<P: Storage, G: Storage, S: Storage>(
+    fn validate<P: Storage, G: Storage, S: StateStorage>(
         &self,
         tensors: &[Tensor<'_, P, G, S>],
         first: usize,
@@ -651,11 +666,12 @@ impl Step<'_> {
                     actual: t.grad.len(),
                 });
             }
-            if Some(t.state.len()) != slots.checked_mul(numel) {
+            if Some(t.state.len()) != slots.checked_mul(S::slot_len(numel)) {
                 return Err(Error::StateLength {
                     tensor,
                     slots,
                     numel,
+                    per_slot: S::slot_len(numel),
                     actual: t.state.len(),
                 });
             }
@@ -673,7 +689,7 @@ impl Step<'_> {
 
     /// `REFERENCE` is a const so that a program calling only the fast path links only the
     /// fast drivers (flash matters on microcontrollers).
-    fn update_with<const REFERENCE: bool, P: Storage, G: Storage, S: Storage>(
+    fn update_with<const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
         isa: Isa,
@@ -718,9 +734,11 @@ impl Step<'_> {
                 Some(Switch::Layer) => home_branch(goes_home(tensor.aux.rho, scalars.tau)),
                 _ => branch::PER_ELEMENT,
             };
+            let key = tensor_key(config.seed, self.t, index);
             let run = Run::<REFERENCE> {
                 rounding: config.rounding,
-                key: tensor_key(config.seed, self.t, index),
+                key,
+                slots: SlotStores::new(&config, key),
                 inv: scalars.inv_grad_scale,
                 isa,
                 #[cfg(feature = "std")]
@@ -761,6 +779,7 @@ fn home_branch(home: bool) -> u8 {
 struct Run<const REFERENCE: bool> {
     rounding: Rounding,
     key: u64,
+    slots: SlotStores,
     inv: f32,
     isa: Isa,
     #[cfg(feature = "std")]
@@ -768,7 +787,7 @@ struct Run<const REFERENCE: bool> {
 }
 
 impl<const REFERENCE: bool> Run<REFERENCE> {
-    fn apply<K: Kernel, P: Storage, G: Storage, S: Storage>(
+    fn apply<K: Kernel, P: Storage, G: Storage, S: StateStorage>(
         self,
         kernel: K,
         tensor: &mut Tensor<'_, P, G, S>,
@@ -776,9 +795,12 @@ impl<const REFERENCE: bool> Run<REFERENCE> {
         let result = match (REFERENCE, self.rounding) {
             (false, Rounding::Nearest) => self.fast(kernel, tensor, NearestStore),
             (false, Rounding::Stochastic) => self.fast(kernel, tensor, StochasticStore { key: self.key }),
-            (true, Rounding::Nearest) => kernel::run_reference(kernel, tensor, self.inv, NearestStore),
+            (true, Rounding::Nearest) => {
+                kernel::run_reference(kernel, tensor, self.inv, NearestStore, self.slots)
+            }
             (true, Rounding::Stochastic) => {
-                kernel::run_reference(kernel, tensor, self.inv, StochasticStore { key: self.key })
+                let store = StochasticStore { key: self.key };
+                kernel::run_reference(kernel, tensor, self.inv, store, self.slots)
             }
         };
         (result, K::RHO_SLOT.is_some())
@@ -787,14 +809,14 @@ impl<const REFERENCE: bool> Run<REFERENCE> {
 
 impl<const REFERENCE: bool> Run<REFERENCE> {
     /// The fast path over `tensor`, its elements spread over the step's threads.
-    fn fast<K: Kernel, P: Storage, G: Storage, S: Storage, R: ParamStore>(
+    fn fast<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
         self,
         kernel: K,
         tensor: &mut Tensor<'_, P, G, S>,
         store: R,
     ) -> TensorResult {
         let part = Part::whole(&mut *tensor.param, tensor.grad, &mut *tensor.state, K::SLOTS);
-        let run = |part| kernel::run_fast(kernel, part, self.inv, store, self.isa);
+        let run = |part| kernel::run_fast(kernel, part, self.inv, store, self.slots, self.isa);
         #[cfg(feature = "std")]
         if self.threads > 1 {
             return parallel::run_split(part, self.threads, run, TensorResult::merge);
@@ -803,7 +825,7 @@ impl<const REFERENCE: bool> Run<REFERENCE> {
     }
 }
 
-fn dispatch<const REFERENCE: bool, P: Storage, G: Storage, S: Storage>(
+fn dispatch<const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage>(
     config: &Config,
     s: &StepScalars,
     swats_in_sgd_phase: bool,

@@ -10,6 +10,7 @@ use std::thread;
 use std::vec::Vec;
 
 use crate::kernel::{Part, TensorResult, CHUNK};
+use crate::state::StateStorage;
 
 /// Elements below which a piece is not worth a thread (spawning one costs ~20 µs, the time of
 /// ~100 K elements of a step).
@@ -23,7 +24,7 @@ pub(crate) trait Split: Sized + Send {
     fn split_at(self, mid: usize) -> (Self, Self);
 }
 
-impl<P: Send, G: Sync, S: Send> Split for Part<'_, P, G, S> {
+impl<P: Send, G: Sync, S: StateStorage> Split for Part<'_, P, G, S> {
     fn len(&self) -> usize {
         Part::len(self)
     }
@@ -32,14 +33,14 @@ impl<P: Send, G: Sync, S: Send> Split for Part<'_, P, G, S> {
     }
 }
 
-/// A tensor's gradients and the state slot its first pass reads (equal lengths).
-impl<G: Sync, S: Sync> Split for (&[G], &[S]) {
+/// A tensor's gradients and the state slot its first pass reads.
+impl<G: Sync, S: StateStorage> Split for (&[G], &[S]) {
     fn len(&self) -> usize {
         self.0.len()
     }
     fn split_at(self, mid: usize) -> (Self, Self) {
         let (g0, g1) = self.0.split_at(mid.min(self.0.len()));
-        let (s0, s1) = self.1.split_at(mid.min(self.1.len()));
+        let (s0, s1) = self.1.split_at(S::slot_len(mid).min(self.1.len()));
         ((g0, s0), (g1, s1))
     }
 }

@@ -6,7 +6,8 @@
 
 use half::{bf16, f16};
 
-/// The storage type of a slice, as named in configs (`"f32"`, `"f16"`, `"bf16"`).
+/// The storage type of a slice, as named in configs (`"f32"`, `"f16"`, `"bf16"`; `"q8"` for
+/// state only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Dtype {
@@ -16,15 +17,18 @@ pub enum Dtype {
     F16,
     /// bfloat16: the top 16 bits of an `f32`.
     BF16,
+    /// 8-bit codes in blocks of 256 with an `f32` scale ([`crate::q8`]); state only.
+    Q8,
 }
 
 impl Dtype {
-    /// The config name: `"f32"`, `"f16"` or `"bf16"`.
+    /// The config name: `"f32"`, `"f16"`, `"bf16"` or `"q8"`.
     pub const fn name(self) -> &'static str {
         match self {
             Dtype::F32 => "f32",
             Dtype::F16 => "f16",
             Dtype::BF16 => "bf16",
+            Dtype::Q8 => "q8",
         }
     }
 
@@ -34,16 +38,32 @@ impl Dtype {
             "f32" => Some(Dtype::F32),
             "f16" => Some(Dtype::F16),
             "bf16" => Some(Dtype::BF16),
+            "q8" => Some(Dtype::Q8),
             _ => None,
         }
     }
 
-    /// Bytes per element.
+    /// Bytes per element (q8: its code; the block scales add 4 bytes per 256, see
+    /// [`Dtype::slot_bytes`]).
     pub const fn size(self) -> usize {
         match self {
             Dtype::F32 => 4,
             Dtype::F16 | Dtype::BF16 => 2,
+            Dtype::Q8 => 1,
         }
+    }
+
+    /// Bytes of one state slot of `numel` elements, in memory and in the state format.
+    pub const fn slot_bytes(self, numel: usize) -> usize {
+        match self {
+            Dtype::Q8 => numel.div_ceil(crate::q8::BLOCK) * crate::q8::BLOCK_BYTES,
+            _ => numel * self.size(),
+        }
+    }
+
+    /// Whether parameters and gradients may be stored as this type (all but q8).
+    pub const fn is_element(self) -> bool {
+        !matches!(self, Dtype::Q8)
     }
 
     pub(crate) const fn code(self) -> u8 {
@@ -51,6 +71,7 @@ impl Dtype {
             Dtype::F32 => 0,
             Dtype::F16 => 1,
             Dtype::BF16 => 2,
+            Dtype::Q8 => 3,
         }
     }
 
@@ -59,6 +80,7 @@ impl Dtype {
             0 => Some(Dtype::F32),
             1 => Some(Dtype::F16),
             2 => Some(Dtype::BF16),
+            3 => Some(Dtype::Q8),
             _ => None,
         }
     }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{configs, Model};
+use common::{configs, Model, StateBits};
 use homeadam_core::*;
 
 fn model_params() -> Vec<Vec<f32>> {
@@ -91,6 +91,7 @@ fn bad_inputs_are_typed_errors() {
             tensor: 0,
             slots: 2,
             numel: 4,
+            per_slot: 4,
             actual: 7
         }
     );
@@ -238,7 +239,7 @@ fn saved_states<'a, S>(m: &'a Model<f32, f32, S>) -> Vec<TensorState<'a, S>> {
         .collect()
 }
 
-fn save<S: Storage>(opt: &Optimizer, m: &Model<f32, f32, S>) -> Vec<u8> {
+fn save<S: StateBits>(opt: &Optimizer, m: &Model<f32, f32, S>) -> Vec<u8> {
     let numels: Vec<usize> = m.params.iter().map(Vec::len).collect();
     let mut bytes = vec![0u8; opt.state_bytes(numels, S::DTYPE)];
     let mut sink = SliceSink::new(&mut bytes);
@@ -247,19 +248,18 @@ fn save<S: Storage>(opt: &Optimizer, m: &Model<f32, f32, S>) -> Vec<u8> {
     bytes
 }
 
-#[test]
-fn checkpoints_resume_bit_for_bit() {
+fn resumes_bit_for_bit<S: StateBits>() {
     for mut config in configs() {
         config.lr = 1e-2;
         let mut opt = Optimizer::new(config).unwrap();
-        let mut m = Model::<f32, f32, bf16>::new(&opt, &model_params());
+        let mut m = Model::<f32, f32, S>::new(&opt, &model_params());
         for t in 1..=4 {
             m.set_grads(&grads(t));
             m.step(&mut opt, 1.0, false).unwrap();
         }
         let bytes = save(&opt, &m);
         let mut resumed_opt = Optimizer::new(config).unwrap();
-        let mut resumed = Model::<f32, f32, bf16>::new(&resumed_opt, &model_params());
+        let mut resumed = Model::<f32, f32, S>::new(&resumed_opt, &model_params());
         resumed.params = m.params.clone();
         resumed_opt
             .load_state(&bytes, &mut tensor_states(&mut resumed))
@@ -274,6 +274,16 @@ fn checkpoints_resume_bit_for_bit() {
         assert_eq!(m.param_bits(), resumed.param_bits(), "{}", config.rule.name());
         assert_eq!(m.state_bits(), resumed.state_bits(), "{}", config.rule.name());
     }
+}
+
+#[test]
+fn checkpoints_resume_bit_for_bit() {
+    resumes_bit_for_bit::<bf16>();
+}
+
+#[test]
+fn q8_checkpoints_resume_bit_for_bit() {
+    resumes_bit_for_bit::<Q8Block>();
 }
 
 #[test]

@@ -4,8 +4,8 @@
 #[macro_use]
 mod common;
 
-use common::{configs, Model, Path, FAST_PATHS};
-use homeadam_core::{bf16, f16, Optimizer, Rounding, Storage};
+use common::{configs, Model, Path, StateBits, FAST_PATHS};
+use homeadam_core::{bf16, f16, Optimizer, Q8Block, Rounding, Storage};
 use proptest::prelude::*;
 
 fn value() -> impl Strategy<Value = f32> {
@@ -83,7 +83,7 @@ fn case() -> impl Strategy<Value = Case> {
         })
 }
 
-fn same<P: Storage, G: Storage, S: Storage>(case: &Case) -> Result<(), TestCaseError> {
+fn same<P: Storage, G: Storage, S: StateBits>(case: &Case) -> Result<(), TestCaseError> {
     for mut config in configs() {
         for rounding in [Rounding::Nearest, Rounding::Stochastic] {
             config.rounding = rounding;

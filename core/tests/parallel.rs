@@ -5,9 +5,9 @@
 #[macro_use]
 mod common;
 
-use common::{configs, Model, Path};
+use common::{configs, Model, Path, StateBits};
 use homeadam_core::backend::mix64;
-use homeadam_core::{bf16, f16, Optimizer, Rounding, Storage};
+use homeadam_core::{bf16, f16, Optimizer, Q8Block, Rounding, Storage};
 
 /// Two tensors that split into several pieces (not on chunk boundaries) and one that does not.
 const SIZES: [usize; 3] = [131_101, 70_003, 1_000];
@@ -31,7 +31,7 @@ fn tensors(seed: u64) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn same<P: Storage, G: Storage, S: Storage>() {
+fn same<P: Storage, G: Storage, S: StateBits>() {
     let params = tensors(1);
     for mut config in configs() {
         for rounding in [Rounding::Nearest, Rounding::Stochastic] {
@@ -91,4 +91,10 @@ fn f16_params_f32_grads_f16_state() {
 #[cfg_attr(debug_assertions, ignore = "minutes unoptimized; runs in release builds")]
 fn bf16_params_f16_grads_f32_state() {
     same::<bf16, f16, f32>();
+}
+
+#[test]
+#[cfg_attr(debug_assertions, ignore = "minutes unoptimized; runs in release builds")]
+fn bf16_params_q8_state() {
+    same::<bf16, f32, Q8Block>();
 }

@@ -6,9 +6,9 @@
 #[macro_use]
 mod common;
 
-use common::{configs, Model, Path, FAST_PATHS};
+use common::{configs, Model, Path, StateBits, FAST_PATHS};
 use homeadam_core::backend::mix64;
-use homeadam_core::{bf16, f16, Group, Optimizer, Rounding, Storage};
+use homeadam_core::{bf16, f16, Group, Optimizer, Q8Block, Rounding, Storage};
 
 /// Sizes around every power of two up to the chunk's multiples, and the range's ends.
 const SIZES: [usize; 33] = [
@@ -63,7 +63,7 @@ fn group(k: usize) -> Group {
     }
 }
 
-fn same<P: Storage, G: Storage, S: Storage>() {
+fn same<P: Storage, G: Storage, S: StateBits>() {
     let params = tensors(1);
     for mut config in configs() {
         for (rounding, path) in [Rounding::Nearest, Rounding::Stochastic]

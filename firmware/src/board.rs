@@ -1,12 +1,28 @@
 //! What the application code needs to know of the board: its RAM budget. The memory layout
 //! itself is `memory/<board>.x` (chosen by build.rs from the board feature).
 
-/// The optimizer state's storage type: bf16 halves it on 16 KiB boards, f32 elsewhere.
-#[cfg(feature = "small-ram")]
+/// The optimizer state's storage type: q8 blocks with `q8-state` (on any board), else bf16 on
+/// 16 KiB boards (half of f32) and f32 elsewhere.
+#[cfg(feature = "q8-state")]
+pub type State = homeadam_core::Q8Block;
+/// The optimizer state's storage type: q8 blocks with `q8-state` (on any board), else bf16 on
+/// 16 KiB boards (half of f32) and f32 elsewhere.
+#[cfg(all(feature = "small-ram", not(feature = "q8-state")))]
 pub type State = homeadam_core::bf16;
-/// The optimizer state's storage type: bf16 halves it on 16 KiB boards, f32 elsewhere.
-#[cfg(not(feature = "small-ram"))]
+/// The optimizer state's storage type: q8 blocks with `q8-state` (on any board), else bf16 on
+/// 16 KiB boards (half of f32) and f32 elsewhere.
+#[cfg(not(any(feature = "small-ram", feature = "q8-state")))]
 pub type State = f32;
+
+/// [`State`] items holding one state slot of `numel` parameters, as a constant for array
+/// capacities: `State::slot_len(numel)` ([`homeadam_core::StateStorage::slot_len`]).
+pub const fn slot_items(numel: usize) -> usize {
+    if cfg!(feature = "q8-state") {
+        numel.div_ceil(homeadam_core::q8::BLOCK)
+    } else {
+        numel
+    }
+}
 
 /// Whether the fine-tuning app also runs the power-cut resume check: it holds two trainers and
 /// a 16 KiB flash image in RAM at once, which only the larger boards have room for.

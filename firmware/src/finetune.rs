@@ -4,7 +4,7 @@
 use homeadam_core::{Config, Rule, Switch};
 use homeadam_mcu::{Sample, SampleReader, Trainer};
 
-use crate::board::State;
+use crate::board::{slot_items, State};
 use crate::data::{pretrained, HELDOUT};
 use crate::exit;
 use crate::model::{accumulate_grad, predict, CLASSES, FEATURES, PARAMS};
@@ -12,8 +12,8 @@ use crate::model::{accumulate_grad, predict, CLASSES, FEATURES, PARAMS};
 /// Samples per step.
 pub const BATCH: usize = 10;
 
-/// The classifier's parameters and optimizer state (state stored as [`State`]).
-pub type Model = Trainer<State, PARAMS, { 2 * PARAMS }>;
+/// The classifier's parameters and optimizer state (two slots, stored as [`State`]).
+pub type Model = Trainer<State, PARAMS, { 2 * slot_items(PARAMS) }>;
 
 /// HomeAdamW-ew, η = 2e-3, λ = 1e-4.
 pub fn config() -> Config {

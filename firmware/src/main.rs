@@ -1,10 +1,11 @@
 //! On-device fine-tuning of the pretrained digits classifier with HomeAdamW-ew, with a
 //! simulated reset (and a power cut mid-save) that must resume to the same bits. On 16 KiB
-//! boards the state is bf16 and the resume check (two trainers and a flash image) is left out.
+//! boards the state is bf16 (or q8, feature `q8-state`) and the resume check (two trainers and
+//! a flash image) is left out.
 #![no_std]
 #![no_main]
 
-use homeadam_core::Storage;
+use homeadam_core::{ByteSink, CheckpointError, SliceSink, StateStorage};
 use homeadam_firmware::board::{State, NAME, RESUME_CHECK};
 use homeadam_firmware::data::{FINETUNE, RECORD};
 use homeadam_firmware::finetune::{accuracy, new_model, step, Model, BATCH};
@@ -59,19 +60,40 @@ fn resume_check(straight: &Model) -> bool {
     let step = resumed.optimizer().step_count();
     defmt::info!("after reset: loaded {} at step {}", seq, step);
     train(&mut resumed, STEPS);
-    let same = resumed.params().map(f32::to_bits) == straight.params().map(f32::to_bits)
-        && resumed
-            .state()
-            .iter()
-            .zip(straight.state())
-            .all(|(a, b)| a.to_bits32() == b.to_bits32())
-        && resumed.optimizer().step_count() == STEPS;
+    let same = same_bits(&resumed, straight, &mut scratch) && resumed.optimizer().step_count() == STEPS;
     defmt::info!(
         "resume check: {} (resumed from step {})",
         if same { "bit-identical" } else { "DIFFERS" },
         step
     );
     same && step == half
+}
+
+/// Whether `a` and `b` save the same bytes (weights, state, step counter, telemetry): `b`'s
+/// save goes to `scratch`, `a`'s is compared with it as it streams.
+fn same_bits(a: &Model, b: &Model, scratch: &mut [u8]) -> bool {
+    let mut sink = SliceSink::new(scratch);
+    if b.save(&mut sink).is_err() {
+        return false;
+    }
+    let len = sink.len();
+    let mut rest = Rest(&scratch[..len]);
+    a.save(&mut rest).is_ok() && rest.0.is_empty()
+}
+
+/// A [`ByteSink`] that accepts only the bytes it holds, in order, consuming them.
+struct Rest<'a>(&'a [u8]);
+
+impl ByteSink for Rest<'_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), CheckpointError> {
+        match self.0.split_at_checked(bytes.len()) {
+            Some((head, tail)) if head == bytes => {
+                self.0 = tail;
+                Ok(())
+            }
+            _ => Err(CheckpointError::Corrupt),
+        }
+    }
 }
 
 #[entry]
@@ -84,6 +106,14 @@ fn main() -> ! {
         State::DTYPE.name()
     );
     let mut straight = new_model();
+    let state = size_of_val(straight.state());
+    defmt::info!(
+        "trainer RAM: {} bytes; {} state (m, v): {} bytes, {} B per parameter",
+        size_of::<Model>(),
+        State::DTYPE.name(),
+        state,
+        state as f32 / PARAMS as f32
+    );
     let before = accuracy(straight.params());
     defmt::info!("held-out accuracy before fine-tuning: {} per mille", before);
     train(&mut straight, STEPS);

@@ -6,7 +6,7 @@
 //! checkpoints reach every check after the header; the mode byte asks for another one:
 //! - bit 0: the trailing CRC-32 is recomputed first, so that mutations get past the checksum;
 //! - bit 1: the config is `config(mode >> 4)` instead of the header's rule and slot count;
-//! - bit 2: the state dtype is `mode >> 4` (mod 3) instead of the header's;
+//! - bit 2: the state dtype is `mode >> 4` (mod 4: f32, f16, bf16, q8) instead of the header's;
 //! - bit 3: one tensor has one element more (or the model one tensor more) than the header's.
 //!
 //! Mode 0 loads a checkpoint as written: the seeds are `0` followed by a saved checkpoint.
@@ -15,8 +15,8 @@
 
 use homeadam_core::backend::Crc32;
 use homeadam_core::{
-    bf16, f16, ByteSink, CheckpointError, Config, Optimizer, Rule, Storage, TensorAux, TensorState,
-    TensorStateMut, ALL_RULES,
+    bf16, f16, ByteSink, CheckpointError, Config, Optimizer, Q8Block, Rule, StateStorage, Storage,
+    TensorAux, TensorState, TensorStateMut, ALL_RULES,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -62,12 +62,45 @@ fuzz_target!(|data: &[u8]| {
             None => numels.push(usize::from(mode >> 4)),
         }
     }
-    match dtype_code % 3 {
+    match dtype_code % 4 {
         0 => round_trip::<f32>(config, &bytes, &numels),
         1 => round_trip::<f16>(config, &bytes, &numels),
-        _ => round_trip::<bf16>(config, &bytes, &numels),
+        2 => round_trip::<bf16>(config, &bytes, &numels),
+        _ => round_trip::<Q8Block>(config, &bytes, &numels),
     }
 });
+
+/// A state item as it is before a load, which an error must leave so.
+trait Untouched: StateStorage {
+    fn untouched() -> Self;
+    fn is_untouched(&self) -> bool;
+}
+
+macro_rules! untouched_element {
+    ($($t:ty),*) => {$(
+        impl Untouched for $t {
+            fn untouched() -> Self {
+                <$t as Storage>::from_f32(UNTOUCHED)
+            }
+            fn is_untouched(&self) -> bool {
+                self.to_f32() == UNTOUCHED
+            }
+        }
+    )*};
+}
+untouched_element!(f32, f16, bf16);
+
+impl Untouched for Q8Block {
+    fn untouched() -> Self {
+        Q8Block {
+            scale: UNTOUCHED,
+            codes: [0xAB; 256],
+        }
+    }
+    fn is_untouched(&self) -> bool {
+        *self == Self::untouched()
+    }
+}
 
 /// The model's config `k`: every rule's defaults, SGD with momentum and AdaBelief with AMSGrad
 /// (the configs whose state slots differ from their rule's defaults).
@@ -131,12 +164,12 @@ impl ByteSink for VecSink {
     }
 }
 
-fn round_trip<S: Storage>(config: Config, bytes: &[u8], numels: &[usize]) {
+fn round_trip<S: Untouched>(config: Config, bytes: &[u8], numels: &[usize]) {
     let mut opt = Optimizer::new(config).expect("the model's configs are valid");
     let slots = config.state_slots();
     let mut states: Vec<Vec<S>> = numels
         .iter()
-        .map(|&d| vec![S::from_f32(UNTOUCHED); slots * d])
+        .map(|&d| vec![S::untouched(); slots * S::slot_len(d)])
         .collect();
     let untouched = TensorAux {
         swats_lambda: UNTOUCHED,
@@ -154,7 +187,7 @@ fn round_trip<S: Storage>(config: Config, bytes: &[u8], numels: &[usize]) {
             let _ = e.to_string();
             assert_eq!(opt, Optimizer::new(config).unwrap(), "{e}: the optimizer changed");
             assert!(
-                states.iter().flatten().all(|x| x.to_f32() == UNTOUCHED),
+                states.iter().flatten().all(Untouched::is_untouched),
                 "{e}: a state element changed"
             );
             assert!(auxes.iter().all(|a| *a == untouched), "{e}: a tensor's Λ changed");

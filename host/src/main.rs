@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Offline, in minutes on the CPU: every optimizer trains an MLP on the shipped digits,
-    /// and three train a small Transformer LM on the shipped WikiText-2 splits; prints the
+    /// and eight train a small Transformer LM on the shipped WikiText-2 splits; prints the
     /// tables, writes CSVs and figures.
     Quick {
         /// The run directory (one folder per experiment).
@@ -44,7 +44,7 @@ enum Command {
         /// Optimizers of the language model (comma-separated, or `all`).
         #[arg(
             long,
-            default_value = "adamw,adamw-srf,homeadamw,homeadamw-ew,homeadamw-active,homeadamw-calibrated"
+            default_value = "adamw,adamw-q8,adamw-srf,homeadamw,homeadamw-ew,homeadamw-ew-q8,homeadamw-active,homeadamw-calibrated"
         )]
         lm_optimizers: String,
         /// Epochs of the language model.

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{anyhow, bail, Context, Result};
-use homeadam_core::Config;
+use homeadam_core::{Config, Dtype};
 use homeadam_replay::HyperParams;
 use serde::Deserialize;
 
@@ -254,6 +254,8 @@ fn raw_protocol(text: &str) -> Result<BTreeMap<String, RawChoice>> {
 pub struct OptimizerPreset {
     /// The core config name ([`Config::named`]); `None`: the entry's own name.
     pub rule: Option<String>,
+    /// Storage of the optimizer state (`"state_dtype"`; f32 when not written).
+    pub state_dtype: Dtype,
     /// The hyper-parameters.
     pub hyper: HyperParams,
     /// Where the values come from.
@@ -266,6 +268,8 @@ pub struct OptimizerPreset {
 struct RawOptimizerPreset {
     #[serde(default)]
     rule: Option<String>,
+    #[serde(default)]
+    state_dtype: Option<String>,
     source: String,
     #[serde(flatten)]
     hyper: serde_json::Map<String, serde_json::Value>,
@@ -279,8 +283,15 @@ impl TryFrom<RawOptimizerPreset> for OptimizerPreset {
         if hyper.lr.is_none() {
             bail!("missing field `lr` (every preset states its learning rate)");
         }
+        let state_dtype = match raw.state_dtype.as_deref() {
+            None => Dtype::F32,
+            Some(name) => Dtype::from_name(name).ok_or_else(|| {
+                anyhow!("state_dtype = {name:?}: expected \"f32\", \"bf16\", \"f16\" or \"q8\"")
+            })?,
+        };
         Ok(OptimizerPreset {
             rule: raw.rule,
+            state_dtype,
             hyper,
             source: raw.source,
         })
@@ -391,6 +402,17 @@ impl Preset {
             .map_err(|e| anyhow!("preset {}, optimizer {name}: {e:#}", self.experiment))
     }
 
+    /// The state storage of optimizer `name`, checked against its rule (f16 is refused for a
+    /// second moment).
+    pub fn state_dtype(&self, name: &str, steps_per_epoch: u64) -> Result<Dtype> {
+        let config = self.config(name, steps_per_epoch)?;
+        let dtype = self.optimizers[name].state_dtype;
+        config
+            .check_state_dtype(dtype)
+            .map_err(|e| anyhow!("preset {}, optimizer {name}: {e}", self.experiment))?;
+        Ok(dtype)
+    }
+
     /// Every protocol choice as written, by key.
     pub fn protocol_choices(&self) -> Result<Vec<WrittenChoice>> {
         Ok(raw_protocol(Self::text(&self.experiment)?)?
@@ -455,14 +477,16 @@ pub fn departures_markdown() -> Result<String> {
         .collect())
 }
 
-/// Every optimizer of the paper, plus the element-wise HomeAdam(W), by the core's names, and two
+/// Every optimizer of the paper, plus the element-wise HomeAdam(W), by the core's names, two
 /// variants of the global HomeAdamW beyond the paper (ρ over the active elements; that and a
-/// calibrated τ with its own home learning rate): the entries of every preset file.
-pub const ALL_OPTIMIZERS: [&str; 15] = [
+/// calibrated τ with its own home learning rate), and AdamW and HomeAdamW-ew with 8-bit (q8)
+/// state: the entries of every preset file.
+pub const ALL_OPTIMIZERS: [&str; 17] = [
     "sgd",
     "sgdm",
     "adam",
     "adamw",
+    "adamw-q8",
     "adabelief",
     "swats",
     "miadam",
@@ -472,6 +496,7 @@ pub const ALL_OPTIMIZERS: [&str; 15] = [
     "homeadamw",
     "homeadam-ew",
     "homeadamw-ew",
+    "homeadamw-ew-q8",
     "homeadamw-active",
     "homeadamw-calibrated",
 ];
@@ -487,6 +512,8 @@ mod tests {
             assert_eq!(preset.optimizers.len(), ALL_OPTIMIZERS.len(), "{experiment}");
             for name in ALL_OPTIMIZERS {
                 let c = preset.config(name, 100).unwrap_or_else(|e| panic!("{e:#}"));
+                let state = preset.state_dtype(name, 100).unwrap();
+                assert_eq!(state == Dtype::Q8, name.ends_with("-q8"), "{name}");
                 let rule = preset.optimizers[name].rule.as_deref();
                 assert_eq!(c.name(), rule.unwrap_or(name));
                 assert!(!preset.optimizers[name].source.is_empty());

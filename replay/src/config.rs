@@ -1,6 +1,6 @@
 //! The JSON config of `homeadam replay`: a rule name, hyper-parameters and storage types.
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use homeadam_core::{Config, Dtype, Rounding};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -39,10 +39,17 @@ pub struct ReplayConfig {
 }
 
 fn dtype(value: Option<String>, key: &str) -> Result<Dtype> {
+    let element = "expected \"f32\", \"f16\" or \"bf16\"";
     match value {
         None => Ok(Dtype::F32),
-        Some(name) => Dtype::from_name(&name)
-            .ok_or_else(|| anyhow!("{key} = {name:?}: expected \"f32\", \"f16\" or \"bf16\"")),
+        Some(name) => match Dtype::from_name(&name) {
+            Some(Dtype::Q8) if key != "state_dtype" => {
+                bail!("{key} = \"q8\": q8 holds optimizer state only; {element}")
+            }
+            Some(d) => Ok(d),
+            None if key == "state_dtype" => bail!("{key} = {name:?}: {element} or \"q8\""),
+            None => bail!("{key} = {name:?}: {element}"),
+        },
     }
 }
 

@@ -2,7 +2,9 @@
 //! rule sees the whole model), through the core's optimizer in the config's storage types.
 
 use anyhow::{bail, Context, Result};
-use homeadam_core::{bf16, f16, Dtype, Optimizer, Rule, StepReport, Storage, Tensor, TensorAux};
+use homeadam_core::{
+    bf16, f16, Dtype, Optimizer, Q8Block, Rule, StateStorage, StepReport, Storage, Tensor, TensorAux,
+};
 
 use crate::config::ReplayConfig;
 use crate::io::{NamedTensor, ReplayInput};
@@ -39,21 +41,25 @@ pub fn replay(
                     type $T = bf16;
                     $body
                 }
+                Dtype::Q8 => bail!("param_dtype and grad_dtype: q8 holds optimizer state only"),
             }
         };
     }
     storage!(config.param_dtype, P, {
         storage!(config.grad_dtype, G, {
-            storage!(
-                config.state_dtype,
-                S,
-                replay_typed::<P, G, S>(config, input, on_step)
-            )
+            match config.state_dtype {
+                Dtype::Q8 => replay_typed::<P, G, Q8Block>(config, input, on_step),
+                _ => storage!(
+                    config.state_dtype,
+                    S,
+                    replay_typed::<P, G, S>(config, input, on_step)
+                ),
+            }
         })
     })
 }
 
-fn replay_typed<P: Storage, G: Storage, S: Storage>(
+fn replay_typed<P: Storage, G: Storage, S: StateStorage>(
     config: &ReplayConfig,
     input: &ReplayInput,
     mut on_step: impl FnMut(&StepReport),
@@ -83,7 +89,7 @@ fn replay_typed<P: Storage, G: Storage, S: Storage>(
     let mut states: Vec<Vec<S>> = input
         .tensors
         .iter()
-        .map(|t| vec![S::default(); opt.state_len(t.param.len())])
+        .map(|t| vec![S::default(); opt.state_len_of::<S>(t.param.len())])
         .collect();
     let mut aux = vec![TensorAux::default(); input.tensors.len()];
     let mut reports = Vec::with_capacity(input.steps);
@@ -114,12 +120,11 @@ fn replay_typed<P: Storage, G: Storage, S: Storage>(
         .collect();
     for (slot, state) in config.optimizer.state_names().iter().enumerate() {
         for (t, s) in input.tensors.iter().zip(&states) {
-            let d = t.param.len();
-            tensors.push((
-                format!("{state}.{}", t.name),
-                t.shape.clone(),
-                to_f32_slice(&s[slot * d..(slot + 1) * d]),
-            ));
+            let items = S::slot_len(t.param.len());
+            let mut values = vec![0.0; t.param.len()];
+            let map = config.optimizer.q8_map(slot);
+            S::read_slot(&s[slot * items..(slot + 1) * items], map, &mut values);
+            tensors.push((format!("{state}.{}", t.name), t.shape.clone(), values));
         }
     }
     if config.optimizer.rule == Rule::Swats {

@@ -38,14 +38,16 @@ Tensors come from the peer where there is one; telemetry always comes from the
 float64 NumPy reference (asserted to agree with the peer within 1e-5).
 
 Tensors (in this order, the file's; tensor_index 0, 1, 2): layer0.bias (7),
-layer0.weight (64), layer1.weight (33).
+layer0.weight (64), layer1.weight (33); q8 cases: layer0.weight (600), and layer1.weight
+(256) in sgdm_q8 and adabelief_amsgrad_q8.
 
 Tolerance rule, element by element: for every tensor in expected.safetensors,
 with s = max_j |expected_j|,
     |actual_j - expected_j| <= rel * |expected_j| + floor * s
 with rel = tolerance.rel from expected.json: 1e-5 when everything is stored in
 f32, 5e-3 with f16 storage (param or state), 1.6e-2 with bf16 storage, 1.6e-2 with
-stochastic rounding; and floor = tolerance.floor = rel / 4.  The script checks
+stochastic rounding, 1e-4 with q8 state (see the README: the q8 cases are built so that float32
+math stores the same codes); and floor = tolerance.floor = rel / 4.  The script checks
 each tolerance by re-running the reference with float32 math (as the Rust side
 does) and asserting that the float32 run stays within rel/4 * s of the expected
 values, which the floor alone admits; and that ignoring the storage rounding
@@ -80,7 +82,8 @@ Storage emulation (NumPy reference): raw gradients are rounded to grad_dtype
 the tolerance self-check); after each step the parameters are rounded
 float64 -> float32 -> param_dtype (nearest-even, or stochastic rounding as
 specified in the README) and every state tensor float64 -> float32 ->
-state_dtype (always nearest-even; stochastic-rounding cases keep f32 state).
+state_dtype (nearest-even; stochastic-rounding cases keep f32 state; q8: block-quantized with
+stochastic rounding as issue 17 specifies (store_q8), then held as the dequantized f32 values).
 The stochastic-rounding hash uses t = the step counter of the step being
 taken (1-based), tensor_index as above and element_index = flat index.
 """
@@ -104,7 +107,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # this one included, store tensors sorted by name.
 TENSORS = [("layer0.bias", 7), ("layer0.weight", 64), ("layer1.weight", 33)]
 NAMES = [n for n, _ in TENSORS]
-TOL = {"f32": 1e-5, "f16": 5e-3, "bf16": 1.6e-2, "stochastic": 1.6e-2}
+TOL = {"f32": 1e-5, "f16": 5e-3, "bf16": 1.6e-2, "stochastic": 1.6e-2, "q8": 1e-4}
+# q8 cases: every stochastic decision of the float64 model lies at least this far (relative change
+# of u = |x| / scale) from its threshold, so a float32 implementation takes the same decisions.
+Q8_MARGIN = 2.0 ** -21
 # tolerance.floor = FLOOR * rel: the margin the float32 self-check asserts, so that a float32
 # replay passes on the floor alone wherever the element's own rel * |e| is too small.
 FLOOR = 0.25
@@ -228,8 +234,139 @@ def store_param(cfg: dict, x, t: int, tensor_index: int) -> np.ndarray:
     return round_rne(dt, x)
 
 
-def store_state(cfg: dict, x) -> np.ndarray:
-    return round_rne(cfg.get("state_dtype", "f32"), x)
+# ---------------------------------------------------------------------------
+# q8 state (issue 17): 8-bit codes in blocks of 256 elements, one f32 scale per block
+# ---------------------------------------------------------------------------
+
+Q8_BLOCK = 256
+Q8_SLOT_SALT = 0x7138_0000_0000_0000
+# second-moment slots (Config::is_second_moment_slot) take the unsigned map V, all others M
+Q8_UNSIGNED_SLOTS = {"v", "s", "s_max"}
+
+
+def q8_table(top: int, k: int) -> np.ndarray:
+    """T[0] = 0, T[j] = 2^(-n/k) with n = top - j = k q + r (j = 1..top), built as the exact f32
+    product f32(2^(-r/k)) * 2^-q: only the k constants are rounded."""
+    from decimal import Decimal, getcontext
+    getcontext().prec = 40
+    consts = []
+    for r in range(k):
+        c = np.float32(2.0 ** (-r / k))
+        exact = Decimal(2) ** (Decimal(-r) / Decimal(k))
+        err = abs(Decimal(float(c)) - exact)
+        for nb in (np.nextafter(c, np.float32(0)), np.nextafter(c, np.float32(2))):
+            assert err < abs(Decimal(float(nb)) - exact), (k, r)  # the f32 nearest to 2^(-r/k)
+        consts.append(c)
+    table = np.zeros(top + 1, np.float32)
+    for j in range(1, top + 1):
+        q, r = divmod(top - j, k)
+        table[j] = consts[r] * np.float32(2.0 ** -q)
+        assert table[j] == np.float32(2.0 ** (-(top - j) / k)), (k, j)
+    assert table[top] == 1 and np.all(np.diff(table) > 0)
+    return table
+
+
+Q8_V = q8_table(255, 12)  # unsigned: 21 octaves, 12 codes per octave (v, s, s_max)
+Q8_M = q8_table(127, 8)  # signed magnitudes: 15.75 octaves, 8 codes per octave
+
+
+def q8_bits(seed: int, t: int, tensor_index: int, slot: int, n: int) -> np.ndarray:
+    """24 random bits per element: r = mix64(ks ^ e) >> 40, ks = mix64(key ^ SALT ^ slot),
+    key = mix64(mix64(mix64(seed) ^ t) ^ tensor_index) (the parameter rounding's tensor key)."""
+    key = mix64(mix64(mix64(np.array([seed], np.uint64)) ^ np.uint64(t)) ^ np.uint64(tensor_index))
+    ks = mix64(key ^ np.uint64(Q8_SLOT_SALT) ^ np.uint64(slot))
+    return mix64(np.repeat(ks, n) ^ np.arange(n, dtype=np.uint64)) >> np.uint64(40)
+
+
+def q8_quantize_block(x: np.ndarray, unsigned: bool, bits: np.ndarray) -> tuple[np.float32, np.ndarray, float]:
+    """One block (f32 values x, len <= 256) -> (scale, codes, margin), every operation in f32.
+    margin: min over the stochastic decisions of |(r 2^-24)(hi - lo) - (u - lo)| / u (in f64),
+    the relative change of u that would flip one (inf when there is none)."""
+    codes = np.zeros(Q8_BLOCK, np.uint8)  # codes past the tensor's end stay 0
+    if not np.all(np.isfinite(x)):
+        return np.float32(np.nan), codes, math.inf  # a poisoned block
+    a = np.max(np.abs(x))
+    if a == 0:
+        return np.float32(0), codes, math.inf
+    table = Q8_V if unsigned else Q8_M
+    u = np.abs(x) / a  # f32 division, 0 <= u <= 1
+    j = np.searchsorted(table, u, side="right") - 1  # largest j with T[j] <= u
+    between = table[j] < u  # (then j < top)
+    lo = table[j]
+    hi = table[np.minimum(j + 1, len(table) - 1)]
+    r = bits.astype(np.float32) * np.float32(2.0 ** -24)  # exact: 24 bits
+    thr, frac = r * (hi - lo), u - lo
+    j = j + (between & (thr < frac))
+    gap = np.abs(thr.astype(np.float64) - frac.astype(np.float64))[between] / u[between]
+    margin = float(np.min(gap)) if gap.size else math.inf
+    if unsigned:
+        j = np.where((j == 0) & (u > 0), 1, j)  # a positive second moment never becomes 0
+        c = j
+    else:
+        c = np.where((j > 0) & (x < 0), j | 0x80, j)
+    codes[:x.size] = c
+    return a, codes, margin
+
+
+def q8_dequantize_block(scale: np.float32, codes: np.ndarray, unsigned: bool, n: int) -> np.ndarray:
+    """x = T[j] * scale (one f32 multiply), negated when bit 7 is set (signed map)."""
+    c = codes[:n].astype(np.int64)
+    if unsigned:
+        return Q8_V[c] * scale
+    mag = Q8_M[c & 0x7F] * scale
+    return np.where(c & 0x80 != 0, -mag, mag)
+
+
+def store_q8(x, seed: int, t: int, tensor_index: int, slot: int,
+             unsigned: bool) -> tuple[np.ndarray, np.ndarray, float]:
+    """Quantizes one slot of one tensor block by block; returns the dequantized f32 values
+    (what the next step loads), the codes of every block (concatenated) and the min margin."""
+    x32 = np.asarray(x).astype(np.float32)
+    bits = q8_bits(seed, t, tensor_index, slot, x32.size)
+    out = np.empty(x32.size, np.float32)
+    codes = []
+    margin = math.inf
+    for b0 in range(0, x32.size, Q8_BLOCK):
+        blk = x32[b0:b0 + Q8_BLOCK]
+        scale, c, mg = q8_quantize_block(blk, unsigned, bits[b0:b0 + Q8_BLOCK])
+        out[b0:b0 + blk.size] = q8_dequantize_block(scale, c, unsigned, blk.size)
+        codes.append(c)
+        margin = min(margin, mg)
+    return out, np.concatenate(codes), margin
+
+
+def q8_self_check() -> None:
+    """Spec facts the model must satisfy: exact round trips of table values, the unsigned
+    floor, the non-finite and all-zero rules, and E[stored] = x."""
+    bits = np.arange(Q8_BLOCK, dtype=np.uint64) * np.uint64(65537)
+    for unsigned, table in ((True, Q8_V), (False, Q8_M)):
+        x = table[np.arange(Q8_BLOCK) % len(table)] * np.float32(4.0)
+        x = x if unsigned else np.where(np.arange(Q8_BLOCK) % 2 == 1, -x, x)
+        s, c, _ = q8_quantize_block(x, unsigned, bits)
+        assert s == np.max(np.abs(x)) and np.array_equal(q8_dequantize_block(s, c, unsigned, x.size), x)
+        assert np.all(c[x == 0] == 0)
+        s, c, _ = q8_quantize_block(np.float32([1.0, -2.0, np.inf]), unsigned, bits[:3])
+        assert np.isnan(s) and not c.any()
+        s, c, _ = q8_quantize_block(np.float32([0.0, -0.0]), unsigned, bits[:2])
+        assert s == 0 and not c.any()
+    s, c, _ = q8_quantize_block(np.float32([1.0, 1e-12]), True, np.zeros(2, np.uint64) + np.uint64(2**24 - 1))
+    assert c[1] == 1, "unsigned floor"
+    x = np.float32([1.0, 0.3, -0.7, 1e-6, -4e-6])
+    for unsigned in (True, False):
+        xs = np.abs(x) if unsigned else x
+        mean = np.mean([store_q8(xs, 1, t, 0, 0, unsigned)[0] for t in range(1, 4001)], axis=0)
+        assert np.allclose(mean, xs, rtol=0.01, atol=3e-7), (unsigned, mean)
+
+
+def store_state(cfg: dict, x, t: int, tensor_index: int, slot: int,
+                name: str) -> tuple[np.ndarray, tuple | None]:
+    """The f32 values the next step loads, and for q8 (codes, margin) (None for other dtypes)."""
+    dt = cfg.get("state_dtype", "f32")
+    if dt == "q8":
+        unsigned = name in Q8_UNSIGNED_SLOTS
+        x, codes, margin = store_q8(x, int(cfg.get("seed", 0)), t, tensor_index, slot, unsigned)
+        return x, (codes, margin)
+    return round_rne(dt, x), None
 
 
 # ---------------------------------------------------------------------------
@@ -322,14 +459,17 @@ def reference(cfg: dict, theta0: dict, raw_grads: dict, math_dtype=np.float64) -
     eps = float(cfg.get("eps", 0.0))
     wd = float(cfg.get("weight_decay", 0.0))
     params = {k: theta0[k].astype(M) for k in NAMES}
-    st = {k: {s: (np.zeros(1, M) if s == "lambda" else np.zeros(d, M)) for s in state_names(cfg)}
-          for k, d in TENSORS}
+    st = {k: {s: (np.zeros(1, M) if s == "lambda" else np.zeros(theta0[k].size, M)) for s in state_names(cfg)}
+          for k in NAMES}
+    if cfg.get("state_dtype") == "q8" and rule == "swats":
+        raise NotImplementedError("q8 state of swats (its per-tensor lambda) is not modelled")
     has_b = {k: False for k in NAMES}  # torch SGD: first buffer = d
     t = 0
     tele = []
     extra = {"swats_switch_step": None, "swats_switch_lr": None, "swats_gap": [],
              "home_margin": [], "srf_rows": 0, "home_rows": 0,
-             "layer_decisions": [], "nsma": []}
+             "layer_decisions": [], "nsma": [], "q8_codes": [],
+             "q8_margin": math.inf}
     phase, cur_lr = "adam", lr  # swats
     # HomeAdam extensions: rho over the active elements (v_t > 0), home learning rate
     # eta_h = home_scale * eta, calibrated tau
@@ -550,11 +690,17 @@ def reference(cfg: dict, theta0: dict, raw_grads: dict, math_dtype=np.float64) -
             rho = vmin
         else:
             raise ValueError(rule)
-        # storage rounding
+        # storage rounding (q8: the codes of every tensor and slot, and the decision margin)
+        codes = {}
         for i, k in enumerate(NAMES):
             params[k] = store_param(cfg, new[k], t, i).astype(M)
-            for s in st[k]:
-                st[k][s] = store_state(cfg, st[k][s]).astype(M)
+            for slot, s in enumerate(st[k]):
+                x, q8 = store_state(cfg, st[k][s], t, i, slot, s)
+                st[k][s] = x.astype(M)
+                if q8 is not None:
+                    codes[k, s] = q8[0]
+                    extra["q8_margin"] = min(extra["q8_margin"], q8[1])
+        extra["q8_codes"].append(codes)
         tele.append(entry(t, rho, rho_act, home, False))
     out = {"params": {k: params[k].astype(np.float32) for k in NAMES},
            "states": {k: {s: st[k][s].astype(np.float32) for s in st[k]} for k in NAMES},
@@ -664,13 +810,15 @@ def run_peer(peer: str, cfg: dict, theta0: dict, raw_grads: dict) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def generic_grads(seed: int, T: int, scales=(1.0, 0.1, 3.0), big: bool = False) -> tuple[dict, dict]:
+def generic_grads(seed: int, T: int, scales=(1.0, 0.1, 3.0), big: bool = False,
+                  sizes=None) -> tuple[dict, dict]:
     """theta0 ~ N(0, 0.5) (big: +-[2, 6], where bf16/f16 rounding swallows small updates);
+    sizes: the tensors' element counts (default TENSORS');
     g = s_k * w(t) * (c + 0.5 z), |c| in [1, 1.5], z clipped to [-1.5, 1.5], so g keeps
     the sign of c and |g| >= 0.25 s_k w(t)."""
     rng = np.random.default_rng(seed)
     theta0, grads = {}, {}
-    for (k, d), s in zip(TENSORS, scales):
+    for k, d, s in zip(NAMES, sizes or [d for _, d in TENSORS], scales):
         theta0[k] = (0.5 * rng.standard_normal(d)).astype(np.float32)
         if big:
             theta0[k] = (np.sign(theta0[k]) * (2.0 + 4.0 * rng.random(d))).astype(np.float32)
@@ -682,7 +830,7 @@ def generic_grads(seed: int, T: int, scales=(1.0, 0.1, 3.0), big: bool = False) 
 
 
 def home_grads(seed: int, T: int, small: float, large: float, big: bool = False,
-               dead=()) -> tuple[dict, dict]:
+               dead=(), sizes=None) -> tuple[dict, dict]:
     """Gradients that make HomeAdam switch branches (rows are 1-based steps t):
     layer0.weight: |g| ~ large; elements 0..3 exactly 0 for t <= 10, and a few
                    scattered exact zeros later;
@@ -690,7 +838,7 @@ def home_grads(seed: int, T: int, small: float, large: float, big: bool = False,
     layer1.weight: elements 0..15 ~ small for t < 60, ~ large from t = 60; the
                    rest ~ large always (with some exact zeros);
     dead:          (tensor, index) elements that are exactly 0 at every row (never active)."""
-    theta0, base = generic_grads(seed, T, scales=(1.0, 1.0, 1.0), big=big)
+    theta0, base = generic_grads(seed, T, scales=(1.0, 1.0, 1.0), big=big, sizes=sizes)
     rng = np.random.default_rng(seed + 1)
     tt = np.arange(1, T + 1)[:, None]
     g0 = large * base["layer0.weight"].astype(np.float64)
@@ -699,7 +847,7 @@ def home_grads(seed: int, T: int, small: float, large: float, big: bool = False,
     g0[zmask] = 0.0
     g1 = base["layer0.bias"].astype(np.float64) * np.where(tt <= 30, small, large)
     g2 = base["layer1.weight"].astype(np.float64)
-    col = np.arange(33)[None, :]
+    col = np.arange(g2.shape[1])[None, :]
     g2 = g2 * np.where((col < 16) & (tt < 60), small, large)
     zmask = (rng.random(g2.shape) < 0.03) & (col >= 16) & (tt > 5)
     g2[zmask] = 0.0
@@ -839,6 +987,14 @@ SRF_H = {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8}
 HOME_TINY = {"lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0, "tau": 1e-11}
 HOME_MOD = {"lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 1e-2, "tau": 1e-4}
 SGDM_H = {"lr": 1e-2, "momentum": 0.9, "dampening": 0.0, "nesterov": False, "weight_decay": 5e-4}
+ADABELIEF_AMS = {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-16, "weight_decay": 1e-2,
+                 "weight_decouple": True, "fixed_decay": False, "rectify": False, "amsgrad": True}
+MIADAM_H = {"lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 5e-4, "kappa": 0.98,
+            "switch_step": 50}
+# q8 cases: layer0.weight spans blocks 256 + 256 + 88 (a partial last block); with
+# Q8_SIZES_FULL, layer1.weight is exactly one full block
+Q8_SIZES = (7, 600, 33)
+Q8_SIZES_FULL = (7, 600, 256)
 
 
 # Calibrated-tau designs (see calibrated_grads). Levels are 2^(e + 1/2): mid-bucket, a factor
@@ -1013,10 +1169,23 @@ def build_cases(T: int = 100) -> list[dict]:
     add("homeadamw_ew_calibrated_bf16_bf16state",
         base_cfg("homeadamw-ew", **ew_cal, **storage(param="bf16", state="bf16")),
         ("calibrated", {"plan": ew_calibrated_plan(), "big": True}), seed=66)
+    # --- q8 state (numpy reference): more than one block per tensor, a partial last block ---
+    # (config seeds chosen so that every stochastic decision has the margin Q8_MARGIN)
+    for rule, nm, hh, design, sizes, sd, q8_seed in [
+            ("adamw", "adamw_q8", adamw_s, "generic", Q8_SIZES, 70, 2),
+            ("homeadamw-ew", "homeadamw_ew_q8", HOME_MOD, "home_mod", Q8_SIZES, 71, 9),
+            ("homeadamw", "homeadamw_q8", HOME_MOD, "home_mod", Q8_SIZES, 72, 8),
+            ("homeadamw-layer", "homeadamw_layer_q8", HOME_MOD, "home_mod", Q8_SIZES, 73, 28),
+            ("sgdm", "sgdm_q8", SGDM_H, "generic", Q8_SIZES_FULL, 74, 9),
+            ("adabelief", "adabelief_amsgrad_q8", ADABELIEF_AMS, "generic", Q8_SIZES_FULL, 75, 42),
+            ("miadam", "miadam_q8", MIADAM_H, "generic", Q8_SIZES, 76, 33)]:
+        add(nm, base_cfg(rule, **hh, **storage(state="q8", seed=q8_seed)), (design, {"sizes": sizes}), seed=sd)
     return C
 
 
 def case_tolerance(cfg: dict) -> float:
+    if cfg.get("state_dtype") == "q8":
+        return TOL["q8"]
     if cfg.get("rounding", "nearest") == "stochastic" and cfg.get("param_dtype", "f32") != "f32":
         return TOL["stochastic"]
     dts = {cfg.get("param_dtype", "f32"), cfg.get("state_dtype", "f32")}
@@ -1094,7 +1263,7 @@ def check_home_features(name: str, cfg: dict, theta0: dict, raw: dict, ref: dict
     the facts for the summary table ("" for a case with none of them)."""
     tele, ex = ref["telemetry"], ref["extra"]
     rule, T = cfg["rule"], len(tele)
-    n_el = sum(d for _, d in TENSORS)
+    n_el = sum(theta0[k].size for k in NAMES)
     notes = []
     if cfg.get("rho_over") == "active":
         # under rho_over "all", every tensor with a never-active element goes home at every row
@@ -1138,6 +1307,24 @@ def check_home_features(name: str, cfg: dict, theta0: dict, raw: dict, ref: dict
     return "".join("; " + n for n in notes)
 
 
+def check_q8(name: str, cfg: dict, theta0: dict, raw: dict, ref: dict, ref32: dict, expected: dict,
+             tol: float) -> str:
+    """q8 cases: every stochastic decision of the float64 model has a relative margin >= Q8_MARGIN
+    in u, and the float32 replay takes the same decisions (identical codes at every step); other
+    random bits (seed + 1) miss by more than 1.5 x the tolerance. Returns the summary's note."""
+    margin = ref["extra"]["q8_margin"]
+    assert margin >= Q8_MARGIN, f"{name}: a q8 decision {margin:.3g} (relative) from its threshold"
+    n = 0
+    for a, b in zip(ref["extra"]["q8_codes"], ref32["extra"]["q8_codes"]):
+        assert all(np.array_equal(a[key], b[key]) for key in a), f"{name}: float32 math changes a q8 code"
+        n += sum(theta0[k].size for k, _ in a)
+    e_seed = compare(reference(dict(cfg, seed=cfg["seed"] + 1), theta0, raw), expected)[0]
+    assert e_seed > 1.5 * tol, f"{name}: other random bits change only {e_seed:.3g} (tol {tol})"
+    sizes = "/".join(str(theta0[k].size) for k in NAMES)
+    return (f"sizes {sizes}; {n} quantized elements, same codes in f32; margin 2^{math.log2(margin):.2f}; "
+            f"seed + 1 misses by {e_seed / tol:.0f}x")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(HERE, "cases"))
@@ -1152,6 +1339,7 @@ def main() -> int:
         if have is None or not str(have).startswith(want):
             print(f"WARNING: {pkg} {have} differs from the pinned {want}", file=sys.stderr)
 
+    q8_self_check()
     cases = build_cases()
     if os.path.isdir(args.out):
         shutil.rmtree(args.out)
@@ -1218,7 +1406,7 @@ def main() -> int:
                 assert closest >= math.log10(1.001), f"{name}: a decision value is within 1.001x of tau"
             home_rows = sum(1 for e in ref["telemetry"] if e["home_elements"] > 0)
             total = sum(e["home_elements"] for e in ref["telemetry"])
-            n_el = sum(d for _, d in TENSORS)
+            n_el = sum(theta0[k].size for k in NAMES)
             full = sum(1 for e in ref["telemetry"] if e["home_elements"] == n_el)
             # (-ew: never-active elements are home at every row; some element must switch)
             assert 0 < home_rows and (home_rows < len(ref["telemetry"]) or rule.endswith("-ew")), \
@@ -1265,6 +1453,8 @@ def main() -> int:
             note = (f"N_sma: {int(np.sum(ns < 5))} SGD steps, min |N_sma-5| = {float(np.min(np.abs(ns - 5))):.4g}")
         if rule == "miadam":
             note = f"phase 1 for t <= {cfg['switch_step']}"
+        if cfg.get("state_dtype") == "q8":
+            note += ("; " if note else "") + check_q8(name, cfg, theta0, raw, ref, ref32, expected, tol)
         if case["nonfinite"]:
             note = "skipped rows " + ", ".join(str(r) for r, *_ in case["nonfinite"]) + f"; final t = {ref['t']}"
 

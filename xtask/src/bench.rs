@@ -131,6 +131,16 @@ pub(crate) fn bench() {
             global / ew
         ));
     }
+    let q8: Vec<String> = [
+        ("adamw_q8s", "adamw_f32"),
+        ("homeadamw_ew_q8s", "homeadamw_ew_f32"),
+    ]
+    .iter()
+    .filter_map(|&(q8, f32)| Some(format!("{q8} {:.2}×", find(q8)? / find(f32)?)))
+    .collect();
+    if !q8.is_empty() {
+        table.push_str(&format!("\nq8 state / f32 state step time: {}\n", q8.join(", ")));
+    }
     let parallel: Vec<String> = steps
         .iter()
         .filter_map(|t2| {

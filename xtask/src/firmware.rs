@@ -15,6 +15,9 @@ use crate::run;
 struct Board {
     /// The firmware's cargo feature for the board (firmware/Cargo.toml).
     feature: &'static str,
+    /// Another firmware feature built with it (`q8-state`), in a target directory of its own;
+    /// empty for none.
+    extra: &'static str,
     /// The Rust target.
     target: &'static str,
     /// Flags added to the target's `rustflags` of firmware/.cargo/config.toml (a TOML array).
@@ -27,9 +30,10 @@ struct Board {
     resume_check: bool,
 }
 
-const BOARDS: [Board; 5] = [
+const BOARDS: [Board; 7] = [
     Board {
         feature: "netduinoplus2",
+        extra: "",
         target: "thumbv7em-none-eabihf",
         rustflags: "",
         qemu: "qemu-system-arm",
@@ -38,6 +42,7 @@ const BOARDS: [Board; 5] = [
     },
     Board {
         feature: "microbit",
+        extra: "",
         target: "thumbv6m-none-eabi",
         rustflags: "",
         qemu: "qemu-system-arm",
@@ -46,6 +51,7 @@ const BOARDS: [Board; 5] = [
     },
     Board {
         feature: "mps2-an500",
+        extra: "",
         target: "thumbv7em-none-eabihf",
         rustflags: r#"["-C", "target-cpu=cortex-m7"]"#,
         qemu: "qemu-system-arm",
@@ -54,6 +60,7 @@ const BOARDS: [Board; 5] = [
     },
     Board {
         feature: "mps2-an505",
+        extra: "",
         target: "thumbv8m.main-none-eabihf",
         rustflags: "",
         qemu: "qemu-system-arm",
@@ -62,10 +69,30 @@ const BOARDS: [Board; 5] = [
     },
     Board {
         feature: "sifive-e",
+        extra: "",
         target: "riscv32imac-unknown-none-elf",
         rustflags: "",
         qemu: "qemu-system-riscv32",
         machine: "sifive_e",
+        resume_check: false,
+    },
+    // 8-bit optimizer state on the M4F and on a 16 KiB part.
+    Board {
+        feature: "netduinoplus2",
+        extra: "q8-state",
+        target: "thumbv7em-none-eabihf",
+        rustflags: "",
+        qemu: "qemu-system-arm",
+        machine: "netduinoplus2",
+        resume_check: true,
+    },
+    Board {
+        feature: "microbit",
+        extra: "q8-state",
+        target: "thumbv6m-none-eabi",
+        rustflags: "",
+        qemu: "qemu-system-arm",
+        machine: "microbit",
         resume_check: false,
     },
 ];
@@ -96,34 +123,44 @@ const DECODER_BUILD: [&str; 6] = [
 ];
 
 impl Board {
-    fn get(feature: &str) -> &'static Board {
+    fn get(feature: &str, extra: &str) -> &'static Board {
         BOARDS
             .iter()
-            .find(|b| b.feature == feature)
+            .find(|b| b.feature == feature && b.extra == extra)
             .expect("a board of BOARDS")
     }
 
-    /// The target directory, relative to firmware/: a board with its own rustflags gets its own
-    /// (the default board's artifacts of the same target stay where README.md says).
+    /// The target directory, relative to firmware/: a board with its own rustflags or an extra
+    /// feature gets its own (the default board's artifacts of the same target stay where
+    /// README.md says).
     fn target_dir(&self) -> String {
-        match self.rustflags {
-            "" => "target".into(),
-            _ => format!("target/{}", self.feature),
+        match (self.rustflags, self.extra) {
+            ("", "") => "target".into(),
+            (_, "") => format!("target/{}", self.feature),
+            (_, extra) => format!("target/{extra}"),
+        }
+    }
+
+    /// The `--features` argument: the board's, and the extra one if any.
+    fn features(&self) -> String {
+        match self.extra {
+            "" => self.feature.into(),
+            extra => format!("{},{extra}", self.feature),
         }
     }
 
     /// Runs `cargo <command>` for this board (plus `extra`), in firmware/.
     fn cargo(&self, name: &str, command: &str, extra: &[&str]) {
-        let target_dir = self.target_dir();
+        let (target_dir, features) = (self.target_dir(), self.features());
         let mut args = vec![command, "--release", "--target", self.target];
-        args.extend(["--no-default-features", "--features", self.feature]);
+        args.extend(["--no-default-features", "--features", &features]);
         args.extend(["--target-dir", &target_dir]);
         let config = format!("target.{}.rustflags={}", self.target, self.rustflags);
         if !self.rustflags.is_empty() {
             args.extend(["--config", &config]);
         }
         args.extend(extra);
-        cargo_in(&format!("{name} ({})", self.feature), "firmware", &args);
+        cargo_in(&format!("{name} ({features})"), "firmware", &args);
     }
 
     fn elf(&self, bin: &str) -> String {
@@ -292,7 +329,8 @@ pub(crate) fn test() {
         );
     }
     cargo_in("firmware fmt", "firmware", &["fmt", "--", "--check"]);
-    Board::get(CLIPPY_BOARD).cargo("firmware clippy", "clippy", &["--", "-D", "warnings"]);
+    Board::get(CLIPPY_BOARD, "").cargo("firmware clippy", "clippy", &["--", "-D", "warnings"]);
+    Board::get("microbit", "q8-state").cargo("firmware clippy", "clippy", &["--", "-D", "warnings"]);
     let clippy = [&["clippy"], &REAL_BOARD[..], &["--", "-D", "warnings"]].concat();
     cargo_in("firmware clippy (stm32f405)", "firmware", &clippy);
     cargo_in(

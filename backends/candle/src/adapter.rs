@@ -4,7 +4,8 @@ use candle_core::backprop::GradStore;
 use candle_core::{bail, DType, Result, Tensor, Var};
 use candle_nn::VarMap;
 use homeadam_core::{
-    bf16, f16, Config, Dtype, ExactSum, Group, Optimizer, Step, StepReport, Storage, TensorAux,
+    bf16, f16, Config, Dtype, ExactSum, Group, Optimizer, Q8Block, StateStorage, Step, StepReport, Storage,
+    TensorAux,
 };
 
 use super::clip::{check_max_norm, clip_scale};
@@ -18,7 +19,8 @@ pub struct OptimConfig {
     /// The rule and its hyper-parameters; `core.lr` is the base rate η₀ and `core.weight_decay`
     /// the λ of decayed variables.
     pub core: Config,
-    /// Storage of the optimizer state (f32, bf16; f16 only with `core.allow_f16_state`).
+    /// Storage of the optimizer state (f32, bf16, q8 on the CPU; f16 only with
+    /// `core.allow_f16_state`).
     pub state_dtype: Dtype,
     /// Decay every variable; by default biases and normalisation parameters are not decayed
     /// (see [`crate::is_no_decay`]).
@@ -87,6 +89,7 @@ pub(crate) enum States {
     F32(Vec<Vec<f32>>),
     BF16(Vec<Vec<bf16>>),
     F16(Vec<Vec<f16>>),
+    Q8(Vec<Vec<Q8Block>>),
 }
 
 /// An optimizer over candle `Var`s that updates them in place: on the CPU with
@@ -126,11 +129,18 @@ fn core_err(e: homeadam_core::Error) -> candle_core::Error {
     candle_core::Error::Msg(format!("homeadam: {e}"))
 }
 
-pub(crate) fn fresh_states(dtype: Dtype, sizes: impl Iterator<Item = usize>) -> States {
+/// Zeroed state of `slots` slots for variables of `numels` elements.
+pub(crate) fn fresh_states(dtype: Dtype, slots: usize, numels: impl Iterator<Item = usize>) -> States {
+    fn fresh<S: StateStorage>(slots: usize, numels: impl Iterator<Item = usize>) -> Vec<Vec<S>> {
+        numels
+            .map(|n| vec![S::default(); slots * S::slot_len(n)])
+            .collect()
+    }
     match dtype {
-        Dtype::F32 => States::F32(sizes.map(|n| vec![0.0; n]).collect()),
-        Dtype::BF16 => States::BF16(sizes.map(|n| vec![bf16::ZERO; n]).collect()),
-        Dtype::F16 => States::F16(sizes.map(|n| vec![f16::ZERO; n]).collect()),
+        Dtype::F32 => States::F32(fresh(slots, numels)),
+        Dtype::BF16 => States::BF16(fresh::<bf16>(slots, numels)),
+        Dtype::F16 => States::F16(fresh::<f16>(slots, numels)),
+        Dtype::Q8 => States::Q8(fresh(slots, numels)),
     }
 }
 
@@ -167,8 +177,11 @@ impl VarOptimizer {
         let placement = if params.iter().all(|p| p.var.device().is_cpu()) {
             Placement::Host(fresh_states(
                 config.state_dtype,
-                params.iter().map(|p| slots * p.var.elem_count()),
+                slots,
+                params.iter().map(|p| p.var.elem_count()),
             ))
+        } else if config.state_dtype == Dtype::Q8 {
+            bail!("homeadam: q8 state is stepped on the CPU only by this adapter (use f32, bf16 or f16 state on a GPU)");
         } else {
             device_placement(&params, slots, config.state_dtype)?
         };
@@ -394,13 +407,14 @@ fn step_host(
         States::F32(s) => step_all(opt, params, active, s, aux, grad_scale),
         States::BF16(s) => step_all(opt, params, active, s, aux, grad_scale),
         States::F16(s) => step_all(opt, params, active, s, aux, grad_scale),
+        States::Q8(s) => step_all(opt, params, active, s, aux, grad_scale),
     }?;
     Ok((report, grad_norm))
 }
 
 /// One core step over the variables `active` (index, contiguous gradient): every variable is
 /// checked, then every variable is updated, each lent by candle on its own.
-fn step_all<S: Storage>(
+fn step_all<S: StateStorage>(
     opt: &mut Optimizer,
     params: &[Param],
     active: &[(usize, Tensor)],
@@ -436,7 +450,7 @@ struct Phase<'a, 'o, S> {
     name: &'a str,
 }
 
-impl<S: Storage> Visit for Phase<'_, '_, S> {
+impl<S: StateStorage> Visit for Phase<'_, '_, S> {
     fn visit<P: Storage>(&mut self, param: &mut [P], grad: &[P]) -> Result<()> {
         let tensor = homeadam_core::Tensor::new(param, grad, self.state, self.aux).in_group(self.group);
         let done = if self.update {

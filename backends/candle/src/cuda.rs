@@ -257,6 +257,7 @@ impl DeviceState {
             Dtype::F32 => States::F32(host.iter().map(|b| from_bytes(b)).collect()),
             Dtype::BF16 => States::BF16(host.iter().map(|b| from_bytes(b)).collect()),
             Dtype::F16 => States::F16(host.iter().map(|b| from_bytes(b)).collect()),
+            Dtype::Q8 => bail!("homeadam: q8 state is not kept on a CUDA device"),
         })
     }
 
@@ -266,6 +267,7 @@ impl DeviceState {
             States::F32(s) => s.iter().map(|v| to_bytes(v)).collect(),
             States::BF16(s) => s.iter().map(|v| to_bytes(v)).collect(),
             States::F16(s) => s.iter().map(|v| to_bytes(v)).collect(),
+            States::Q8(_) => bail!("homeadam: q8 state is not kept on a CUDA device"),
         };
         for (bytes, buffer) in bytes.iter().zip(&mut self.buffers) {
             if !bytes.is_empty() {
@@ -292,6 +294,7 @@ fn checkpoint(
         States::F32(s) => write_core(core, params, s, aux, which, &mut bytes),
         States::BF16(s) => write_core(core, params, s, aux, which, &mut bytes),
         States::F16(s) => write_core(core, params, s, aux, which, &mut bytes),
+        States::Q8(s) => write_core(core, params, s, aux, which, &mut bytes),
     }?;
     Ok(bytes)
 }

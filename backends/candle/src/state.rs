@@ -24,7 +24,7 @@
 
 use candle_core::{bail, Result};
 use homeadam_core::backend::Crc32;
-use homeadam_core::{Group, Optimizer, SliceSink, Storage, TensorAux, TensorState, TensorStateMut};
+use homeadam_core::{Group, Optimizer, SliceSink, StateStorage, TensorAux, TensorState, TensorStateMut};
 
 use std::borrow::Cow;
 
@@ -40,7 +40,7 @@ fn core_err(e: homeadam_core::Error) -> candle_core::Error {
 }
 
 /// Appends the core checkpoint of every variable, lent as it is (no copy), after its length.
-fn save_core<S: Storage>(
+fn save_core<S: StateStorage>(
     opt: &Optimizer,
     params: &[Param],
     states: &[Vec<S>],
@@ -56,7 +56,7 @@ fn save_core<S: Storage>(
 }
 
 /// Appends the core checkpoint of the variables `which` (indices into `params`, in order).
-pub(crate) fn write_core<S: Storage>(
+pub(crate) fn write_core<S: StateStorage>(
     opt: &Optimizer,
     params: &[Param],
     states: &[Vec<S>],
@@ -86,7 +86,7 @@ pub(crate) fn write_core<S: Storage>(
 }
 
 /// Loads the core checkpoint into the variables' state; the core changes nothing on error.
-fn load_core<S: Storage>(
+fn load_core<S: StateStorage>(
     opt: &mut Optimizer,
     params: &[Param],
     states: &mut [Vec<S>],
@@ -192,6 +192,7 @@ impl VarOptimizer {
             States::F32(s) => save_core(core, params, s, &aux, &mut out)?,
             States::BF16(s) => save_core(core, params, s, &aux, &mut out)?,
             States::F16(s) => save_core(core, params, s, &aux, &mut out)?,
+            States::Q8(s) => save_core(core, params, s, &aux, &mut out)?,
         }
         let mut crc = Crc32::default();
         crc.update(&out);
@@ -319,8 +320,8 @@ impl VarOptimizer {
             #[cfg(feature = "cuda")]
             Placement::Device(d) => {
                 let slots = opt.config().state_slots();
-                let sizes = params.iter().map(|p| slots * p.var.elem_count());
-                let mut states = fresh_states(self.config.state_dtype, sizes);
+                let sizes = params.iter().map(|p| p.var.elem_count());
+                let mut states = fresh_states(self.config.state_dtype, slots, sizes);
                 let mut aux = self.aux.clone();
                 load_into(opt, params, &mut states, &mut aux, core)?;
                 d.upload(&states)?;
@@ -345,5 +346,6 @@ fn load_into(
         States::F32(s) => load_core(opt, params, s, aux, core),
         States::BF16(s) => load_core(opt, params, s, aux, core),
         States::F16(s) => load_core(opt, params, s, aux, core),
+        States::Q8(s) => load_core(opt, params, s, aux, core),
     }
 }

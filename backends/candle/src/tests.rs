@@ -464,6 +464,9 @@ fn every_optimizer_resumes_to_the_same_bits() {
         let mut bf16_state = config.clone();
         bf16_state.state_dtype = homeadam_core::Dtype::BF16;
         assert_resumes(&bf16_state, 3, 6, false, &format!("{name}, bf16 state"));
+        let mut q8_state = config.clone();
+        q8_state.state_dtype = homeadam_core::Dtype::Q8;
+        assert_resumes(&q8_state, 3, 6, false, &format!("{name}, q8 state"));
     }
 }
 

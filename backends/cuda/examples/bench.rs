@@ -33,6 +33,7 @@ fn random_bytes(numel: usize, d: Dtype, scale: f32, seed: u64) -> Vec<u8> {
         Dtype::F32 => out.copy_from_slice(&x(i).to_le_bytes()),
         Dtype::F16 => out.copy_from_slice(&f16::from_f32(x(i)).to_bits().to_le_bytes()),
         Dtype::BF16 => out.copy_from_slice(&bf16::from_f32(x(i)).to_bits().to_le_bytes()),
+        Dtype::Q8 => unreachable!("parameters and gradients are never q8"),
     };
     let mut bytes = vec![0u8; numel * d.size()];
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -52,7 +53,8 @@ fn random_bytes(numel: usize, d: Dtype, scale: f32, seed: u64) -> Vec<u8> {
 struct Row {
     name: String,
     dtypes: String,
-    bytes_per_param: usize,
+    /// Bytes read and written per parameter (q8: its block scales included).
+    bytes_per_param: f64,
     ms: f64,
 }
 
@@ -94,7 +96,7 @@ fn bench_rule(
     for k in 0..TENSORS {
         let param = stream.clone_htod(&values.get(p, false, per)[k])?;
         let grad = stream.clone_htod(&values.get(g, true, per)[k])?;
-        let state = stream.alloc_zeros::<u8>(per * slots * s.size())?;
+        let state = stream.alloc_zeros::<u8>(slots * s.slot_bytes(per))?;
         buffers.push((param, grad, state));
     }
     let tensors: Vec<DeviceTensor> = buffers
@@ -127,7 +129,8 @@ fn bench_rule(
     Ok(Row {
         name: label.to_string(),
         dtypes: format!("{}/{}/{}", p.name(), g.name(), s.name()),
-        bytes_per_param: 2 * p.size() + g.size() + 2 * slots * s.size(),
+        bytes_per_param: (2 * p.size() + g.size()) as f64
+            + (2 * slots * s.slot_bytes(per)) as f64 / per as f64,
         ms: median(times) * 1e3,
     })
 }
@@ -178,7 +181,7 @@ fn torch_row(numel: usize) -> Option<Row> {
     Some(Row {
         name: format!("torch {version} AdamW(fused=True)"),
         dtypes: "f32/f32/f32".into(),
-        bytes_per_param: 28,
+        bytes_per_param: 28.0,
         ms,
     })
 }
@@ -204,6 +207,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         param: Dtype::BF16,
         grad: Dtype::BF16,
         state: Dtype::F32,
+    };
+    let q8 = Dtypes {
+        state: Dtype::Q8,
+        ..bf16_f32
     };
     let trust = |mut c: Config| {
         c.finite_check = FiniteCheck::Trust;
@@ -237,6 +244,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("homeadamw global", Config::new(global), bf16_f32),
         ("homeadamw-ew", Config::new(ew), bf16_f32),
         ("homeadamw-ew", Config::new(ew), all(Dtype::BF16)),
+        ("adamw", Config::new(Rule::AdamW), q8),
+        ("homeadamw-ew", Config::new(ew), q8),
     ];
     let mut values = HostValues::default();
     let mut rows = Vec::new();
@@ -247,9 +256,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("| rule | θ/g/state | B/param | ms/step | GB/s | of copy |");
     println!("|---|---|---:|---:|---:|---:|");
     for r in &rows {
-        let gbps = (r.bytes_per_param * numel) as f64 / (r.ms * 1e-3) / 1e9;
+        let gbps = r.bytes_per_param * numel as f64 / (r.ms * 1e-3) / 1e9;
         println!(
-            "| {} | {} | {} | {:.3} | {:.0} | {:.0} % |",
+            "| {} | {} | {:.2} | {:.3} | {:.0} | {:.0} % |",
             r.name,
             r.dtypes,
             r.bytes_per_param,

@@ -14,6 +14,9 @@
 // the first passes read only beta2, 1 - beta2, bc2 and 1 / grad_scale, which no group changes,
 // so they take the step's scalars.
 //
+// q8 state (HaQ8Block, homeadam_math.h): the update takes one block of every slot at a time, one
+// element per thread (HaChunk), and the first passes read v dequantized (HaSecondMoments).
+//
 // Exact sums (homeadam_exact.h): SWATS's Adam phase sums each tensor's pᵀp and pᵀg, and
 // ha_grad_sq_{g} sums every g², in the core's ExactSum format. Each block adds its products
 // with integer atomics to accumulators in dynamic shared memory, normalizes them, and adds
@@ -24,8 +27,9 @@
 
 #include "homeadam_exact.h"
 
-// One tensor: device pointers (state slots one after the other, each numel long) and the
-// per-tensor results of the step, written by the kernels.
+// One tensor: device pointers (state slots one after the other, each numel elements long, or for
+// q8 ⌈numel / HA_Q8_BLOCK⌉ HaQ8Blocks) and the per-tensor results of the step, written by the
+// kernels.
 struct HaTensor {
     ha_u64 param, grad, state, numel;
     HaVmin vmin_pre;   // the minima of the first pass's v_t
@@ -73,6 +77,10 @@ extern "C" __global__ void ha_reset(HaTensor* tensors, ha_u32 count, const ha_u6
 
 __device__ static inline ha_u32 ha_warp_min(ha_u32 x) {
     for (int o = 16; o > 0; o >>= 1) { ha_u32 y = __shfl_xor_sync(0xffffffffu, x, o); x = y < x ? y : x; }
+    return x;
+}
+__device__ static inline ha_u32 ha_warp_max(ha_u32 x) {
+    for (int o = 16; o > 0; o >>= 1) { ha_u32 y = __shfl_xor_sync(0xffffffffu, x, o); x = y > x ? y : x; }
     return x;
 }
 __device__ static inline ha_u32 ha_warp_sum(ha_u32 x) {
@@ -151,10 +159,23 @@ __device__ void ha_check(const HaTensor* tensors, const HaBlock* blocks, float i
     if (ha_warp_any(bad) && (threadIdx.x & 31) == 0) atomicExch(&status->nonfinite, 1u);
 }
 
+// The q8 maps copied to shared memory (see HaQ8Maps); every thread of the block calls it.
+__device__ static inline HaQ8Maps ha_q8_shared_maps() {
+    __shared__ ha_u32 maps[256 + 128];
+    for (ha_u32 i = threadIdx.x; i < 256 + 128; i += blockDim.x) {
+        maps[i] = i < 256 ? ha_q8_unsigned[i] : ha_q8_signed[i - 256];
+    }
+    __syncthreads();
+    HaQ8Maps m = {maps, maps + 256};
+    return m;
+}
+
 // Calls visit(v_t) for every element of the block's chunk, v_t = β2 v + (1 − β2) g² as the update
-// computes it (not stored; g unscaled); returns whether an unscaled g was not finite.
-template <typename G, typename S, typename F>
-__device__ static inline ha_u32 ha_each_second_moment(const HaTensor& t, HaBlock blk, const HaScalars& s, F& visit) {
+// computes it (not stored; g unscaled); returns whether an unscaled g was not finite. State S of
+// one element per parameter; q8 below.
+template <typename G, typename S> struct HaSecondMoments {
+template <typename F>
+__device__ static inline ha_u32 each(const HaTensor& t, HaBlock blk, const HaScalars& s, F& visit) {
     const G* grad = (const G*)t.grad;
     const S* v = (const S*)t.state + t.numel;
     ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < t.numel ? start + HA_CHUNK : t.numel;
@@ -178,6 +199,26 @@ __device__ static inline ha_u32 ha_each_second_moment(const HaTensor& t, HaBlock
     }
     return bad;
 }
+};
+
+// q8 state: v dequantized (HomeAdam's v, slot 1).
+template <typename G> struct HaSecondMoments<G, HaQ8Block> {
+template <typename F>
+__device__ static inline ha_u32 each(const HaTensor& t, HaBlock blk, const HaScalars& s, F& visit) {
+    const G* grad = (const G*)t.grad;
+    const HaQ8Maps maps = ha_q8_shared_maps();
+    const HaQ8Block* v = (const HaQ8Block*)t.state + ha_q8_blocks(t.numel);
+    const bool unsigned_map = ha_q8_unsigned_slot<HA_RULE_HOMEADAM>(1);
+    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < t.numel ? start + HA_CHUNK : t.numel;
+    ha_u32 bad = 0;
+    for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+        float g = ha_to_f32(grad[i]) * s.inv_grad_scale;
+        bad |= ha_nonfinite(g);
+        visit(ha_second_moment(s, ha_q8_load(maps, v, unsigned_map, i), g));
+    }
+    return bad;
+}
+};
 
 // The global and per-layer first pass: the minima of v_t (all, active) per tensor and over the
 // model, and the non-finite flag.
@@ -190,7 +231,7 @@ __device__ void ha_home_pre(HaTensor* tensors, const HaBlock* blocks, HaScalars 
         vmin.all = ha_min_bits(vmin.all, v);
         if (v > 0.0f) vmin.active = ha_min_bits(vmin.active, v);
     };
-    ha_u32 bad = ha_each_second_moment<G, S>(t, blk, s, fold);
+    ha_u32 bad = HaSecondMoments<G, S>::each(t, blk, s, fold);
     vmin.all = ha_warp_min(vmin.all);
     vmin.active = ha_warp_min(vmin.active);
     if ((threadIdx.x & 31) == 0) {
@@ -217,7 +258,7 @@ __device__ void ha_home_hist(const HaTensor* tensors, const HaBlock* blocks, HaS
     auto count = [&s](float v) {
         if (v > 0.0f) atomicAdd(&counts[ha_bucket(v / s.bc2)], 1u);
     };
-    ha_u32 bad = ha_each_second_moment<G, S>(tensors[blk.tensor], blk, s, count);
+    ha_u32 bad = HaSecondMoments<G, S>::each(tensors[blk.tensor], blk, s, count);
     __syncthreads();
     for (ha_u32 i = threadIdx.x; i < HA_BUCKETS; i += blockDim.x) {
         if (counts[i] != 0) atomicAdd(hist + i, (ha_u64)counts[i]);
@@ -228,18 +269,15 @@ __device__ void ha_home_hist(const HaTensor* tensors, const HaBlock* blocks, HaS
 // What a thread's elements add to the step's results.
 struct HaAcc { ha_u32 home, vmin, bad; };
 
-// One element: θ (P) and its state slots (S) updated in place from the stored gradient; in
-// SWATS's Adam phase, step² and step · grad go to the block's two exact accumulators.
-template <int RULE, typename P, typename S>
-__device__ static inline void ha_update_one(const HaScalars& s, ha_u32 flags, int branch, bool stochastic, ha_u64 key,
-                                            ha_u64 i, P& param, float grad, S* slots, HaAcc& acc) {
-    float st[HA_MAX_SLOTS] = {};
-    for (int k = 0; k < HaRule<RULE>::SLOTS; k++) st[k] = ha_to_f32(slots[k]);
+// One element: θ (P) and its state slots st (as f32) updated in place from the stored gradient;
+// in SWATS's Adam phase, step² and step · grad go to the block's two exact accumulators.
+template <int RULE, typename P>
+__device__ static inline void ha_update_elem(const HaScalars& s, ha_u32 flags, int branch, bool stochastic, ha_u64 key,
+                                             ha_u64 i, P& param, float grad, float* st, HaAcc& acc) {
     float g = grad * s.inv_grad_scale;
     acc.bad |= ha_nonfinite(g);
     HaElem e = ha_element<RULE>(s, flags, branch, ha_to_f32(param), g, st);
     param = stochastic ? ha_from_f32_stochastic<P>(e.p, ha_stochastic_bits(key, i)) : HaStore<P>::from_f32(e.p);
-    for (int k = 0; k < HaRule<RULE>::SLOTS; k++) slots[k] = HaStore<S>::from_f32(st[k]);
     if (HaRule<RULE>::RHO_SLOT >= 0) acc.vmin = ha_min_bits(acc.vmin, st[HaRule<RULE>::RHO_SLOT]);
     acc.home += e.home;
     if (RULE == HA_RULE_SWATS_ADAM) {
@@ -248,24 +286,33 @@ __device__ static inline void ha_update_one(const HaScalars& s, ha_u32 flags, in
     }
 }
 
-template <int RULE, typename P, typename G, typename S>
-__device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, const HaScalars* groups, ha_u32 flags,
-                          ha_u64 sr_base, HaStatus* status, ha_u64* dots) {
-    if (*(volatile ha_u32*)&status->nonfinite) return;
-    HaBlock blk = blocks[blockIdx.x];
-    HaTensor& t = tensors[blk.tensor];
-    const HaScalars s = groups[t.group];
+// ha_update_elem with the state slots stored as S.
+template <int RULE, typename P, typename S>
+__device__ static inline void ha_update_one(const HaScalars& s, ha_u32 flags, int branch, bool stochastic, ha_u64 key,
+                                            ha_u64 i, P& param, float grad, S* slots, HaAcc& acc) {
+    float st[HA_MAX_SLOTS] = {};
+    for (int k = 0; k < HaRule<RULE>::SLOTS; k++) st[k] = ha_to_f32(slots[k]);
+    ha_update_elem<RULE, P>(s, flags, branch, stochastic, key, i, param, grad, st, acc);
+    for (int k = 0; k < HaRule<RULE>::SLOTS; k++) slots[k] = HaStore<S>::from_f32(st[k]);
+}
+
+// What the update of one chunk needs besides the tensor.
+struct HaStepCtx {
+    HaScalars s;
+    ha_u32 flags;
+    int branch;
+    bool stochastic;
+    ha_u64 key;  // the tensor's step key
+};
+
+// Updates the elements [start, end) of tensor t, state S of one element per parameter; q8 below.
+template <int RULE, typename P, typename G, typename S> struct HaChunk {
+__device__ static inline void update(const HaTensor& t, const HaStepCtx& c, ha_u64 start, ha_u64 end, HaAcc& acc) {
     P* param = (P*)t.param;
     const G* grad = (const G*)t.grad;
     S* state = (S*)t.state;
     ha_u64 n = t.numel;
-    int branch = ha_home_branch(flags, status->vmin_pre, t.vmin_pre, s);
-    bool stochastic = (flags & HA_STOCHASTIC) != 0;
-    ha_u64 key = ha_tensor_key(sr_base, blk.tensor);
-    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < n ? start + HA_CHUNK : n;
-    HaAcc acc = {0u, HA_INF_BITS, 0u};
     const int slots = HaRule<RULE>::SLOTS;
-    if (RULE == HA_RULE_SWATS_ADAM) ha_exact_block_begin(2);
     if (ha_vectorizable(t)) {
         for (ha_u64 i = start + 4 * threadIdx.x; i < end; i += 4 * blockDim.x) {
             HaPack<P> ps = ha_load4(param + i);
@@ -275,8 +322,8 @@ __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, const HaScal
             for (int j = 0; j < 4; j++) {
                 S st[HA_MAX_SLOTS];
                 for (int k = 0; k < slots; k++) st[k] = ss[k].e[j];
-                ha_update_one<RULE, P, S>(s, flags, branch, stochastic, key, i + j, ps.e[j], ha_to_f32(gs.e[j]), st,
-                                          acc);
+                ha_update_one<RULE, P, S>(c.s, c.flags, c.branch, c.stochastic, c.key, i + j, ps.e[j],
+                                          ha_to_f32(gs.e[j]), st, acc);
                 for (int k = 0; k < slots; k++) ss[k].e[j] = st[k];
             }
             ha_store4(param + i, ps);
@@ -286,10 +333,77 @@ __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, const HaScal
         for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
             S st[HA_MAX_SLOTS];
             for (int k = 0; k < slots; k++) st[k] = state[k * n + i];
-            ha_update_one<RULE, P, S>(s, flags, branch, stochastic, key, i, param[i], ha_to_f32(grad[i]), st, acc);
+            ha_update_one<RULE, P, S>(c.s, c.flags, c.branch, c.stochastic, c.key, i, param[i], ha_to_f32(grad[i]),
+                                      st, acc);
             for (int k = 0; k < slots; k++) state[k * n + i] = st[k];
         }
     }
+}
+};
+
+// q8 state: one HaQ8Block per slot at a time, thread j its element j (blockDim.x == HA_Q8_BLOCK;
+// chunks start at a block, HA_CHUNK being a multiple of it). Each element is dequantized, updated
+// as with f32 state, then every slot of the block is stored again: the block's max |x| (as f32
+// bits, so that any non-finite element, whose bits are ≥ +∞'s, poisons it) through shared
+// memory, then each element's code with its stochastic bits.
+template <int RULE, typename P, typename G> struct HaChunk<RULE, P, G, HaQ8Block> {
+__device__ static inline void update(const HaTensor& t, const HaStepCtx& c, ha_u64 start, ha_u64 end, HaAcc& acc) {
+    __shared__ ha_u32 warp_max[HA_MAX_SLOTS][HA_Q8_BLOCK / 32];
+    const HaQ8Maps maps = ha_q8_shared_maps();
+    P* param = (P*)t.param;
+    const G* grad = (const G*)t.grad;
+    HaQ8Block* state = (HaQ8Block*)t.state;
+    ha_u64 nb = ha_q8_blocks(t.numel);
+    const int slots = HaRule<RULE>::SLOTS;
+    ha_u64 keys[HA_MAX_SLOTS];
+    for (int k = 0; k < slots; k++) keys[k] = ha_q8_slot_key(c.key, k);
+    for (ha_u64 b = start / HA_Q8_BLOCK; b * HA_Q8_BLOCK < end; b++) {
+        ha_u64 i = b * HA_Q8_BLOCK + threadIdx.x;
+        bool in = i < end;
+        float st[HA_MAX_SLOTS] = {};
+        if (in) {
+            for (int k = 0; k < slots; k++) st[k] = ha_q8_load(maps, state + k * nb, ha_q8_unsigned_slot<RULE>(k), i);
+            ha_update_elem<RULE, P>(c.s, c.flags, c.branch, c.stochastic, c.key, i, param[i], ha_to_f32(grad[i]), st,
+                                    acc);
+        }
+        for (int k = 0; k < slots; k++) {
+            ha_u32 m = ha_warp_max(in ? ha_bits(ha_abs(st[k])) : 0u);
+            if ((threadIdx.x & 31) == 0) warp_max[k][threadIdx.x / 32] = m;
+        }
+        __syncthreads();
+        for (int k = 0; k < slots; k++) {
+            ha_u32 m = 0;
+            for (int w = 0; w < HA_Q8_BLOCK / 32; w++) m = warp_max[k][w] > m ? warp_max[k][w] : m;
+            float a = ha_q8_scale(m);
+            HaQ8Block& q = state[k * nb + b];
+            bool unsigned_map = ha_q8_unsigned_slot<RULE>(k);
+            ha_u32 code = in ? ha_q8_code(maps, unsigned_map, st[k], a, ha_stochastic_bits(keys[k], i)) : 0u;
+            q.codes[threadIdx.x] = (ha_u8)code;
+            if (threadIdx.x == 0) q.scale = a;
+        }
+        // warp_max is written again for the next block.
+        __syncthreads();
+    }
+}
+};
+
+template <int RULE, typename P, typename G, typename S>
+__device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, const HaScalars* groups, ha_u32 flags,
+                          ha_u64 sr_base, HaStatus* status, ha_u64* dots) {
+    if (*(volatile ha_u32*)&status->nonfinite) return;
+    HaBlock blk = blocks[blockIdx.x];
+    HaTensor& t = tensors[blk.tensor];
+    HaStepCtx c;
+    c.s = groups[t.group];
+    c.flags = flags;
+    c.branch = ha_home_branch(flags, status->vmin_pre, t.vmin_pre, c.s);
+    c.stochastic = (flags & HA_STOCHASTIC) != 0;
+    c.key = ha_tensor_key(sr_base, blk.tensor);
+    ha_u64 n = t.numel;
+    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < n ? start + HA_CHUNK : n;
+    HaAcc acc = {0u, HA_INF_BITS, 0u};
+    if (RULE == HA_RULE_SWATS_ADAM) ha_exact_block_begin(2);
+    HaChunk<RULE, P, G, S>::update(t, c, start, end, acc);
     // dots: per tensor, the accumulators of pᵀp and pᵀg.
     if (RULE == HA_RULE_SWATS_ADAM) ha_exact_block_end(2, dots + (ha_u64)blk.tensor * 2 * HA_EXACT_WORDS);
     ha_u32 home = acc.home, vmin = acc.vmin, bad = acc.bad;

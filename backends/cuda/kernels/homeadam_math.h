@@ -12,6 +12,7 @@
 #include <math.h>
 #define __host__
 #define __device__
+#define __constant__
 #endif
 
 #define HA_FN __host__ __device__ static inline
@@ -27,6 +28,7 @@
 typedef unsigned int ha_u32;
 typedef unsigned long long ha_u64;
 typedef unsigned short ha_u16;
+typedef unsigned char ha_u8;
 
 // Storage types: f16 and bf16 are their raw bits (sign-magnitude, like the core's `half` types).
 struct ha_f16 { ha_u16 bits; };
@@ -317,12 +319,78 @@ template <int RULE> HA_FN HaElem ha_element(const HaScalars& s, ha_u32 flags, in
     }
 }
 
-// State slots of each rule id and the slot of v (−1: none): the core's Config::state_slots and
-// Config::rho_slot, through kernels.rs.
+// State slots of each rule id, the slot of v (−1: none) and the q8 state slots on the unsigned
+// map (bit k: slot k): the core's Config::state_slots, Config::rho_slot and Config::q8_map,
+// through kernels.rs.
 template <int RULE> struct HaRule;
-#define HA_RULE_TRAITS(name, id, slots, rho_slot) \
-    template <> struct HaRule<id> { static const int SLOTS = slots; static const int RHO_SLOT = rho_slot; };
+#define HA_RULE_TRAITS(name, id, slots, rho_slot, q8_unsigned)                                          \
+    template <> struct HaRule<id> {                                                                     \
+        static const int SLOTS = slots;                                                                 \
+        static const int RHO_SLOT = rho_slot;                                                           \
+        static const ha_u32 Q8_UNSIGNED = q8_unsigned;                                                  \
+    };
 HA_RULE_KERNELS(HA_RULE_TRAITS)
 #undef HA_RULE_TRAITS
+
+// ---- q8 state (core/src/q8.rs) ------------------------------------------------------------
+
+// HA_Q8_BLOCK elements of one state slot, the core's Q8Block (repr(C)): element j is T[codes[j]] ·
+// scale, T the slot's map: the unsigned V[c] (second moments) or the signed ±M[c & 127] (bit 7 the
+// sign). Slot k of a tensor of n elements is blocks [k·nb, (k + 1)·nb), nb = ⌈n / HA_Q8_BLOCK⌉.
+struct HaQ8Block { float scale; ha_u8 codes[HA_Q8_BLOCK]; };
+static_assert(sizeof(HaQ8Block) == HA_SIZE_Q8, "HaQ8Block is the core's Q8Block (repr(C))");
+
+// The maps as f32 bits, the core's homeadam_core::q8::{UNSIGNED, SIGNED} through kernels.rs. The
+// kernels read copies in shared memory (HaQ8Maps): lookups with divergent codes cost a few bank
+// conflicts there, where constant memory would serialize them.
+static __constant__ ha_u32 ha_q8_unsigned[256] = {HA_Q8_UNSIGNED};
+static __constant__ ha_u32 ha_q8_signed[128] = {HA_Q8_SIGNED};
+
+// Where the maps are read: V (256 entries) and M (128 magnitudes), as f32 bits.
+struct HaQ8Maps { const ha_u32* unsigned_map; const ha_u32* signed_map; };
+
+HA_FN ha_u64 ha_q8_blocks(ha_u64 n) { return (n + HA_Q8_BLOCK - 1) / HA_Q8_BLOCK; }
+// Whether q8 state slot k of rule RULE is on the unsigned map.
+template <int RULE> HA_FN bool ha_q8_unsigned_slot(int k) { return ((HaRule<RULE>::Q8_UNSIGNED >> k) & 1u) != 0; }
+// The key of slot k's rounding bits: mix64(key ^ salt ^ k), key the tensor's step key.
+HA_FN ha_u64 ha_q8_slot_key(ha_u64 key, int k) { return ha_mix64(key ^ HA_Q8_SALT ^ (ha_u64)k); }
+
+// T[j] of the unsigned (V) or signed (M, magnitudes) map.
+HA_FN float ha_q8_entry(const HaQ8Maps& maps, bool unsigned_map, ha_u32 j) {
+    return ha_float(unsigned_map ? maps.unsigned_map[j] : maps.signed_map[j]);
+}
+
+// Element i of a slot stored as q8 blocks: ±T[c] · scale (one f32 multiply).
+HA_FN float ha_q8_load(const HaQ8Maps& maps, const HaQ8Block* slot, bool unsigned_map, ha_u64 i) {
+    const HaQ8Block& b = slot[i / HA_Q8_BLOCK];
+    ha_u32 c = b.codes[i % HA_Q8_BLOCK];
+    float t = ha_q8_entry(maps, unsigned_map, unsigned_map ? c : c & 0x7fu);
+    return (!unsigned_map && (c & 0x80u) ? -t : t) * b.scale;
+}
+
+// The scale of a block whose largest ha_bits(|x|) is max_bits: that |x| (0 for an all-zero
+// block), or NaN when an element is not finite (its |x| bits are ≥ those of +∞).
+HA_FN float ha_q8_scale(ha_u32 max_bits) {
+    return max_bits >= HA_INF_BITS ? ha_float(0x7fc00000u) : ha_float(max_bits);
+}
+
+// The code of x in a block of scale a (ha_q8_scale; code 0 when a is 0 or NaN): u = |x| / a
+// (IEEE division) rounded stochastically between T[j] ≤ u < T[j + 1] with the 24 bits r, up when
+// (r · 2^-24) · (T[j+1] − T[j]) < u − T[j]; on the unsigned map a u > 0 never becomes code 0.
+HA_FN ha_u32 ha_q8_code(const HaQ8Maps& maps, bool unsigned_map, float x, float a, ha_u32 r) {
+    if (!(a > 0.0f)) return 0u;
+    float u = ha_abs(x) / a;
+    ha_u32 len = unsigned_map ? 256u : 128u, j = 0;
+    // The largest j with T[j] ≤ u: a binary search over the ascending map.
+    for (ha_u32 step = len / 2; step > 0; step /= 2) {
+        if (ha_q8_entry(maps, unsigned_map, j + step) <= u) j += step;
+    }
+    if (j + 1 < len) {
+        float lo = ha_q8_entry(maps, unsigned_map, j), hi = ha_q8_entry(maps, unsigned_map, j + 1);
+        if (((float)r * (1.0f / 16777216.0f)) * (hi - lo) < u - lo) j += 1;
+    }
+    if (unsigned_map) return j == 0 && u > 0.0f ? 1u : j;
+    return j == 0 ? 0u : x < 0.0f ? (j | 0x80u) : j;
+}
 
 #endif

@@ -18,11 +18,13 @@
 //! # One source for the metadata
 //!
 //! The rule ids (`HA_RULE_*`), the flag bits (`HA_*`, [`flags`]), [`CHUNK`] (`HA_CHUNK`), the
-//! buckets of a calibration histogram (`HA_BUCKETS`, the core's [`BUCKETS`]), the sizes of the
+//! buckets of a calibration histogram (`HA_BUCKETS`, the core's [`BUCKETS`]), the q8 state's block
+//! size, slot-key salt and code maps (`HA_Q8_BLOCK`, `HA_Q8_SALT`, `HA_Q8_UNSIGNED`,
+//! `HA_Q8_SIGNED`: the core's [`q8`] constants and tables, as `f32` bits), the sizes of the
 //! structs the host shares with the kernels (`HA_SIZE_*`, asserted by the C sources), the format of
 //! [`ExactSum`] (`HA_EXACT_*`, from the core's constants), each
 //! update kernel's state slots and ρ slot (from the core's [`Config::state_slots`] and
-//! [`Config::rho_slot`]) and the kernel lists (`HA_RULE_KERNELS`, `HA_STORAGE_P/G/S`, from which
+//! [`Config::rho_slot`]), the q8 map of each slot (from [`Config::q8_map`]) and the kernel lists (`HA_RULE_KERNELS`, `HA_STORAGE_P/G/S`, from which
 //! the C sources build every kernel name) are defined here only, as [`defines`]. The C files
 //! define none of them: `homeadam_math.h` includes `homeadam_defs.h` unless `HA_METADATA` is
 //! already defined, and each consumer gets the values from Rust:
@@ -34,6 +36,7 @@
 //!   `kernels/homeadam_defs.h`, which a unit test keeps equal to [`defs_header`].
 
 use homeadam_core::backend::{mix64, StepScalars, BUCKETS};
+use homeadam_core::q8::{self, Map, Q8Block};
 use homeadam_core::{Config, Dtype, ExactSum, RhoOver, Rule, Switch};
 
 use crate::device::{HaStatus, HaTensor};
@@ -48,8 +51,10 @@ pub const EXACT_HEADER: &str = include_str!("../kernels/homeadam_exact.h");
 pub const INSTANTIATIONS: &str = include_str!("../kernels/instantiations.cu");
 /// The architectures the compile check builds SASS for: Xavier, Orin, Ada, Hopper.
 pub const ARCHS: [&str; 4] = ["sm_72", "sm_87", "sm_89", "sm_90"];
-/// The storage types of the instantiations.
+/// The storage types of parameters and gradients in the instantiations.
 pub const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
+/// The storage types of the state in the instantiations: [`DTYPES`] and q8.
+pub const STATE_DTYPES: [Dtype; 4] = [Dtype::F32, Dtype::F16, Dtype::BF16, Dtype::Q8];
 /// Elements per block-table entry (`HA_CHUNK`).
 pub const CHUNK: usize = 16384;
 /// Dynamic shared memory of a kernel that sums into `sums` exact accumulators per block
@@ -183,6 +188,20 @@ impl UpdateKernel {
             k => k.config().rho_slot(),
         }
     }
+
+    /// The q8 state slots on the unsigned map ([`Config::q8_map`]), bit k for slot k.
+    pub const fn q8_unsigned(self) -> u32 {
+        let config = self.config();
+        let mut mask = 0;
+        let mut k = 0;
+        while k < config.state_slots() {
+            if matches!(config.q8_map(k), Map::Unsigned) {
+                mask |= 1 << k;
+            }
+            k += 1;
+        }
+        mask
+    }
 }
 
 /// The update kernel and its flag bits for `config` (SWATS in its SGD phase when
@@ -231,6 +250,7 @@ fn c_type(d: Dtype) -> &'static str {
         Dtype::F32 => "float",
         Dtype::F16 => "ha_f16",
         Dtype::BF16 => "ha_bf16",
+        Dtype::Q8 => "HaQ8Block",
     }
 }
 
@@ -260,6 +280,7 @@ pub fn defines() -> Vec<(String, String)> {
         ("SCALARS", std::mem::size_of::<StepScalars>()),
         ("TENSOR", std::mem::size_of::<HaTensor>()),
         ("STATUS", std::mem::size_of::<HaStatus>()),
+        ("Q8", std::mem::size_of::<Q8Block>()),
     ] {
         d.push((format!("HA_SIZE_{name}"), size.to_string()));
     }
@@ -274,28 +295,39 @@ pub fn defines() -> Vec<(String, String)> {
     ] {
         d.push((format!("HA_EXACT_{name}"), value));
     }
+    d.push(("HA_Q8_BLOCK".into(), q8::BLOCK.to_string()));
+    d.push(("HA_Q8_SALT".into(), format!("{:#x}ull", q8::SLOT_SALT)));
+    for (name, table) in [("UNSIGNED", &q8::UNSIGNED[..]), ("SIGNED", &q8::SIGNED[..])] {
+        let bits: Vec<String> = table.iter().map(|x| format!("{:#x}u", x.to_bits())).collect();
+        d.push((format!("HA_Q8_{name}"), bits.join(", ")));
+    }
     for k in UpdateKernel::ALL {
         d.push((k.id_macro(), k.id().to_string()));
     }
     let max_slots = UpdateKernel::ALL.map(UpdateKernel::state_slots).into_iter().max();
     d.push(("HA_MAX_SLOTS".into(), max_slots.unwrap_or(0).to_string()));
-    // X(name, id, state slots, ρ slot or −1) for every update kernel.
+    // X(name, id, state slots, ρ slot or −1, q8 slots on the unsigned map) for every update
+    // kernel.
     let rules: Vec<String> = UpdateKernel::ALL
         .iter()
         .map(|k| {
             let rho = k.rho_slot().map_or(-1, |s| s as i64);
-            format!("X({}, {}, {}, {rho})", k.name(), k.id_macro(), k.state_slots())
+            let (name, id, slots) = (k.name(), k.id_macro(), k.state_slots());
+            format!("X({name}, {id}, {slots}, {rho}, {}u)", k.q8_unsigned())
         })
         .collect();
     d.push(("HA_RULE_KERNELS(X)".into(), rules.join(" ")));
     // X(C type, name, context...) for every storage type; one list per nesting level, as a
     // macro is not expanded again inside its own expansion.
-    let types: Vec<String> = DTYPES
-        .iter()
-        .map(|&t| format!("X({}, {}, __VA_ARGS__)", c_type(t), t.name()))
-        .collect();
-    for level in ["P", "G", "S"] {
-        d.push((format!("HA_STORAGE_{level}(X, ...)"), types.join(" ")));
+    let types = |list: &[Dtype]| -> String {
+        let xs: Vec<String> = list
+            .iter()
+            .map(|&t| format!("X({}, {}, __VA_ARGS__)", c_type(t), t.name()))
+            .collect();
+        xs.join(" ")
+    };
+    for (level, list) in [("P", &DTYPES[..]), ("G", &DTYPES[..]), ("S", &STATE_DTYPES[..])] {
+        d.push((format!("HA_STORAGE_{level}(X, ...)"), types(list)));
     }
     d
 }
@@ -354,7 +386,7 @@ pub fn all_kernel_names() -> Vec<String> {
     for g in DTYPES {
         names.push(format!("ha_check_{}", g.name()));
         names.push(format!("ha_grad_sq_{}", g.name()));
-        for s in DTYPES {
+        for s in STATE_DTYPES {
             names.push(format!("ha_home_pre_{}_{}", g.name(), s.name()));
             names.push(format!("ha_home_hist_{}_{}", g.name(), s.name()));
         }
@@ -362,7 +394,7 @@ pub fn all_kernel_names() -> Vec<String> {
     for kernel in UpdateKernel::ALL {
         for p in DTYPES {
             for g in DTYPES {
-                for s in DTYPES {
+                for s in STATE_DTYPES {
                     names.push(kernel_name(kernel, p, g, s));
                 }
             }
@@ -401,7 +433,7 @@ mod tests {
                 1
             );
         }
-        assert_eq!(all_kernel_names().len(), 1 + 3 + 3 + 2 * 9 + 10 * 27);
+        assert_eq!(all_kernel_names().len(), 1 + 3 + 3 + 2 * 12 + 10 * 36);
     }
 
     #[test]
@@ -418,6 +450,10 @@ mod tests {
                 assert_eq!(kernel.state_slots(), c.state_slots(), "{}", c.name());
                 if kernel != UpdateKernel::SwatsSgd {
                     assert_eq!(kernel.rho_slot(), c.rho_slot(), "{}", c.name());
+                }
+                for k in 0..c.state_slots() {
+                    let unsigned = kernel.q8_unsigned() >> k & 1 == 1;
+                    assert_eq!(unsigned, c.q8_map(k) == Map::Unsigned, "{} slot {k}", c.name());
                 }
             }
         }

@@ -39,6 +39,11 @@
 //! a step that does not calibrate still has one sync. Skipped steps count nothing (the core
 //! ignores them).
 //!
+//! q8 state (`Dtypes::state == Dtype::Q8`, the core's `homeadam_core::q8`): the update dequantizes
+//! each 256-element block of every slot, updates it as `f32` state, and stores it again with the
+//! core's stochastic rounding (one thread block of 256 threads per q8 block at a time); the
+//! HomeAdam passes read the dequantized v.
+//!
 //! SWATS: its Adam phase (`swats_adam_*`) also sums each tensor's pᵀp and pᵀg exactly on the
 //! device; they are read back with the status, rounded by [`ExactSum::to_f64`], and the core's
 //! [`homeadam_core::Step::finish_external_swats`] runs the switch test on them with each
@@ -67,6 +72,9 @@ use calibration::decisions;
 /// Threads per block of every kernel.
 const THREADS: u32 = 256;
 
+// The q8 update gives each thread of a block one element of a q8 block.
+const _: () = assert!(THREADS as usize == homeadam_core::q8::BLOCK);
+
 /// One tensor of the model on the device: raw device pointers (e.g. from cudarc's
 /// `DevicePtr::device_ptr` or candle's `CudaStorage`), its element count and its parameter
 /// group.
@@ -77,7 +85,8 @@ pub struct DeviceTensor {
     /// g: `numel` elements of the gradient type.
     pub grad: u64,
     /// The state slots, one after the other: `Config::state_slots() · numel` elements of the
-    /// state type, zeroed before the first step.
+    /// state type, or for q8 `Config::state_slots() · ⌈numel / 256⌉` [`homeadam_core::Q8Block`]s
+    /// (`Optimizer::state_len_of`; 260 bytes each, 4-byte aligned); zeroed before the first step.
     pub state: u64,
     /// Number of parameters.
     pub numel: usize,
@@ -110,7 +119,7 @@ pub struct Dtypes {
     pub param: Dtype,
     /// Gradient type G.
     pub grad: Dtype,
-    /// State type S.
+    /// State type S (q8: state only).
     pub state: Dtype,
 }
 
@@ -225,6 +234,11 @@ impl CudaOptimizer {
     ) -> Result<Self, Error> {
         let core = Optimizer::new(config)?;
         config.check_state_dtype(dtypes.state)?;
+        if !(dtypes.param.is_element() && dtypes.grad.is_element()) {
+            return Err(Error::Unsupported(
+                "q8 parameters or gradients (q8 is a state storage type only)",
+            ));
+        }
         let (groups, group_index) = group_table(&config, tensors)?;
         let ctx: &Arc<CudaContext> = stream.context();
         let (major, minor) = ctx.compute_capability()?;

@@ -96,12 +96,14 @@ fn the_runtime_source_of_one_model_compiles() {
         eprintln!("SKIPPED compile_kernels (model source): HOMEADAM_NVRTC_LIB is not set");
         return;
     }
-    use homeadam_core::Dtype::{BF16, F16, F32};
+    use homeadam_core::Dtype::{BF16, F16, F32, Q8};
     for (update, p, g, s) in [
         (&[UpdateKernel::HomeAdam][..], BF16, BF16, F32),
         (&[UpdateKernel::AdamW], F16, F32, BF16),
         (&[UpdateKernel::Sgd], F32, F32, F32),
         (&[UpdateKernel::SwatsAdam, UpdateKernel::SwatsSgd], BF16, F16, F32),
+        (&[UpdateKernel::HomeAdam], BF16, BF16, Q8),
+        (&[UpdateKernel::SwatsAdam, UpdateKernel::SwatsSgd], F32, F32, Q8),
     ] {
         let source = kernels::model_source(update, p, g, s);
         let out = nvrtc::compile(&source, "sm_87", false).unwrap_or_else(|e| panic!("{update:?}: {e}"));

@@ -5,7 +5,9 @@
 //! [`CudaOptimizer`] and by the core's `Optimizer::step_reference`, compared bit for bit after
 //! every step (NaN payloads aside), with the same reports (ρ, ρ_active, τ) and per-tensor
 //! telemetry and Λ, and the same calibration state (τ and its window); checkpoints round-trip
-//! through the core's byte format. `grad_norm` equals the core's exact sum, and `set_grads` steps with
+//! through the core's byte format. q8 state (the golden q8 cases, and random models whose sizes
+//! end in partial 256-element blocks) is compared block for block: scales bit for bit, codes
+//! equal. `grad_norm` equals the core's exact sum, and `set_grads` steps with
 //! the new gradients. Skipped with a message when no CUDA driver is present; the golden cases
 //! are parsed and replayed on the core either way.
 
@@ -14,8 +16,9 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use homeadam_core::backend::mix64;
 use homeadam_core::{
-    bf16, f16, Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, RhoOver, Rounding, Rule, StepReport,
-    Storage, Switch, TauCalibration, Tensor, TensorAux, TensorState, TensorStateMut,
+    bf16, f16, Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, Q8Block, RhoOver, Rounding, Rule,
+    StateStorage, StepReport, Storage, Switch, TauCalibration, Tensor, TensorAux, TensorState,
+    TensorStateMut,
 };
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes, Error};
 
@@ -141,6 +144,47 @@ fn bytes<T: Storage>(xs: &[T]) -> Vec<u8> {
         .collect()
 }
 
+/// A state type as the device holds it: its bytes (the core's layout) and the comparison of the
+/// core's items with the device's bytes.
+trait DeviceState: StateStorage {
+    fn state_bytes(xs: &[Self]) -> Vec<u8>;
+    fn assert_state(what: &str, core: &[Self], device: &[u8]);
+}
+
+/// The element types (a blanket impl would overlap Q8Block's).
+macro_rules! element_state {
+    ($($t:ty),*) => {$(
+        impl DeviceState for $t {
+            fn state_bytes(xs: &[Self]) -> Vec<u8> {
+                bytes(xs)
+            }
+            fn assert_state(what: &str, core: &[Self], device: &[u8]) {
+                assert_same(what, core, device);
+            }
+        }
+    )*};
+}
+
+element_state!(f32, f16, bf16);
+
+impl DeviceState for Q8Block {
+    fn state_bytes(xs: &[Self]) -> Vec<u8> {
+        xs.iter().flat_map(|b| b.to_bytes()).collect()
+    }
+    /// Equal codes, and equal scales (NaN for NaN).
+    fn assert_state(what: &str, core: &[Self], device: &[u8]) {
+        let w = homeadam_core::q8::BLOCK_BYTES;
+        assert_eq!(core.len() * w, device.len(), "{what}: length");
+        for (i, (x, d)) in core.iter().zip(device.chunks_exact(w)).enumerate() {
+            let y = Q8Block::from_bytes(d);
+            assert!(
+                canonical(x.scale) == canonical(y.scale) && x.codes == y.codes,
+                "{what}: block {i}: core {x:?} cuda {y:?}"
+            );
+        }
+    }
+}
+
 fn assert_same<T: Storage>(what: &str, core: &[T], device: &[u8]) {
     let w = T::DTYPE.size();
     assert_eq!(core.len() * w, device.len(), "{what}: length");
@@ -180,7 +224,7 @@ fn same_report(a: &StepReport, b: &StepReport) -> bool {
 }
 
 /// One step of the core's scalar reference over the case's tensors in their groups.
-fn reference_step<P: Storage, G: Storage, S: Storage>(
+fn reference_step<P: Storage, G: Storage, S: StateStorage>(
     core: &mut Optimizer,
     case: &Case,
     params: &mut [Vec<P>],
@@ -201,14 +245,13 @@ fn reference_step<P: Storage, G: Storage, S: Storage>(
 
 /// Steps the case on the core and on the device; compares after every step; round-trips a
 /// checkpoint in the middle.
-fn run<P: Storage, G: Storage, S: Storage>(case: &Case, stream: &Arc<CudaStream>) -> u64 {
-    let slots = case.config.state_slots();
+fn run<P: Storage, G: Storage, S: DeviceState>(case: &Case, stream: &Arc<CudaStream>) -> u64 {
     let mut core = Optimizer::new(case.config).expect("config");
     let mut params: Vec<Vec<P>> = case.params.iter().map(|p| stored(p)).collect();
     let mut states: Vec<Vec<S>> = case
         .params
         .iter()
-        .map(|p| vec![S::default(); slots * p.len()])
+        .map(|p| vec![S::default(); core.state_len_of::<S>(p.len())])
         .collect();
     let mut auxes = vec![TensorAux::default(); params.len()];
     let up = |b: Vec<u8>| -> CudaSlice<u8> {
@@ -221,7 +264,7 @@ fn run<P: Storage, G: Storage, S: Storage>(case: &Case, stream: &Arc<CudaStream>
         .iter()
         .map(|p| up(vec![0u8; p.len() * G::DTYPE.size()]))
         .collect();
-    let d_states: Vec<CudaSlice<u8>> = states.iter().map(|s| up(bytes(s))).collect();
+    let d_states: Vec<CudaSlice<u8>> = states.iter().map(|s| up(S::state_bytes(s))).collect();
     let ptr = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
     let tensors: Vec<DeviceTensor> = (0..params.len())
         .map(|k| {
@@ -279,10 +322,11 @@ fn run<P: Storage, G: Storage, S: Storage>(case: &Case, stream: &Arc<CudaStream>
                 &params[k],
                 &p[..params[k].len() * P::DTYPE.size()],
             );
-            assert_same(
+            let state_len = S::state_bytes(&states[k]).len();
+            S::assert_state(
                 &format!("{} row {r} state {k}", case.name),
                 &states[k],
-                &s[..states[k].len() * S::DTYPE.size()],
+                &s[..state_len],
             );
             elements += params[k].len() as u64;
         }
@@ -325,10 +369,10 @@ fn run<P: Storage, G: Storage, S: Storage>(case: &Case, stream: &Arc<CudaStream>
                 // Only NaN payloads may differ (GPUs canonicalize NaN): the device's bytes,
                 // loaded by the core, must give the core's values, NaN for NaN.
                 for (k, (core_state, device_state)) in before.iter().zip(&states).enumerate() {
-                    assert_same(
+                    S::assert_state(
                         &format!("{}: checkpoint state {k}", case.name),
                         core_state,
-                        &bytes(device_state),
+                        &S::state_bytes(device_state),
                     );
                 }
                 let bits = |a: &[TensorAux]| -> Vec<(u32, u32, u32)> {
@@ -354,6 +398,7 @@ fn dispatch(case: &Case, stream: &Arc<CudaStream>) -> u64 {
             Dtype::F32 => run::<P, G, f32>(c, st),
             Dtype::F16 => run::<P, G, f16>(c, st),
             Dtype::BF16 => run::<P, G, bf16>(c, st),
+            Dtype::Q8 => run::<P, G, Q8Block>(c, st),
         }
     }
     fn g<P: Storage>(c: &Case, st: &Arc<CudaStream>) -> u64 {
@@ -361,12 +406,14 @@ fn dispatch(case: &Case, stream: &Arc<CudaStream>) -> u64 {
             Dtype::F32 => s::<P, f32>(c, st),
             Dtype::F16 => s::<P, f16>(c, st),
             Dtype::BF16 => s::<P, bf16>(c, st),
+            Dtype::Q8 => panic!("{}: q8 gradients", c.name),
         }
     }
     match case.dtypes.param {
         Dtype::F32 => g::<f32>(case, stream),
         Dtype::F16 => g::<f16>(case, stream),
         Dtype::BF16 => g::<bf16>(case, stream),
+        Dtype::Q8 => panic!("{}: q8 parameters", case.name),
     }
 }
 
@@ -478,6 +525,8 @@ fn random_models_on_the_gpu_match_the_core_bit_for_bit() {
             (Dtype::BF16, Dtype::BF16, Dtype::F32),
             (Dtype::F16, Dtype::F16, Dtype::F16),
             (Dtype::BF16, Dtype::F32, Dtype::BF16),
+            (Dtype::F32, Dtype::F32, Dtype::Q8),
+            (Dtype::BF16, Dtype::BF16, Dtype::Q8),
         ]
         .into_iter()
         .enumerate()
@@ -490,7 +539,7 @@ fn random_models_on_the_gpu_match_the_core_bit_for_bit() {
                         seed: 11,
                         ..base
                     };
-                    let case = random_case(config, Dtypes { param, grad, state }, (i * 4 + j) as u64);
+                    let case = random_case(config, Dtypes { param, grad, state }, (i * 6 + j) as u64);
                     elements += dispatch(&case, &stream);
                 }
             }

@@ -1,9 +1,10 @@
 //! The element math of `kernels/homeadam_math.h`, compiled by g++ (`-ffp-contract=off`, the
 //! metadata of `kernels.rs` as `-D` flags), against the core's `Optimizer::step_reference`, bit
 //! for bit: every rule and variant (HomeAdam's ρ over the active elements, η_h ≠ η and a
-//! calibrated τ included) × every param/grad/state storage type × both roundings, 8 steps of a
-//! model of four tensors in four parameter groups (η scaled or not, λ or none) with random
-//! values (denormal, huge, NaN and ±∞ included), plus every storage conversion and the exact
+//! calibrated τ included) × every param/grad/state storage type (q8 state too, the tensors' sizes
+//! ending in partial 256-element blocks) × both roundings, 8 steps of a model of four tensors in
+//! four parameter groups (η scaled or not, λ or none) with random values (denormal, huge, NaN and
+//! ±∞ included), plus every storage conversion and the exact
 //! sums of `homeadam_exact.h` against the core's `ExactSum`. The first passes the harness
 //! mirrors (minima of v_t, the calibration histogram) are checked against the core's
 //! `home_first_pass` and `home_calibration_pass`; the update runs with the τ the core's step
@@ -16,9 +17,10 @@ use std::process::{Command, Stdio};
 use homeadam_core::backend::{
     goes_home, home_calibration_pass, home_first_pass, mix64, Histogram, SecondMomentMin, StepScalars,
 };
+use homeadam_core::q8::{self, Map};
 use homeadam_core::{
-    bf16, f16, Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, RhoOver, Rounding, Rule, StepReport,
-    Storage, Switch, TauCalibration, Tensor, TensorAux,
+    bf16, f16, Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, Q8Block, RhoOver, Rounding, Rule,
+    StateStorage, StepReport, Storage, Switch, TauCalibration, Tensor, TensorAux,
 };
 use homeadam_cuda::kernels::{self, flags, UpdateKernel};
 
@@ -123,6 +125,7 @@ fn code(d: Dtype) -> u32 {
         Dtype::F32 => 0,
         Dtype::F16 => 1,
         Dtype::BF16 => 2,
+        Dtype::Q8 => 3,
     }
 }
 
@@ -130,6 +133,83 @@ fn code(d: Dtype) -> u32 {
 fn same<T: Storage>(a: T, b_bits: u32) -> bool {
     let b = T::from_bits32(b_bits);
     a.to_bits32() == b_bits || (a.to_f32().is_nan() && b.to_f32().is_nan())
+}
+
+/// A state type of the harness: a tensor's initial state, its bytes for the harness, and the
+/// check of the harness's bytes against the core's state.
+trait HarnessState: StateStorage {
+    /// The state of a tensor of `len` elements whose element i of slot k would be `x(k, i)`.
+    fn initial(config: &Config, len: usize, x: impl FnMut(usize, usize) -> f32) -> Vec<Self>;
+    fn put_state(buf: &mut Vec<u8>, xs: &[Self]);
+    fn check(what: &str, core: &[Self], r: &mut Reader<'_>);
+}
+
+/// The element types (a blanket impl would overlap Q8Block's).
+macro_rules! element_state {
+    ($($t:ty),*) => {$(
+        impl HarnessState for $t {
+            fn initial(config: &Config, len: usize, mut x: impl FnMut(usize, usize) -> f32) -> Vec<Self> {
+                (0..config.state_slots() * len)
+                    .map(|i| <$t as Storage>::from_f32(x(i / len, i % len)))
+                    .collect()
+            }
+            fn put_state(buf: &mut Vec<u8>, xs: &[Self]) {
+                put(buf, xs);
+            }
+            fn check(what: &str, core: &[Self], r: &mut Reader<'_>) {
+                for (i, s) in core.iter().enumerate() {
+                    let b = r.bits(<$t as Storage>::DTYPE.size());
+                    assert!(
+                        same(*s, b),
+                        "{what} state[{i}] core {:#x} header {b:#x}",
+                        s.to_bits32()
+                    );
+                }
+            }
+        }
+    )*};
+}
+
+element_state!(f32, f16, bf16);
+
+impl HarnessState for Q8Block {
+    /// Each slot quantized by the core (its map, an arbitrary key).
+    fn initial(config: &Config, len: usize, mut x: impl FnMut(usize, usize) -> f32) -> Vec<Self> {
+        let mut out = Vec::new();
+        for k in 0..config.state_slots() {
+            let values: Vec<f32> = (0..len).map(|i| x(k, i)).collect();
+            for (b, chunk) in values.chunks(q8::BLOCK).enumerate() {
+                let mut block = Q8Block::ZERO;
+                let key = Map::slot_key(0x1234, k);
+                q8::quantize(chunk, config.q8_map(k), key, b * q8::BLOCK, &mut block);
+                out.push(block);
+            }
+        }
+        out
+    }
+    fn put_state(buf: &mut Vec<u8>, xs: &[Self]) {
+        for b in xs {
+            buf.extend_from_slice(&b.to_bytes());
+        }
+    }
+    fn check(what: &str, core: &[Self], r: &mut Reader<'_>) {
+        for (i, b) in core.iter().enumerate() {
+            let (bytes, rest) = r.0.split_at(q8::BLOCK_BYTES);
+            r.0 = rest;
+            let got = Q8Block::from_bytes(bytes);
+            let scale = |x: f32| {
+                if x.is_nan() {
+                    f32::NAN.to_bits()
+                } else {
+                    x.to_bits()
+                }
+            };
+            assert!(
+                scale(b.scale) == scale(got.scale) && b.codes == got.codes,
+                "{what} q8 block {i}: core {b:?} header {got:?}"
+            );
+        }
+    }
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -346,7 +426,7 @@ fn scalar_bytes(s: &StepScalars) -> &[u8] {
 
 /// The minima the global / per-layer first pass finds in each tensor (the core's
 /// `home_first_pass`), else `None`.
-fn first_pass<G: Storage, S: Storage>(
+fn first_pass<G: Storage, S: StateStorage>(
     config: &Config,
     s: &StepScalars,
     grads: &[Vec<G>],
@@ -356,7 +436,10 @@ fn first_pass<G: Storage, S: Storage>(
         grads
             .iter()
             .zip(states)
-            .map(|(g, state)| home_first_pass(g, &state[g.len()..2 * g.len()], s).0)
+            .map(|(g, state)| {
+                let nv = S::slot_len(g.len());
+                home_first_pass(g, &state[nv..2 * nv], s).0
+            })
             .collect()
     })
 }
@@ -374,13 +457,12 @@ fn active_decided(config: &Config, minima: &[SecondMomentMin], bc2: f32, tau: f3
     }
 }
 
-fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64, counts: &mut Counts) {
+fn combo<P: Storage, G: Storage, S: HarnessState>(exe: &PathBuf, n: usize, steps: u64, counts: &mut Counts) {
     let mut rng = Rng(0x5eed ^ (code(P::DTYPE) * 9 + code(G::DTYPE) * 3 + code(S::DTYPE)) as u64);
     let (layout, groups) = model(n);
     let mut input = Vec::new();
     let mut expected = Vec::new();
     for config in configs() {
-        let slots = config.state_slots();
         // ρ over the active elements: one tensor never active, moderate values elsewhere, so
         // that ρ_active falls on both sides of τ while ρ over all is 0.
         let active = config.rho_over == RhoOver::Active;
@@ -392,23 +474,21 @@ fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64
             .iter()
             .enumerate()
             .map(|(k, &(len, _))| {
-                (0..slots * len)
-                    .map(|i| {
-                        let x = if !active {
-                            rng.finite()
-                        } else if k == INACTIVE_TENSOR {
-                            0.0
-                        } else {
-                            rng.moderate()
-                        };
-                        // Second moments are never negative.
-                        S::from_f32(if config.is_second_moment_slot(i / len) {
-                            x.abs()
-                        } else {
-                            x
-                        })
-                    })
-                    .collect()
+                S::initial(&config, len, |slot, _| {
+                    let x = if !active {
+                        rng.finite()
+                    } else if k == INACTIVE_TENSOR {
+                        0.0
+                    } else {
+                        rng.moderate()
+                    };
+                    // Second moments are never negative.
+                    if config.is_second_moment_slot(slot) {
+                        x.abs()
+                    } else {
+                        x
+                    }
+                })
             })
             .collect();
         let mut opt = Optimizer::new(config).expect("valid config");
@@ -448,7 +528,8 @@ fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64
             let calibration = ew_calibrates.then(|| {
                 let mut h = Histogram::new();
                 for (g, state) in grads.iter().zip(&states) {
-                    home_calibration_pass(g, &state[g.len()..2 * g.len()], &pre, &mut h);
+                    let nv = S::slot_len(g.len());
+                    home_calibration_pass(g, &state[nv..2 * nv], &pre, &mut h);
                 }
                 h
             });
@@ -463,7 +544,7 @@ fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64
                 tensors.extend_from_slice(&(len as u64).to_le_bytes());
                 put(&mut tensors, &params[k]);
                 put(&mut tensors, &grads[k]);
-                put(&mut tensors, &states[k]);
+                S::put_state(&mut tensors, &states[k]);
             }
             let report = {
                 let mut model: Vec<Tensor<'_, P, G, S>> = params
@@ -575,14 +656,7 @@ fn combo<P: Storage, G: Storage, S: Storage>(exe: &PathBuf, n: usize, steps: u64
                     p.to_bits32()
                 );
             }
-            for (i, s) in e.states[k].iter().enumerate() {
-                let b = r.bits(S::DTYPE.size());
-                assert!(
-                    same(*s, b),
-                    "{what}: tensor {k} state[{i}] core {:#x} header {b:#x}",
-                    s.to_bits32()
-                );
-            }
+            S::check(&format!("{what}: tensor {k}"), &e.states[k], &mut r);
         }
     }
     assert!(r.0.is_empty(), "harness wrote more than expected");
@@ -623,6 +697,33 @@ fn element_math_matches_the_core_bit_for_bit() {
     assert!(counts.swats_sgd_steps > 0, "the SWATS SGD phase was not reached");
     assert!(counts.home > 0 && counts.skipped > 0);
     assert!(counts.home_at_home_lr > 0 && counts.calibrated > 0 && counts.active_decided > 0);
+}
+
+#[test]
+fn q8_state_matches_the_core_bit_for_bit() {
+    let Some(exe) = harness("q8") else { return };
+    // Tensors of n/2, 3, n/4 and n/4 + 1 elements: partial last blocks, and several blocks.
+    let n = if cfg!(debug_assertions) { 600 } else { 1200 };
+    let mut counts = Counts::default();
+    for_each_pg::<Q8Block>(&exe, n, 6, &mut counts);
+    let _ = std::fs::remove_file(&exe);
+    println!(
+        "parity_gxx: q8 state, {} element updates in {} steps ({} skipped, {} SWATS SGD-phase steps, {} home elements, {} steps calibrating τ): all bit-identical",
+        counts.elements, counts.steps, counts.skipped, counts.swats_sgd_steps, counts.home, counts.calibrated
+    );
+    assert!(counts.swats_sgd_steps > 0 && counts.home > 0 && counts.skipped > 0 && counts.calibrated > 0);
+}
+
+/// [`combo`] with state S for every parameter and gradient type.
+fn for_each_pg<S: HarnessState>(exe: &PathBuf, n: usize, steps: u64, counts: &mut Counts) {
+    fn g<P: Storage, S: HarnessState>(exe: &PathBuf, n: usize, steps: u64, counts: &mut Counts) {
+        combo::<P, f32, S>(exe, n, steps, counts);
+        combo::<P, f16, S>(exe, n, steps, counts);
+        combo::<P, bf16, S>(exe, n, steps, counts);
+    }
+    g::<f32, S>(exe, n, steps, counts);
+    g::<f16, S>(exe, n, steps, counts);
+    g::<bf16, S>(exe, n, steps, counts);
 }
 
 #[test]

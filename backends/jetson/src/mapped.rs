@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 
 use cudarc::driver::{result, sys, CudaContext, DriverError};
-use homeadam_core::Storage;
+use homeadam_core::StateStorage;
 
 /// A zeroed, page-locked, device-mapped host allocation: one pointer for the CPU, one for the
 /// GPU, the same bytes.
@@ -59,7 +59,7 @@ impl MappedBuffer {
     /// No device work may write these bytes (through [`MappedBuffer::device_ptr`]) while the
     /// slice lives: every such launch or copy has completed (e.g. its stream was synchronized)
     /// and none is queued until the slice is dropped.
-    pub unsafe fn as_slice<S: Storage>(&self) -> &[S] {
+    pub unsafe fn as_slice<S: StateStorage>(&self) -> &[S] {
         // SAFETY: page-aligned, in bounds, initialised (zeroed at allocation), any bit pattern
         // is a valid S; the device does not write meanwhile (the caller's contract).
         unsafe { std::slice::from_raw_parts(self.host as *const S, self.bytes / std::mem::size_of::<S>()) }
@@ -72,7 +72,7 @@ impl MappedBuffer {
     /// No device work may read or write these bytes (through [`MappedBuffer::device_ptr`])
     /// while the slice lives: every such launch or copy has completed (e.g. its stream was
     /// synchronized) and none is queued until the slice is dropped.
-    pub unsafe fn as_mut_slice<S: Storage>(&mut self) -> &mut [S] {
+    pub unsafe fn as_mut_slice<S: StateStorage>(&mut self) -> &mut [S] {
         // SAFETY: as `as_slice`, and `&mut self` makes the CPU's access exclusive; the device
         // does not touch the bytes meanwhile (the caller's contract).
         unsafe { std::slice::from_raw_parts_mut(self.host as *mut S, self.bytes / std::mem::size_of::<S>()) }

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use homeadam_core::{
-    bf16, f16, Config, Dtype, Group, StepReport, Storage, TensorAux, TensorState, TensorStateMut,
+    bf16, f16, Config, Dtype, Group, Q8Block, StateStorage, StepReport, TensorAux, TensorState,
+    TensorStateMut,
 };
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes, Error};
 
@@ -82,7 +83,7 @@ impl JetsonOptimizer {
         let slots = config.state_slots();
         let states = tensors
             .iter()
-            .map(|t| MappedBuffer::zeroed(stream.context(), slots * t.numel * dtypes.state.size()))
+            .map(|t| MappedBuffer::zeroed(stream.context(), slots * dtypes.state.slot_bytes(t.numel)))
             .collect::<Result<Vec<_>, _>>()?;
         let device: Vec<DeviceTensor> = tensors
             .iter()
@@ -111,10 +112,11 @@ impl JetsonOptimizer {
             Dtype::F32 => self.save_typed::<f32>(),
             Dtype::F16 => self.save_typed::<f16>(),
             Dtype::BF16 => self.save_typed::<bf16>(),
+            Dtype::Q8 => self.save_typed::<Q8Block>(),
         }
     }
 
-    fn save_typed<S: Storage>(&self) -> Result<Vec<u8>, Error> {
+    fn save_typed<S: StateStorage>(&self) -> Result<Vec<u8>, Error> {
         self.cuda.stream().synchronize()?;
         let aux = TensorAux::default();
         let views: Vec<TensorState<'_, S>> = self
@@ -139,10 +141,11 @@ impl JetsonOptimizer {
             Dtype::F32 => self.load_typed::<f32>(bytes),
             Dtype::F16 => self.load_typed::<f16>(bytes),
             Dtype::BF16 => self.load_typed::<bf16>(bytes),
+            Dtype::Q8 => self.load_typed::<Q8Block>(bytes),
         }
     }
 
-    fn load_typed<S: Storage>(&mut self, bytes: &[u8]) -> Result<(), Error> {
+    fn load_typed<S: StateStorage>(&mut self, bytes: &[u8]) -> Result<(), Error> {
         self.cuda.stream().synchronize()?;
         let mut aux = vec![TensorAux::default(); self.states.len()];
         let mut views: Vec<TensorStateMut<'_, S>> = self

@@ -16,7 +16,7 @@
 
 use embedded_storage::nor_flash::{NorFlash, NorFlashError, NorFlashErrorKind};
 use homeadam_core::backend::Crc32;
-use homeadam_core::{ByteSink, CheckpointError, Storage};
+use homeadam_core::{ByteSink, CheckpointError, StateStorage};
 
 use crate::trainer::{Trainer, TrainerError};
 
@@ -135,7 +135,7 @@ impl<F: NorFlash> FlashStore<F> {
     }
 
     /// Saves `trainer` to the inactive slot and commits it; returns its sequence number.
-    pub fn save<S: Storage, const N: usize, const CAP: usize>(
+    pub fn save<S: StateStorage, const N: usize, const CAP: usize>(
         &mut self,
         trainer: &Trainer<S, N, CAP>,
     ) -> Result<u32, FlashError> {
@@ -179,7 +179,7 @@ impl<F: NorFlash> FlashStore<F> {
     /// Loads the newest valid slot into `trainer`, reading it into `scratch` (at least
     /// [`Trainer::saved_len`] rounded up to [`SLOT_HEADER`]). Returns its sequence number, or
     /// `None` (trainer untouched) when neither slot holds a valid state.
-    pub fn load<S: Storage, const N: usize, const CAP: usize>(
+    pub fn load<S: StateStorage, const N: usize, const CAP: usize>(
         &mut self,
         trainer: &mut Trainer<S, N, CAP>,
         scratch: &mut [u8],

@@ -10,7 +10,7 @@ impl Format for TrainerError {
         match self {
             TrainerError::Core(e) => write!(f, "core: {}", e),
             TrainerError::Capacity { needed, capacity } => {
-                write!(f, "state needs {} elements, capacity {}", needed, capacity)
+                write!(f, "state needs {} items, capacity {}", needed, capacity)
             }
         }
     }

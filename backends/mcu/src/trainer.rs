@@ -1,8 +1,8 @@
 //! A single-tensor model with its optimizer state in fixed-capacity arrays.
 
 use homeadam_core::{
-    ByteSink, CheckpointError, Config, Error, Optimizer, StepReport, Storage, Tensor, TensorAux, TensorState,
-    TensorStateMut,
+    ByteSink, CheckpointError, Config, Error, Optimizer, StateStorage, StepReport, Tensor, TensorAux,
+    TensorState, TensorStateMut,
 };
 
 /// Why a [`Trainer`] was refused.
@@ -10,9 +10,9 @@ use homeadam_core::{
 pub enum TrainerError {
     /// The core refused the config, the gradients or a checkpoint.
     Core(Error),
-    /// The rule needs more state elements than the capacity `CAP`.
+    /// The rule needs more state items than the capacity `CAP`.
     Capacity {
-        /// State elements the rule needs for `N` parameters.
+        /// State items (elements, or q8 blocks) the rule needs for `N` parameters.
         needed: usize,
         /// The capacity.
         capacity: usize,
@@ -26,24 +26,27 @@ impl From<Error> for TrainerError {
 }
 
 /// `N` f32 parameters (the model, flattened into one tensor) and their optimizer state, stored
-/// as `S` (`f32` or `bf16`) in an array of capacity `CAP` ≥ slots × `N` (2 × `N` covers AdamW,
-/// the srf and HomeAdam rules; `N` covers SGDM).
+/// as `S` in an array of `CAP` items, at least slots × `S::slot_len(N)`
+/// ([`Optimizer::state_len_of`]): one item per parameter and slot for `f32`, `f16` or `bf16`
+/// (`CAP` = 2 × `N` covers AdamW, the srf and HomeAdam rules, `N` covers SGDM), one
+/// [`Q8Block`](homeadam_core::Q8Block) per 256 parameters and slot for q8 (2 × ⌈`N` / 256⌉).
+/// The state's RAM is `CAP` × `size_of::<S>()`: 4, 2 or 260 / 256 bytes per parameter and slot.
 ///
 /// One tensor means HomeAdamW's global and per-layer decisions coincide; split a model into
 /// several trainers only with per-element or per-layer rules.
 #[derive(Clone)]
-pub struct Trainer<S: Storage, const N: usize, const CAP: usize> {
+pub struct Trainer<S: StateStorage, const N: usize, const CAP: usize> {
     opt: Optimizer,
     params: [f32; N],
     state: [S; CAP],
     aux: TensorAux,
 }
 
-impl<S: Storage, const N: usize, const CAP: usize> Trainer<S, N, CAP> {
+impl<S: StateStorage, const N: usize, const CAP: usize> Trainer<S, N, CAP> {
     /// Validates `config`, checks the capacity, and starts at step 0 with zeroed state.
     pub fn new(config: Config, params: [f32; N]) -> Result<Self, TrainerError> {
         let opt = Optimizer::new(config)?;
-        let needed = opt.state_len(N);
+        let needed = opt.state_len_of::<S>(N);
         if needed > CAP {
             return Err(TrainerError::Capacity {
                 needed,
@@ -53,7 +56,10 @@ impl<S: Storage, const N: usize, const CAP: usize> Trainer<S, N, CAP> {
         Ok(Trainer {
             opt,
             params,
-            state: [S::default(); CAP],
+            // Not `[S::default(); CAP]`: with 260-byte q8 blocks, that made LLVM stage a
+            // model-sized temporary on the caller's stack (thumbv6m, opt-level "s": 8,268 B
+            // instead of 3,620 B for the firmware's `new_model`), too much for a 16 KiB part.
+            state: core::array::from_fn(|_| S::default()),
             aux: TensorAux::default(),
         })
     }
@@ -63,9 +69,9 @@ impl<S: Storage, const N: usize, const CAP: usize> Trainer<S, N, CAP> {
         &self.params
     }
 
-    /// The optimizer state in use (slots × `N` elements, as [`Tensor::state`]).
+    /// The optimizer state in use ([`Optimizer::state_len_of`] items, as [`Tensor::state`]).
     pub fn state(&self) -> &[S] {
-        &self.state[..self.opt.state_len(N)]
+        &self.state[..self.opt.state_len_of::<S>(N)]
     }
 
     /// The optimizer (config, step counter).
@@ -94,7 +100,7 @@ impl<S: Storage, const N: usize, const CAP: usize> Trainer<S, N, CAP> {
 
     /// The optimizer and the parts of the tensor it steps or loads: θ, the state in use, aux.
     fn parts(&mut self) -> (&mut Optimizer, &mut [f32; N], &mut [S], &mut TensorAux) {
-        let len = self.opt.state_len(N);
+        let len = self.opt.state_len_of::<S>(N);
         (
             &mut self.opt,
             &mut self.params,

@@ -52,7 +52,7 @@ impl Isa {
 }
 
 /// Converts chunks of one storage type from and to `f32`.
-pub(crate) trait Convert: Copy {
+pub trait Convert: Copy {
     /// `dst[i] = src[i].to_f32()`, over `src.len() == dst.len()` elements.
     fn load<T: Storage>(self, src: &[T], dst: &mut [f32]);
 

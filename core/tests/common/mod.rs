@@ -2,9 +2,33 @@
 #![allow(dead_code, unused_macros)]
 
 use homeadam_core::{
-    Config, Group, Optimizer, RhoOver, Rule, StepReport, Storage, Switch, TauCalibration, Tensor, TensorAux,
-    ALL_RULES,
+    bf16, f16, Config, Group, Optimizer, Q8Block, RhoOver, Rule, StateStorage, StepReport, Storage, Switch,
+    TauCalibration, Tensor, TensorAux, ALL_RULES,
 };
+
+/// A state item's bits, for comparisons.
+pub trait StateBits: StateStorage {
+    fn bits(&self) -> Vec<u32>;
+}
+
+macro_rules! element_bits {
+    ($($t:ty),*) => {$(
+        impl StateBits for $t {
+            fn bits(&self) -> Vec<u32> {
+                vec![self.to_bits32()]
+            }
+        }
+    )*};
+}
+element_bits!(f32, f16, bf16);
+
+impl StateBits for Q8Block {
+    fn bits(&self) -> Vec<u32> {
+        let mut out = vec![self.scale.to_bits()];
+        out.extend(self.codes.iter().map(|&c| c as u32));
+        out
+    }
+}
 
 /// The driver of a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,7 +63,7 @@ pub struct Model<P, G, S> {
     pub groups: Vec<Group>,
 }
 
-impl<P: Storage, G: Storage, S: Storage> Model<P, G, S> {
+impl<P: Storage, G: Storage, S: StateBits> Model<P, G, S> {
     pub fn new(opt: &Optimizer, params: &[Vec<f32>]) -> Self {
         Model {
             params: params
@@ -49,7 +73,7 @@ impl<P: Storage, G: Storage, S: Storage> Model<P, G, S> {
             grads: params.iter().map(|t| vec![G::default(); t.len()]).collect(),
             states: params
                 .iter()
-                .map(|t| vec![S::default(); opt.state_len(t.len())])
+                .map(|t| vec![S::default(); opt.state_len_of::<S>(t.len())])
                 .collect(),
             aux: vec![TensorAux::default(); params.len()],
             groups: vec![Group::DEFAULT; params.len()],
@@ -114,7 +138,7 @@ impl<P: Storage, G: Storage, S: Storage> Model<P, G, S> {
     pub fn state_bits(&self) -> Vec<Vec<u32>> {
         self.states
             .iter()
-            .map(|t| t.iter().map(|x| x.to_bits32()).collect())
+            .map(|t| t.iter().flat_map(|x| x.bits()).collect())
             .collect()
     }
 
@@ -209,7 +233,8 @@ pub fn configs() -> Vec<Config> {
 }
 
 /// Calls `$m! { name: P, G, S; … }` with every parameter × gradient × state storage
-/// combination (27), so that each test file makes one test per combination.
+/// combination (27), and q8 state with each parameter and gradient type, so that each test file
+/// makes one test per combination.
 #[cfg(not(homeadam_emulated))]
 macro_rules! every_storage {
     ($m:ident) => {
@@ -241,6 +266,9 @@ macro_rules! every_storage {
             pb16_gb16_s32: bf16, bf16, f32;
             pb16_gb16_s16: bf16, bf16, f16;
             pb16_gb16_sb16: bf16, bf16, bf16;
+            p32_g32_q8: f32, f32, Q8Block;
+            p32_gb16_q8: f32, bf16, Q8Block;
+            pb16_g16_q8: bf16, f16, Q8Block;
         }
     };
 }
@@ -258,6 +286,7 @@ macro_rules! every_storage {
             pb16_g32_s32: bf16, f32, f32;
             p32_gb16_s16: f32, bf16, f16;
             p16_g32_sb16: f16, f32, bf16;
+            pb16_gb16_q8: bf16, bf16, Q8Block;
         }
     };
 }

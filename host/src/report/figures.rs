@@ -69,9 +69,9 @@ const FLOOR_GAP: f64 = 0.12;
 const FLOOR_MARGIN: f64 = 0.04;
 
 /// Colours of the optimizers' lines, in order (the tab10 palette, then black, navy, dark
-/// green, maroon, teal and dark magenta): distinct for every optimizer of a full run
+/// green, maroon, teal, dark magenta and olive): distinct for every optimizer of a full run
 /// ([`crate::preset::ALL_OPTIMIZERS`]).
-const PALETTE: [RGBColor; 16] = [
+const PALETTE: [RGBColor; 17] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -88,6 +88,7 @@ const PALETTE: [RGBColor; 16] = [
     RGBColor(128, 0, 0),
     RGBColor(0, 128, 128),
     RGBColor(139, 0, 139),
+    RGBColor(128, 128, 0),
 ];
 
 /// The marker shapes, in order.
@@ -355,6 +356,7 @@ fn label(name: &str) -> String {
     let rule = match name {
         "homeadam" | "homeadamw" => "Alg. 2, global",
         "homeadam-ew" | "homeadamw-ew" => "Alg. 3, element-wise",
+        "homeadamw-ew-q8" => "Alg. 3, element-wise, q8 state",
         "homeadamw-active" => "Alg. 2, ρ over active",
         "homeadamw-calibrated" => "Alg. 2, ρ over active, calibrated τ",
         _ => return name.to_string(),

@@ -91,6 +91,7 @@ pub fn run_experiment(r: &ExperimentRun) -> Result<Outcome> {
         let model = new_model(options.seed)?;
         let config = OptimConfig {
             decay_all: decay.decay_all(),
+            state_dtype: preset.state_dtype(name, steps_per_epoch)?,
             ..OptimConfig::new(preset.config(name, steps_per_epoch)?)
         };
         let mut opt = VarOptimizer::from_named(model.vars(), config)?;

@@ -241,9 +241,11 @@ fn lockstep<E: Examples + Clone>(
     let mut summaries = Vec::new();
     let decay = o.decay_mask.unwrap_or(preset.protocol.decay_mask.value);
     for name in &o.optimizers {
+        let steps_per_epoch = on_s.train_batches() as u64;
         let config = OptimConfig {
             decay_all: decay.decay_all(),
-            ..OptimConfig::new(preset.config(name, on_s.train_batches() as u64)?)
+            state_dtype: preset.state_dtype(name, steps_per_epoch)?,
+            ..OptimConfig::new(preset.config(name, steps_per_epoch)?)
         };
         let models = [new_model(o.seed)?, new_model(o.seed)?];
         let initial = new_model(o.seed)?;

@@ -1,7 +1,8 @@
 //! Checkpoints of a [`CudaOptimizer`]: the core's byte format, read from and written to the
-//! device state, with each tensor's SWATS Λ (kept on the host).
+//! device state, with each tensor's SWATS Λ (kept on the host). q8 state is the core's
+//! [`Q8Block`] array on the device too: its bytes are copied as they are.
 
-use homeadam_core::{bf16, f16, Dtype, SliceSink, Storage, TensorState, TensorStateMut};
+use homeadam_core::{bf16, f16, Dtype, Q8Block, SliceSink, StateStorage, TensorState, TensorStateMut};
 
 use crate::{CudaOptimizer, Error};
 
@@ -13,10 +14,11 @@ impl CudaOptimizer {
             Dtype::F32 => self.save_typed::<f32>(),
             Dtype::F16 => self.save_typed::<f16>(),
             Dtype::BF16 => self.save_typed::<bf16>(),
+            Dtype::Q8 => self.save_typed::<Q8Block>(),
         }
     }
 
-    fn save_typed<S: Storage>(&self) -> Result<Vec<u8>, Error> {
+    fn save_typed<S: StateStorage>(&self) -> Result<Vec<u8>, Error> {
         let host = self.state_to_host::<S>()?;
         let views: Vec<TensorState<'_, S>> = host
             .iter()
@@ -33,7 +35,7 @@ impl CudaOptimizer {
 
     /// Saves state the caller reads itself (e.g. mapped host memory on Jetson), after the
     /// stream has finished. The tensors' `aux` is not read: Λ is this optimizer's own.
-    pub fn save_state_with<S: Storage>(&self, tensors: &[TensorState<'_, S>]) -> Result<Vec<u8>, Error> {
+    pub fn save_state_with<S: StateStorage>(&self, tensors: &[TensorState<'_, S>]) -> Result<Vec<u8>, Error> {
         if tensors.len() != self.aux.len() {
             return Err(Error::TensorCount {
                 expected: self.aux.len(),
@@ -63,15 +65,15 @@ impl CudaOptimizer {
             Dtype::F32 => self.load_typed::<f32>(bytes),
             Dtype::F16 => self.load_typed::<f16>(bytes),
             Dtype::BF16 => self.load_typed::<bf16>(bytes),
+            Dtype::Q8 => self.load_typed::<Q8Block>(bytes),
         }
     }
 
-    fn load_typed<S: Storage>(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let slots = self.core.config().state_slots();
+    fn load_typed<S: StateStorage>(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let mut host: Vec<Vec<S>> = self
             .tensors
             .iter()
-            .map(|t| vec![S::default(); slots * t.numel])
+            .map(|t| vec![S::default(); self.core.state_len_of::<S>(t.numel)])
             .collect();
         let mut aux = self.aux.clone();
         let mut views: Vec<TensorStateMut<'_, S>> = host
@@ -88,7 +90,8 @@ impl CudaOptimizer {
         core.load_state(bytes, &mut views)?;
         self.device.stream.synchronize()?;
         for (t, state) in self.tensors.iter().zip(&host).filter(|(_, s)| !s.is_empty()) {
-            // SAFETY: `t.state` holds `slots · numel` elements of S (the contract of `new`).
+            // SAFETY: `t.state` holds the tensor's state slots as S (the contract of `new`): as many
+            // items as `host`, plain data (S is f32, f16, bf16 or the repr(C) Q8Block).
             unsafe { cudarc::driver::result::memcpy_htod_sync(t.state, state) }?;
         }
         self.core = core;
@@ -99,7 +102,7 @@ impl CudaOptimizer {
     /// Loads state into memory the caller writes itself (e.g. mapped host memory on Jetson),
     /// after the stream has finished; the step counter and each tensor's Λ are restored from
     /// `bytes` too.
-    pub fn load_state_with<S: Storage>(
+    pub fn load_state_with<S: StateStorage>(
         &mut self,
         bytes: &[u8],
         tensors: &mut [TensorStateMut<'_, S>],
@@ -118,16 +121,15 @@ impl CudaOptimizer {
         Ok(())
     }
 
-    fn state_to_host<S: Storage>(&self) -> Result<Vec<Vec<S>>, Error> {
+    fn state_to_host<S: StateStorage>(&self) -> Result<Vec<Vec<S>>, Error> {
         self.device.stream.synchronize()?;
-        let slots = self.core.config().state_slots();
         self.tensors
             .iter()
             .map(|t| {
-                let mut host = vec![S::default(); slots * t.numel];
+                let mut host = vec![S::default(); self.core.state_len_of::<S>(t.numel)];
                 if !host.is_empty() {
-                    // SAFETY: `t.state` holds `slots · numel` elements of S (the contract of
-                    // `new`).
+                    // SAFETY: `t.state` holds the tensor's state slots as S (the contract of
+                    // `new`), as many items as `host`; any bytes are a valid S.
                     unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, t.state) }?;
                 }
                 Ok(host)

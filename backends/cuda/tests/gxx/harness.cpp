@@ -3,10 +3,10 @@
 //
 // Reads cases from stdin and writes results to stdout, all little-endian:
 //   case:   u32 kind; kind 0 = one step of a model, 1 = conversions, 2 = an exact sum
-//   step:   u32 rule, p, g, s (0 f32, 1 f16, 2 bf16), flags, check, calibrate; u64 sr_base;
-//           u32 groups; HaScalars of the step (first pass); HaScalars × groups (update);
-//           u32 tensors; per tensor: u32 group, u64 n, param (n·w_p bytes), grad (n·w_g),
-//           state (slots·n·w_s)
+//   step:   u32 rule, p, g, s (0 f32, 1 f16, 2 bf16, 3 q8: state only), flags, check, calibrate;
+//           u64 sr_base; u32 groups; HaScalars of the step (first pass); HaScalars × groups
+//           (update); u32 tensors; per tensor: u32 group, u64 n, param (n·w_p bytes), grad (n·w_g),
+//           state (slots·n·w_s; q8: slots·⌈n/256⌉ blocks of 260 bytes)
 //        -> u32 skipped, model vmin bits, home; HaVmin of the model's first pass;
 //           with calibrate: HA_BUCKETS × u64 counts of the calibration pass;
 //           per tensor: HaVmin of its first pass, u32 vmin bits, home; param, state
@@ -16,7 +16,7 @@
 //   exact:  u32 n; n × (u32 a bits, u32 b bits)
 //        -> HA_EXACT_WORDS × u64: Σ a·b, normalized
 // The step mirrors ha_check / ha_home_pre / ha_home_hist / ha_update of homeadam.cuh over the
-// model's tensors.
+// model's tensors, HA_Q8_BLOCK elements at a time (q8 state: its blocks).
 #include "homeadam_exact.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +28,36 @@ static void get(void* dst, size_t bytes) {
 }
 static void put(const void* src, size_t bytes) { fwrite(src, 1, bytes, stdout); }
 static ha_u32 min_bits(ha_u32 acc, float v) { ha_u32 b = ha_bits(v); return b < acc ? b : acc; }
+
+// A state slot stored as one S per element: element i, and elements [first, first + len) stored.
+template <typename S> struct Slots {
+    static ha_u64 len(ha_u64 n) { return n; }
+    static float get(const S* slot, bool, ha_u64 i) { return ha_to_f32(slot[i]); }
+    static void put(S* slot, bool, ha_u64, ha_u64 first, const float* x, ha_u64 len) {
+        for (ha_u64 i = 0; i < len; i++) slot[first + i] = HaStore<S>::from_f32(x[i]);
+    }
+};
+// Stored as q8 blocks: a block at a time (first a multiple of HA_Q8_BLOCK), as HaChunk's q8 update.
+static const HaQ8Maps maps = {ha_q8_unsigned, ha_q8_signed};
+template <> struct Slots<HaQ8Block> {
+    static ha_u64 len(ha_u64 n) { return ha_q8_blocks(n); }
+    static float get(const HaQ8Block* slot, bool unsigned_map, ha_u64 i) {
+        return ha_q8_load(maps, slot, unsigned_map, i);
+    }
+    static void put(HaQ8Block* slot, bool unsigned_map, ha_u64 slot_key, ha_u64 first, const float* x, ha_u64 len) {
+        ha_u32 m = 0;
+        for (ha_u64 i = 0; i < len; i++) {
+            ha_u32 b = ha_bits(ha_abs(x[i]));
+            m = b > m ? b : m;
+        }
+        HaQ8Block& q = slot[first / HA_Q8_BLOCK];
+        q.scale = ha_q8_scale(m);
+        memset(q.codes, 0, sizeof q.codes);
+        for (ha_u64 i = 0; i < len; i++) {
+            q.codes[i] = (ha_u8)ha_q8_code(maps, unsigned_map, x[i], q.scale, ha_stochastic_bits(slot_key, first + i));
+        }
+    }
+};
 
 template <typename P, typename G, typename S> struct Tensor {
     ha_u32 group;
@@ -55,7 +85,7 @@ static void step(ha_u32 flags, ha_u32 check, ha_u32 calibrate, ha_u64 sr_base) {
         if (t.group >= group_count) { fprintf(stderr, "harness: bad group\n"); exit(2); }
         t.param.resize(t.n);
         t.grad.resize(t.n);
-        t.state.resize(HaRule<RULE>::SLOTS * t.n);
+        t.state.resize(HaRule<RULE>::SLOTS * Slots<S>::len(t.n));
         get(t.param.data(), t.n * sizeof(P));
         get(t.grad.data(), t.n * sizeof(G));
         get(t.state.data(), t.state.size() * sizeof(S));
@@ -73,7 +103,8 @@ static void step(ha_u32 flags, ha_u32 check, ha_u32 calibrate, ha_u64 sr_base) {
             float g = ha_to_f32(t.grad[i]) * pre.inv_grad_scale;
             bad |= ha_nonfinite(g);
             if (!first_pass && !calibrate) continue;
-            float v = ha_second_moment(pre, ha_to_f32(t.state[t.n + i]), g);
+            float v_stored = Slots<S>::get(t.state.data() + Slots<S>::len(t.n), ha_q8_unsigned_slot<RULE>(1), i);
+            float v = ha_second_moment(pre, v_stored, g);
             if (first_pass) {
                 t.pre.all = min_bits(t.pre.all, v);
                 if (v > 0.0f) t.pre.active = min_bits(t.pre.active, v);
@@ -88,16 +119,30 @@ static void step(ha_u32 flags, ha_u32 check, ha_u32 calibrate, ha_u64 sr_base) {
         const HaScalars& s = groups[t.group];
         int branch = ha_home_branch(flags, model_pre, t.pre, s);
         ha_u64 key = ha_tensor_key(sr_base, k);
-        for (ha_u64 i = 0; i < t.n; i++) {
-            float st[HA_MAX_SLOTS] = {};
-            for (int j = 0; j < HaRule<RULE>::SLOTS; j++) st[j] = ha_to_f32(t.state[j * t.n + i]);
-            float g = ha_to_f32(t.grad[i]) * s.inv_grad_scale;
-            HaElem e = ha_element<RULE>(s, flags, branch, ha_to_f32(t.param[i]), g, st);
-            t.param[i] = (flags & HA_STOCHASTIC) ? ha_from_f32_stochastic<P>(e.p, ha_stochastic_bits(key, i))
-                                                 : HaStore<P>::from_f32(e.p);
-            for (int j = 0; j < HaRule<RULE>::SLOTS; j++) t.state[j * t.n + i] = HaStore<S>::from_f32(st[j]);
-            if (HaRule<RULE>::RHO_SLOT >= 0) t.vmin = min_bits(t.vmin, st[HaRule<RULE>::RHO_SLOT]);
-            t.home += e.home;
+        const int slots = HaRule<RULE>::SLOTS;
+        for (ha_u64 first = 0; first < t.n; first += HA_Q8_BLOCK) {
+            ha_u64 len = t.n - first < HA_Q8_BLOCK ? t.n - first : HA_Q8_BLOCK;
+            float block[HA_MAX_SLOTS][HA_Q8_BLOCK];
+            S* slot[HA_MAX_SLOTS];
+            for (int j = 0; j < slots; j++) {
+                slot[j] = t.state.data() + j * Slots<S>::len(t.n);
+                bool unsigned_map = ha_q8_unsigned_slot<RULE>(j);
+                for (ha_u64 i = 0; i < len; i++) block[j][i] = Slots<S>::get(slot[j], unsigned_map, first + i);
+            }
+            for (ha_u64 i = first; i < first + len; i++) {
+                float st[HA_MAX_SLOTS] = {};
+                for (int j = 0; j < slots; j++) st[j] = block[j][i - first];
+                float g = ha_to_f32(t.grad[i]) * s.inv_grad_scale;
+                HaElem e = ha_element<RULE>(s, flags, branch, ha_to_f32(t.param[i]), g, st);
+                t.param[i] = (flags & HA_STOCHASTIC) ? ha_from_f32_stochastic<P>(e.p, ha_stochastic_bits(key, i))
+                                                     : HaStore<P>::from_f32(e.p);
+                for (int j = 0; j < slots; j++) block[j][i - first] = st[j];
+                if (HaRule<RULE>::RHO_SLOT >= 0) t.vmin = min_bits(t.vmin, st[HaRule<RULE>::RHO_SLOT]);
+                t.home += e.home;
+            }
+            for (int j = 0; j < slots; j++) {
+                Slots<S>::put(slot[j], ha_q8_unsigned_slot<RULE>(j), ha_q8_slot_key(key, j), first, block[j], len);
+            }
         }
         model_vmin = t.vmin < model_vmin ? t.vmin : model_vmin;
         model_home += t.home;
@@ -120,7 +165,8 @@ template <int RULE, typename P, typename G>
 static void dispatch_s(ha_u32 s_type, ha_u32 f, ha_u32 c, ha_u32 cal, ha_u64 b) {
     if (s_type == 0) step<RULE, P, G, float>(f, c, cal, b);
     else if (s_type == 1) step<RULE, P, G, ha_f16>(f, c, cal, b);
-    else step<RULE, P, G, ha_bf16>(f, c, cal, b);
+    else if (s_type == 2) step<RULE, P, G, ha_bf16>(f, c, cal, b);
+    else step<RULE, P, G, HaQ8Block>(f, c, cal, b);
 }
 template <int RULE, typename P>
 static void dispatch_g(ha_u32 g, ha_u32 st, ha_u32 f, ha_u32 c, ha_u32 cal, ha_u64 b) {
@@ -142,7 +188,7 @@ static void step_case() {
     get(&sr_base, 8);
     ha_u32 rule = h[0], p = h[1], g = h[2], st = h[3], f = h[4], c = h[5], cal = h[6];
     switch (rule) {
-#define HA_CASE(name, id, slots, rho_slot) \
+#define HA_CASE(name, id, slots, rho_slot, q8_unsigned) \
     case id: dispatch_p<id>(p, g, st, f, c, cal, sr_base); break;
     HA_RULE_KERNELS(HA_CASE)
 #undef HA_CASE
