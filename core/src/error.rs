@@ -159,24 +159,22 @@ impl fmt::Display for Error {
                 numel,
                 per_slot,
                 actual,
-            } if per_slot == numel => write!(
-                f,
-                "tensor {tensor}: state has {actual} elements, expected {} = {slots} state slots \
-                 × {numel} parameters",
-                slots.saturating_mul(numel)
-            ),
-            Error::StateLength {
-                tensor,
-                slots,
-                numel,
-                per_slot,
-                actual,
-            } => write!(
-                f,
-                "tensor {tensor}: state has {actual} q8 blocks, expected {} = {slots} state slots \
-                 × {per_slot} blocks of 256 for {numel} parameters",
-                slots.saturating_mul(per_slot)
-            ),
+            } => {
+                let expected = slots.saturating_mul(per_slot);
+                let what = if per_slot == numel {
+                    "elements"
+                } else {
+                    "q8 blocks"
+                };
+                write!(
+                    f,
+                    "tensor {tensor}: state has {actual} {what}, expected {expected} = {slots} state slots × "
+                )?;
+                if per_slot != numel {
+                    write!(f, "{per_slot} blocks of 256 for ")?;
+                }
+                write!(f, "{numel} parameters")
+            }
             Error::InvalidLrScale { tensor, value } => write!(
                 f,
                 "tensor {tensor}: invalid group lr_scale = {value}: expected a finite value >= 0"

@@ -98,6 +98,14 @@ fn bad_inputs_are_typed_errors() {
     assert!(err
         .to_string()
         .contains("expected 8 = 2 state slots × 4 parameters"));
+    let (mut p600, g600, mut q) = ([0.5f32; 600], [0.1f32; 600], [Q8Block::ZERO; 5]);
+    let err = opt
+        .step(&mut [Tensor::new(&mut p600, &g600, &mut q, &mut a)], 1.0)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tensor 0: state has 5 q8 blocks, expected 6 = 2 state slots × 3 blocks of 256 for 600 parameters"
+    );
     let mut s = [0.0f32; 8];
     for scale in [0.0, -1.0, f64::NAN, f64::INFINITY] {
         let err = opt
