@@ -214,9 +214,9 @@ fn round_index<const N: usize, const K: usize>(table: &[f32; N], frac: &[f32; K]
     j + up as usize
 }
 
-/// The largest `j` with `table[j] ≤ u` for `u` in [0, 1], without a search (so the store loop
-/// vectorizes): for `u = 2^−o · w`, `w` in [½, 1) (u's mantissa under the exponent of ½), the
-/// entries `2^−(o+1) ≤ u` below it are exact powers of two, and within the octave
+/// The largest `j` with `table[j] ≤ u` for `u` in [0, 1], without a search (no data-dependent
+/// branches or loads): for `u = 2^−o · w`, `w` in [½, 1) (u's mantissa under the exponent of
+/// ½), the entries `2^−(o+1) ≤ u` below it are exact powers of two, and within the octave
 /// `table[N − 1 − K·(o+1) + i] = 2^−o · frac[K − i]`, so `i` counts the `frac[r] ≤ w`
 /// (exact comparisons: scaling by 2^−o is exact). Indices below 1 (u < table[1], zero,
 /// subnormal) are 0; `u = 1` is `N − 1`.

@@ -14,7 +14,8 @@
 use crate::simd::Convert;
 use crate::storage::Storage;
 
-/// How stores to parameters round (state always rounds to nearest even).
+/// How stores to parameters round (`f32`/`f16`/`bf16` state always rounds to nearest even, q8
+/// state always stochastically: [`crate::q8`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Rounding {
