@@ -22,8 +22,8 @@
 //! `(r · 2⁻²⁴) · (T[j+1] − T[j]) < u − T[j]`, with 24 bits
 //! `r = mix64(mix64(key ^ 0x7138_0000_0000_0000 ^ slot) ^ element) >> 40` of the tensor's step key
 //! ([`crate::backend::tensor_key`]). To nearest, v would freeze: with β2 = 0.999 a step moves v by
-//! 0.1 %, far below the code spacing; stochastic rounding keeps E[stored] = x. On V a positive u
-//! never rounds to 0 (a v flushed to zero would make an srf step m̂ / ε); it rounds up to V[1].
+//! 0.1 %, far below the code spacing; stochastic rounding keeps `E[stored] = x`. On V a positive u
+//! never rounds to 0 (a v flushed to zero would make an srf step m̂ / ε); it rounds up to `V[1]`.
 
 use crate::rounding::{mix64, stochastic_bits};
 
@@ -146,10 +146,10 @@ const fn log_map<const N: usize, const K: usize>() -> [f32; N] {
     map
 }
 
-/// The unsigned map V (256 entries, ascending, V[255] = 1).
+/// The unsigned map V (256 entries, ascending, `V[255] = 1`).
 pub static UNSIGNED: [f32; 256] = log_map::<256, 12>();
 
-/// The signed map's magnitudes M (128 entries, ascending, M[127] = 1).
+/// The signed map's magnitudes M (128 entries, ascending, `M[127] = 1`).
 pub static SIGNED: [f32; 128] = log_map::<128, 8>();
 
 static UNSIGNED_FRACTIONS: [f32; 12] = fractional_powers::<12>();
