@@ -15,8 +15,8 @@
 
 use homeadam_core::backend::Crc32;
 use homeadam_core::{
-    bf16, f16, ByteSink, CheckpointError, Config, Optimizer, Q8Block, Rule, StateStorage, Storage,
-    TensorAux, TensorState, TensorStateMut, ALL_RULES,
+    bf16, f16, ByteSink, CheckpointError, Config, Optimizer, Q8Block, Rule, StateStorage, Storage, TensorAux,
+    TensorState, TensorStateMut, ALL_RULES,
 };
 use libfuzzer_sys::fuzz_target;
 
