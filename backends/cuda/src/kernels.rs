@@ -24,7 +24,8 @@
 //! structs the host shares with the kernels (`HA_SIZE_*`, asserted by the C sources), the format of
 //! [`ExactSum`] (`HA_EXACT_*`, from the core's constants), each
 //! update kernel's state slots and ρ slot (from the core's [`Config::state_slots`] and
-//! [`Config::rho_slot`]), the q8 map of each slot (from [`Config::q8_map`]) and the kernel lists (`HA_RULE_KERNELS`, `HA_STORAGE_P/G/S`, from which
+//! [`Config::rho_slot`]), the q8 map of each slot (from [`Config::q8_map`]) and the kernel lists
+//! (`HA_RULE_KERNELS`, `HA_STORAGE_P/G/S`, from which
 //! the C sources build every kernel name) are defined here only, as [`defines`]. The C files
 //! define none of them: `homeadam_math.h` includes `homeadam_defs.h` unless `HA_METADATA` is
 //! already defined, and each consumer gets the values from Rust:
