@@ -256,8 +256,8 @@ impl Optimizer {
             let numel = read_u64(bytes, at).ok_or(Truncated)?;
             let body = usize::try_from(numel)
                 .ok()
-                .filter(|&n| n <= isize::MAX as usize)
-                .and_then(|n| stored_dtype.slot_bytes(n).checked_mul(stored_slots))
+                .and_then(|n| stored_dtype.checked_slot_bytes(n))
+                .and_then(|b| b.checked_mul(stored_slots))
                 .and_then(|b| b.checked_add(TENSOR_HEADER))
                 .ok_or(Corrupt)?;
             at = at.checked_add(body).ok_or(Corrupt)?;

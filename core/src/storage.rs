@@ -53,11 +53,22 @@ impl Dtype {
         }
     }
 
-    /// Bytes of one state slot of `numel` elements, in memory and in the state format.
+    /// Bytes of one state slot of `numel` elements, in memory and in the state format
+    /// (`usize::MAX` where that overflows, see [`Dtype::checked_slot_bytes`]).
     pub const fn slot_bytes(self, numel: usize) -> usize {
+        match self.checked_slot_bytes(numel) {
+            Some(bytes) => bytes,
+            None => usize::MAX,
+        }
+    }
+
+    /// [`Dtype::slot_bytes`], or `None` where it overflows (a corrupt element count).
+    pub const fn checked_slot_bytes(self, numel: usize) -> Option<usize> {
         match self {
-            Dtype::Q8 => numel.div_ceil(crate::q8::BLOCK) * crate::q8::BLOCK_BYTES,
-            _ => numel * self.size(),
+            Dtype::Q8 => numel
+                .div_ceil(crate::q8::BLOCK)
+                .checked_mul(crate::q8::BLOCK_BYTES),
+            _ => numel.checked_mul(self.size()),
         }
     }
 
