@@ -74,6 +74,8 @@ pub enum Error {
     StepOverflow,
     /// A checkpoint could not be written or read.
     Checkpoint(CheckpointError),
+    /// [`crate::Step::update_on`] named an instruction set this CPU or build lacks.
+    SimdUnavailable(crate::Simd),
 }
 
 /// Why a checkpoint was refused.
@@ -189,6 +191,11 @@ impl fmt::Display for Error {
             }
             Error::StepOverflow => f.write_str("the step counter would overflow"),
             Error::Checkpoint(e) => write!(f, "checkpoint: {e}"),
+            Error::SimdUnavailable(simd) => write!(
+                f,
+                "the {} instruction set is not available on this CPU or build",
+                simd.name()
+            ),
         }
     }
 }

@@ -13,11 +13,7 @@ use crate::config::RhoOver;
 use crate::exact::ExactSum;
 use crate::q8::Map;
 use crate::rounding::ParamStore;
-#[cfg(all(feature = "std", target_arch = "x86_64"))]
-use crate::simd::Avx2;
-#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-use crate::simd::Neon;
-use crate::simd::{Convert, Isa, Portable};
+use crate::simd::{Convert, Isa, Portable, WithConvert};
 use crate::state::{Requantize, StateStorage};
 use crate::storage::{Dtype, Storage};
 use crate::tensor::Tensor;
@@ -276,32 +272,40 @@ pub(crate) fn run_fast<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: Pa
     slots: SlotStores,
     isa: Isa,
 ) -> TensorResult {
-    match isa {
-        #[cfg(all(feature = "std", target_arch = "x86_64"))]
-        // SAFETY: the token exists only where AVX2 and F16C were detected.
-        Isa::Avx2(avx2) => unsafe { run_avx2(kernel, part, inv_grad_scale, store, slots, avx2) },
-        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-        Isa::Neon => run_chunks(kernel, part, inv_grad_scale, store, slots, Neon),
-        Isa::Portable => run_chunks(kernel, part, inv_grad_scale, store, slots, Portable),
-    }
+    isa.run(Chunks {
+        kernel,
+        part,
+        inv_grad_scale,
+        store,
+        slots,
+    })
 }
 
-/// [`run_chunks`] compiled for AVX2 and F16C: the element loop runs 8 lanes wide, next to the
-/// conversions (bit-identical: the same IEEE operations; Rust never fuses a multiply and an add).
-///
-/// # Safety
-/// The CPU has AVX2 and F16C (which `avx2` proves).
-#[cfg(all(feature = "std", target_arch = "x86_64"))]
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn run_avx2<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
+/// The arguments of [`run_chunks`] but its conversions.
+struct Chunks<'a, K, P, G, S, R> {
     kernel: K,
-    part: Part<'_, P, G, S>,
+    part: Part<'a, P, G, S>,
     inv_grad_scale: f32,
     store: R,
     slots: SlotStores,
-    avx2: Avx2,
-) -> TensorResult {
-    run_chunks(kernel, part, inv_grad_scale, store, slots, avx2)
+}
+
+impl<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore> WithConvert
+    for Chunks<'_, K, P, G, S, R>
+{
+    type Output = TensorResult;
+
+    #[inline(always)]
+    fn run<C: Convert>(self, conv: C) -> TensorResult {
+        run_chunks(
+            self.kernel,
+            self.part,
+            self.inv_grad_scale,
+            self.store,
+            self.slots,
+            conv,
+        )
+    }
 }
 
 /// `dst` itself for `f32` data, else `buf` holding `dst` converted.

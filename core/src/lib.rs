@@ -34,6 +34,7 @@ pub use exact::ExactSum;
 pub use optimizer::{Optimizer, Step};
 pub use q8::Q8Block;
 pub use rounding::Rounding;
+pub use simd::Simd;
 pub use state::StateStorage;
 pub use storage::{Dtype, Storage};
 pub use tensor::{Group, StepReport, Tensor, TensorAux};

@@ -20,7 +20,7 @@ use crate::rules::sgd::Sgd;
 use crate::rules::srf;
 use crate::rules::swats::{self, SwatsAdam, SwatsSgd};
 use crate::scalars::{powi_by_squaring, StepScalars};
-use crate::simd::Isa;
+use crate::simd::{Isa, Simd};
 use crate::state::StateStorage;
 use crate::storage::Storage;
 use crate::tensor::{Group, StepReport, Tensor, TensorAux};
@@ -509,14 +509,16 @@ impl Step<'_> {
         self.update_with::<true, P, G, S>(tensors, Isa::Portable)
     }
 
-    /// [`Step::update`] with the fast path's portable code only (no explicit SIMD: what a
-    /// `no_std` build runs, or a CPU without the instruction sets the fast path detects). Same
-    /// bits as [`Step::update`]; for tests that cover both on one machine.
-    pub fn update_portable<P: Storage, G: Storage, S: StateStorage>(
+    /// [`Step::update`] with the instruction set `simd` ([`Simd::Portable`]: no explicit SIMD,
+    /// what a `no_std` build runs). Same bits as [`Step::update`]; for tests and benches that
+    /// compare the instruction sets on one machine. Refused when this CPU or build lacks it.
+    pub fn update_on<P: Storage, G: Storage, S: StateStorage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
+        simd: Simd,
     ) -> Result<(), Error> {
-        self.update_with::<false, P, G, S>(tensors, Isa::Portable)
+        let isa = Isa::of(simd).ok_or(Error::SimdUnavailable(simd))?;
+        self.update_with::<false, P, G, S>(tensors, isa)
     }
 
     /// Ends the step: counts it (unless skipped) and reports it. Refused, with the step not

@@ -24,7 +24,48 @@ pub(crate) use x86::Avx2;
 use crate::rounding::stochastic_bits;
 use crate::storage::Storage;
 
-/// The instruction set the fast path uses for a step, chosen once when the step starts.
+/// An instruction set of the fast path, as a caller names it: [`Simd::detect`] is what
+/// [`crate::Step::update`] uses; [`crate::Step::update_on`] runs any available one (tests and
+/// benches compare them on one machine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Simd {
+    /// Plain Rust that the compiler vectorizes for the build's baseline target: what a
+    /// `no_std` build runs, and a CPU without the instruction sets below.
+    Portable,
+    /// x86-64 AVX2 + F16C, detected at run time (`std`).
+    Avx2,
+    /// aarch64 NEON, enabled at compile time (every aarch64 target with an FPU).
+    Neon,
+}
+
+impl Simd {
+    /// Every instruction set this crate knows, best last.
+    pub const ALL: [Simd; 3] = [Simd::Portable, Simd::Neon, Simd::Avx2];
+
+    /// The best instruction set of this CPU.
+    pub fn detect() -> Simd {
+        Isa::detect().simd()
+    }
+
+    /// Whether this CPU and build can run it.
+    pub fn is_available(self) -> bool {
+        Isa::of(self).is_some()
+    }
+
+    /// Its name, in lower case.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Simd::Portable => "portable",
+            Simd::Avx2 => "avx2",
+            Simd::Neon => "neon",
+        }
+    }
+}
+
+/// The instruction set the fast path uses for a step, chosen once when the step starts; a
+/// variant holds the proof that the CPU has it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Isa {
     /// Plain Rust that the compiler vectorizes for the build's baseline target.
@@ -40,15 +81,59 @@ pub(crate) enum Isa {
 impl Isa {
     /// The best instruction set of this CPU (the portable code where nothing better is known).
     pub fn detect() -> Isa {
-        #[cfg(all(feature = "std", target_arch = "x86_64"))]
-        if let Some(avx2) = Avx2::detect() {
-            return Isa::Avx2(avx2);
-        }
-        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-        return Isa::Neon;
-        #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
-        Isa::Portable
+        Simd::ALL
+            .iter()
+            .rev()
+            .find_map(|&simd| Isa::of(simd))
+            .unwrap_or(Isa::Portable)
     }
+
+    /// `simd`, if this CPU and build have it.
+    pub fn of(simd: Simd) -> Option<Isa> {
+        match simd {
+            Simd::Portable => Some(Isa::Portable),
+            #[cfg(all(feature = "std", target_arch = "x86_64"))]
+            Simd::Avx2 => Avx2::detect().map(Isa::Avx2),
+            #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+            Simd::Neon => Some(Isa::Neon),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// The name a caller knows it by.
+    pub fn simd(self) -> Simd {
+        match self {
+            Isa::Portable => Simd::Portable,
+            #[cfg(all(feature = "std", target_arch = "x86_64"))]
+            Isa::Avx2(_) => Simd::Avx2,
+            #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+            Isa::Neon => Simd::Neon,
+        }
+    }
+
+    /// Runs `job` with this instruction set's conversions, compiled for its features (the job's
+    /// loop is inlined into a `#[target_feature]` function).
+    #[inline(always)]
+    pub fn run<J: WithConvert>(self, job: J) -> J::Output {
+        match self {
+            #[cfg(all(feature = "std", target_arch = "x86_64"))]
+            // SAFETY: the token exists only where AVX2 and F16C were detected.
+            Isa::Avx2(avx2) => unsafe { x86::run_avx2(job, avx2) },
+            #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+            Isa::Neon => job.run(Neon),
+            Isa::Portable => job.run(Portable),
+        }
+    }
+}
+
+/// Work over chunks that runs with any instruction set's conversions ([`Isa::run`]).
+pub(crate) trait WithConvert {
+    /// What the work returns.
+    type Output;
+
+    /// Does the work with `conv`'s conversions.
+    fn run<C: Convert>(self, conv: C) -> Self::Output;
 }
 
 /// Converts chunks of one storage type from and to `f32`.

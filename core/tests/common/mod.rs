@@ -2,8 +2,8 @@
 #![allow(dead_code, unused_macros)]
 
 use homeadam_core::{
-    bf16, f16, Config, Group, Optimizer, Q8Block, RhoOver, Rule, StateStorage, StepReport, Storage, Switch,
-    TauCalibration, Tensor, TensorAux, ALL_RULES,
+    bf16, f16, Config, Group, Optimizer, Q8Block, RhoOver, Rule, Simd, StateStorage, StepReport, Storage,
+    Switch, TauCalibration, Tensor, TensorAux, ALL_RULES,
 };
 
 /// A state item's bits, for comparisons.
@@ -35,7 +35,7 @@ impl StateBits for Q8Block {
 pub enum Path {
     /// `Step::update`: the fast path with this CPU's instruction set.
     Fast,
-    /// `Step::update_portable`: the fast path without explicit SIMD.
+    /// `Step::update_on(Simd::Portable)`: the fast path without explicit SIMD.
     Portable,
     /// `Step::update_reference`: the scalar reference.
     Reference,
@@ -122,7 +122,7 @@ impl<P: Storage, G: Storage, S: StateBits> Model<P, G, S> {
         step.check(&mut tensors)?;
         match path {
             Path::Fast | Path::Threads(_) => step.update(&mut tensors)?,
-            Path::Portable => step.update_portable(&mut tensors)?,
+            Path::Portable => step.update_on(&mut tensors, Simd::Portable)?,
             Path::Reference => step.update_reference(&mut tensors)?,
         }
         step.finish()
