@@ -1,9 +1,11 @@
 //! `cargo xtask bench`: runs the criterion benches of one step over 16 M parameters (one thread,
 //! and the `_t2` rows on two), then PyTorch's fused AdamW on the same sizes, and prints the
-//! table of BENCHMARKS.md (also written to `target/bench-table.md`). PyTorch is not installed
-//! here: `pip install torch` first (PyPI's wheel), or the table says it was not measured.
+//! table of BENCHMARKS.md (also written to `target/bench-table.md`), with issue 16's goals as
+//! ratios to PyTorch. PyTorch is the one `python3` imports; without one, [`TORCH`] from PyPI is
+//! installed into `target/bench-venv` first (about 3 GB with the CUDA libraries PyPI's Linux
+//! wheel needs even on the CPU; the table says so when it cannot be installed).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
@@ -11,6 +13,20 @@ use serde_json::Value;
 use crate::run;
 
 const PARAMS: f64 = (16 << 20) as f64;
+
+/// Issue 16's goals: the bench row, what it measures, and the least torch time / ours.
+const GOALS: &[(&str, &str, f64)] = &[
+    ("adamw_f32_trust", "AdamW f32, `Trust`", 1.0),
+    ("homeadamw_ew_f32_trust", "HomeAdamW-ew f32, `Trust`", 1.0),
+    ("homeadamw_ew_f32", "HomeAdamW-ew f32, default `SkipStep`", 0.85),
+    ("homeadamw_global_f32", "HomeAdamW global f32", 0.75),
+    (
+        "homeadamw_ew_bf16p_bf16s_g32",
+        "HomeAdamW-ew bf16 θ + bf16 moments (f32 g)",
+        1.6,
+    ),
+    ("adamw_bf16p_f32s_g32", "AdamW bf16 θ + f32 moments (f32 g)", 1.1),
+];
 
 /// One criterion result: its id, the bytes it moves per element, and its median time.
 struct Measured {
@@ -52,8 +68,49 @@ fn measured(group: &str) -> Vec<Measured> {
     out
 }
 
+/// The PyTorch wheel installed when `python3` has none: the version of BENCHMARKS.md's runs.
+const TORCH: &str = "torch==2.15.0";
+
+/// Where [`TORCH`] is installed when `python3` has no PyTorch.
+const VENV: &str = "target/bench-venv";
+
+/// Whether `python` imports torch.
+fn imports_torch(python: &Path) -> bool {
+    Command::new(python)
+        .args(["-c", "import torch"])
+        .output()
+        .is_ok_and(|out| out.status.success())
+}
+
+/// A Python that imports torch: `python3`, else [`VENV`]'s, created and filled with [`TORCH`].
+fn python_with_torch() -> Result<PathBuf, String> {
+    let system = PathBuf::from("python3");
+    if imports_torch(&system) {
+        return Ok(system);
+    }
+    let venv_python = Path::new(VENV).join("bin/python");
+    if !venv_python.is_file() {
+        println!("\n== xtask: PyTorch: python3 -m venv {VENV}");
+        let made = Command::new("python3").args(["-m", "venv", VENV]).status();
+        if !made.is_ok_and(|s| s.success()) {
+            return Err(format!("cannot create {VENV}"));
+        }
+    }
+    if !imports_torch(&venv_python) {
+        println!("== xtask: PyTorch: pip install {TORCH} into {VENV} (about 3 GB)");
+        let installed = Command::new(&venv_python)
+            .args(["-m", "pip", "install", "--quiet", TORCH])
+            .status();
+        if !installed.is_ok_and(|s| s.success()) || !imports_torch(&venv_python) {
+            return Err(format!("pip could not install {TORCH} into {VENV}"));
+        }
+    }
+    Ok(venv_python)
+}
+
 fn torch_ms() -> Result<(f64, String), String> {
-    let out = Command::new("python3")
+    let python = python_with_torch()?;
+    let out = Command::new(python)
         .arg("core/benches/torch_adamw.py")
         .output()
         .map_err(|e| e.to_string())?;
@@ -96,9 +153,7 @@ pub(crate) fn bench() {
             "PyTorch {version} `AdamW(fused=True)`, f32, 28 B/param: {ms:.2} ms = {:.1} GB/s.\n\n",
             28.0 * PARAMS / (ms * 1e6)
         )),
-        Err(e) => table.push_str(&format!(
-            "PyTorch not measured ({e}); `pip install torch` to add it.\n\n"
-        )),
+        Err(e) => table.push_str(&format!("PyTorch not measured: {e}.\n\n")),
     }
     table.push_str(
         "| bench | B/param | ms | GB/s | × copy bandwidth | torch time / ours |\n|---|---|---|---|---|---|\n",
@@ -125,6 +180,15 @@ pub(crate) fn bench() {
         ));
     }
     let find = |name: &str| steps.iter().find(|m| m.name == name).map(|m| m.ms);
+    if let Ok((torch, _)) = &torch {
+        table.push_str("\n| path (issue 16) | torch time / ours | goal |\n|---|---|---|\n");
+        for &(name, what, goal) in GOALS {
+            let Some(ours) = find(name) else { continue };
+            let ratio = torch / ours;
+            let met = if ratio >= goal { "met" } else { "not met" };
+            table.push_str(&format!("| {what} | {ratio:.2} | ≥ {goal} ({met}) |\n"));
+        }
+    }
     if let (Some(global), Some(ew)) = (find("homeadamw_global_f32"), find("homeadamw_ew_f32")) {
         table.push_str(&format!(
             "\nGlobal / element-wise HomeAdamW time: {:.2}\n",
