@@ -1,5 +1,6 @@
 //! One optimizer step over 16 M parameters (8 tensors of 2 M), on one thread (and a few rows on
-//! two: `_t2`), plus the copy and triad bandwidth of this machine. `cargo xtask bench` runs this next to PyTorch's fused
+//! two: `_t2`; and issue 16's rows with each x86 instruction set, `simd16M`), plus the copy and
+//! triad bandwidth of this machine. `cargo xtask bench` runs this next to PyTorch's fused
 //! AdamW and writes the table of BENCHMARKS.md.
 
 use std::hint::black_box;
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use common::{Model, Path, StateBits};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use homeadam_core::{bf16, f16, Config, FiniteCheck, Optimizer, Q8Block, Rule, Storage, Switch};
+use homeadam_core::{bf16, f16, Config, FiniteCheck, Optimizer, Q8Block, Rule, Simd, Storage, Switch};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -52,17 +53,40 @@ fn bench_threads<P: Storage, G: Storage, S: StateBits>(
     config: Config,
     threads: usize,
 ) {
+    bench_path::<P, G, S>(c, "step16M", name, config, Path::Threads(threads));
+}
+
+/// One row per x86 instruction set this CPU has, run one after the other (`name_avx2`,
+/// `name_avx512`): their ratio is read within one run.
+fn bench_simd<P: Storage, G: Storage, S: StateBits>(c: &mut Criterion, name: &str, config: Config) {
+    for simd in [Simd::Avx2, Simd::Avx512]
+        .into_iter()
+        .filter(|s| s.is_available())
+    {
+        let row = format!("{name}_{}", simd.name());
+        bench_path::<P, G, S>(c, "simd16M", &row, config, Path::On(simd));
+    }
+}
+
+/// One row of `group`, each step taken through `path`.
+fn bench_path<P: Storage, G: Storage, S: StateBits>(
+    c: &mut Criterion,
+    group: &str,
+    name: &str,
+    config: Config,
+    path: Path,
+) {
     let mut opt = Optimizer::new(config).unwrap();
     let mut model = model::<P, G, S>(&opt);
     let bytes = bytes_per_param(&config, P::DTYPE.size(), G::DTYPE.size(), S::DTYPE.size());
-    let mut group = c.benchmark_group("step16M");
+    let mut group = c.benchmark_group(group);
     group
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(4));
     group.throughput(Throughput::Bytes((bytes * PARAMS) as u64));
     group.bench_function(BenchmarkId::from_parameter(format!("{name}/{bytes}B")), |b| {
-        b.iter(|| black_box(model.step_on(&mut opt, 1.0, Path::Threads(threads)).unwrap()))
+        b.iter(|| black_box(model.step_on(&mut opt, 1.0, path).unwrap()))
     });
     group.finish();
 }
@@ -102,6 +126,22 @@ fn steps(c: &mut Criterion) {
     bench_threads::<bf16, f32, bf16>(c, "homeadamw_ew_bf16p_bf16s_g32_t2", config(ew, SkipStep), 2);
 }
 
+/// Issue 16's rows with AVX2 and with AVX-512.
+fn simd(c: &mut Criterion) {
+    use FiniteCheck::{SkipStep, Trust};
+    let ew = Rule::HomeAdamW(Switch::Element);
+    bench_simd::<f32, f32, f32>(c, "adamw_f32_trust", config(Rule::AdamW, Trust));
+    bench_simd::<f32, f32, f32>(c, "homeadamw_ew_f32_trust", config(ew, Trust));
+    bench_simd::<f32, f32, f32>(c, "homeadamw_ew_f32", config(ew, SkipStep));
+    bench_simd::<f32, f32, f32>(
+        c,
+        "homeadamw_global_f32",
+        config(Rule::HomeAdamW(Switch::Global), SkipStep),
+    );
+    bench_simd::<bf16, f32, bf16>(c, "homeadamw_ew_bf16p_bf16s_g32", config(ew, SkipStep));
+    bench_simd::<bf16, f32, f32>(c, "adamw_bf16p_f32s_g32", config(Rule::AdamW, SkipStep));
+}
+
 fn bandwidth(c: &mut Criterion) {
     let src = vec![1.0f32; PARAMS];
     let other = vec![2.0f32; PARAMS];
@@ -124,5 +164,5 @@ fn bandwidth(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bandwidth, steps);
+criterion_group!(benches, bandwidth, steps, simd);
 criterion_main!(benches);

@@ -59,7 +59,7 @@ impl TauCalibration {
 
     /// Whether step `t` sets τ.
     pub const fn calibrates_at(&self, t: u64) -> bool {
-        (t - 1) % self.every as u64 == 0
+        (t - 1).is_multiple_of(self.every as u64)
     }
 }
 

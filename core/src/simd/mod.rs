@@ -11,11 +11,15 @@
 //! NaN payloads included), so every path equals the scalar reference bit for bit.
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
+mod avx512;
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
 mod x86;
 
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod neon;
 
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub(crate) use avx512::Avx512;
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 pub(crate) use neon::Neon;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -38,11 +42,14 @@ pub enum Simd {
     Avx2,
     /// aarch64 NEON, enabled at compile time (every aarch64 target with an FPU).
     Neon,
+    /// x86-64 AVX-512 F, BW, DQ and VL (and BF16's conversion where present), detected at run
+    /// time (`std`).
+    Avx512,
 }
 
 impl Simd {
     /// Every instruction set this crate knows, best last.
-    pub const ALL: [Simd; 3] = [Simd::Portable, Simd::Neon, Simd::Avx2];
+    pub const ALL: [Simd; 4] = [Simd::Portable, Simd::Neon, Simd::Avx2, Simd::Avx512];
 
     /// The best instruction set of this CPU.
     pub fn detect() -> Simd {
@@ -60,6 +67,7 @@ impl Simd {
             Simd::Portable => "portable",
             Simd::Avx2 => "avx2",
             Simd::Neon => "neon",
+            Simd::Avx512 => "avx512",
         }
     }
 }
@@ -73,6 +81,9 @@ pub(crate) enum Isa {
     /// x86-64 with AVX2 and F16C, detected at run time.
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     Avx2(Avx2),
+    /// x86-64 with AVX-512 F, BW, DQ and VL, detected at run time.
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    Avx512(Avx512),
     /// aarch64 NEON, enabled at compile time (every aarch64 target with an FPU).
     #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
     Neon,
@@ -94,6 +105,8 @@ impl Isa {
             Simd::Portable => Some(Isa::Portable),
             #[cfg(all(feature = "std", target_arch = "x86_64"))]
             Simd::Avx2 => Avx2::detect().map(Isa::Avx2),
+            #[cfg(all(feature = "std", target_arch = "x86_64"))]
+            Simd::Avx512 => Avx512::detect().map(Isa::Avx512),
             #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
             Simd::Neon => Some(Isa::Neon),
             #[allow(unreachable_patterns)]
@@ -107,6 +120,8 @@ impl Isa {
             Isa::Portable => Simd::Portable,
             #[cfg(all(feature = "std", target_arch = "x86_64"))]
             Isa::Avx2(_) => Simd::Avx2,
+            #[cfg(all(feature = "std", target_arch = "x86_64"))]
+            Isa::Avx512(_) => Simd::Avx512,
             #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
             Isa::Neon => Simd::Neon,
         }
@@ -120,6 +135,9 @@ impl Isa {
             #[cfg(all(feature = "std", target_arch = "x86_64"))]
             // SAFETY: the token exists only where AVX2 and F16C were detected.
             Isa::Avx2(avx2) => unsafe { x86::run_avx2(job, avx2) },
+            #[cfg(all(feature = "std", target_arch = "x86_64"))]
+            // SAFETY: the token exists only where AVX-512 F, BW, DQ and VL were detected.
+            Isa::Avx512(avx512) => unsafe { avx512::run_avx512(job, avx512) },
             #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
             Isa::Neon => job.run(Neon),
             Isa::Portable => job.run(Portable),

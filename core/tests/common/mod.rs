@@ -33,24 +33,30 @@ impl StateBits for Q8Block {
 /// The driver of a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
-    /// `Step::update`: the fast path with this CPU's instruction set.
+    /// `Step::update`: the fast path with this CPU's best instruction set.
     Fast,
-    /// `Step::update_on(Simd::Portable)`: the fast path without explicit SIMD.
-    Portable,
+    /// `Step::update_on(simd)`: the fast path with that instruction set.
+    On(Simd),
     /// `Step::update_reference`: the scalar reference.
     Reference,
     /// `Step::update` with the step spread over this many threads.
     Threads(usize),
 }
 
-/// The paths every fast-path test compares with the reference: this CPU's instruction set and
-/// the portable code; only the first in unoptimized builds (their run looks for panics with
-/// overflow checks on, and takes minutes: the release run covers both).
-pub const FAST_PATHS: &[Path] = if cfg!(debug_assertions) {
-    &[Path::Fast]
-} else {
-    &[Path::Fast, Path::Portable]
-};
+/// The paths every fast-path test compares with the reference: every instruction set this CPU
+/// has (the portable code, and AVX2 and AVX-512 or NEON where present); only the best in
+/// unoptimized builds (their run looks for panics with overflow checks on, and takes minutes:
+/// the release run covers them all).
+pub fn fast_paths() -> Vec<Path> {
+    if cfg!(debug_assertions) {
+        return vec![Path::Fast];
+    }
+    Simd::ALL
+        .into_iter()
+        .filter(|simd| simd.is_available())
+        .map(Path::On)
+        .collect()
+}
 
 /// One model's tensors, owned.
 #[derive(Clone, Debug)]
@@ -122,7 +128,7 @@ impl<P: Storage, G: Storage, S: StateBits> Model<P, G, S> {
         step.check(&mut tensors)?;
         match path {
             Path::Fast | Path::Threads(_) => step.update(&mut tensors)?,
-            Path::Portable => step.update_on(&mut tensors, Simd::Portable)?,
+            Path::On(simd) => step.update_on(&mut tensors, simd)?,
             Path::Reference => step.update_reference(&mut tensors)?,
         }
         step.finish()
