@@ -179,7 +179,7 @@ fn cases() -> Vec<(String, OptimConfig, DType)> {
             });
             config.state_dtype = state;
             config.lr_multipliers = vec![("fc2.".into(), 0.5)];
-            config.max_grad_norm = (k % 2 == 0).then_some(0.5);
+            config.max_grad_norm = k.is_multiple_of(2).then_some(0.5);
             let label = format!(
                 "{name} {dtype:?} params, {state:?} state, clip {:?}",
                 config.max_grad_norm

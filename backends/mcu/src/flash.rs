@@ -16,6 +16,7 @@
 
 use embedded_storage::nor_flash::{NorFlash, NorFlashError, NorFlashErrorKind};
 use homeadam_core::backend::Crc32;
+use homeadam_core::rules::only::RuleSet;
 use homeadam_core::{ByteSink, CheckpointError, StateStorage};
 
 use crate::trainer::{Trainer, TrainerError};
@@ -73,11 +74,11 @@ impl<F: NorFlash> FlashStore<F> {
         let fits = base
             .checked_add(slot_size.saturating_mul(2))
             .is_some_and(|end| end as usize <= flash.capacity());
-        let aligned = base % erase == 0
-            && slot_size % erase == 0
+        let aligned = base.is_multiple_of(erase)
+            && slot_size.is_multiple_of(erase)
             && slot_size > SLOT_HEADER
-            && CHUNK % F::WRITE_SIZE == 0
-            && CHUNK % F::READ_SIZE == 0;
+            && CHUNK.is_multiple_of(F::WRITE_SIZE)
+            && CHUNK.is_multiple_of(F::READ_SIZE);
         if !(fits && aligned) {
             return Err(FlashError::Layout);
         }
@@ -135,9 +136,9 @@ impl<F: NorFlash> FlashStore<F> {
     }
 
     /// Saves `trainer` to the inactive slot and commits it; returns its sequence number.
-    pub fn save<S: StateStorage, const N: usize, const CAP: usize>(
+    pub fn save<S: StateStorage, const N: usize, const CAP: usize, R: RuleSet>(
         &mut self,
-        trainer: &Trainer<S, N, CAP>,
+        trainer: &Trainer<S, N, CAP, R>,
     ) -> Result<u32, FlashError> {
         let len = trainer.saved_len() as u32;
         if len > self.slot_size - SLOT_HEADER {
@@ -179,9 +180,9 @@ impl<F: NorFlash> FlashStore<F> {
     /// Loads the newest valid slot into `trainer`, reading it into `scratch` (at least
     /// [`Trainer::saved_len`] rounded up to [`SLOT_HEADER`]). Returns its sequence number, or
     /// `None` (trainer untouched) when neither slot holds a valid state.
-    pub fn load<S: StateStorage, const N: usize, const CAP: usize>(
+    pub fn load<S: StateStorage, const N: usize, const CAP: usize, R: RuleSet>(
         &mut self,
-        trainer: &mut Trainer<S, N, CAP>,
+        trainer: &mut Trainer<S, N, CAP, R>,
         scratch: &mut [u8],
     ) -> Result<Option<u32>, FlashError> {
         let Some((k, header)) = self.newest()? else {

@@ -47,7 +47,7 @@ impl<'a, const SIZE: usize> RamFlash<'a, SIZE> {
 
     fn range(offset: u32, len: usize, align: usize) -> Result<core::ops::Range<usize>, RamFlashError> {
         let start = offset as usize;
-        if start % align != 0 || len % align != 0 {
+        if !start.is_multiple_of(align) || !len.is_multiple_of(align) {
             return Err(RamFlashError(NorFlashErrorKind::NotAligned));
         }
         if start + len > SIZE {

@@ -64,7 +64,7 @@ pub fn parse_batch(bytes: &[u8], name: &str) -> Result<ImageSet> {
         "{name}: empty file, expected records of {RECORD} bytes"
     );
     ensure!(
-        bytes.len() % RECORD == 0,
+        bytes.len().is_multiple_of(RECORD),
         "{name}: {} bytes is not a whole number of {RECORD}-byte records (truncated or not CIFAR-10 binary)",
         bytes.len()
     );

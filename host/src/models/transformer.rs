@@ -98,7 +98,7 @@ impl TransformerConfig {
             "transformer: sizes must be positive: {self:?}"
         );
         ensure!(
-            self.d_model > 0 && self.d_model % 2 == 0 && self.d_model % self.heads == 0,
+            self.d_model > 0 && self.d_model.is_multiple_of(2) && self.d_model.is_multiple_of(self.heads),
             "transformer: d_model must be even and divisible by heads: {self:?}"
         );
         ensure!(
