@@ -17,10 +17,12 @@ pub use crate::rounding::{mix64, stochastic_bits, tensor_key};
 pub use crate::scalars::{powi_by_squaring, StepScalars};
 
 /// The home (SGDM) branch is taken unless v̂ ≥ τ; a NaN v̂ (a non-finite gradient applied under
-/// `FiniteCheck::Trust`) goes home rather than dividing by it.
+/// `FiniteCheck::Trust`) goes home rather than dividing by it. One unordered comparison (τ is
+/// never NaN: τ > 0 is validated, a calibrated τ is a finite histogram edge).
 #[inline(always)]
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
 pub fn goes_home(v_hat: f32, tau: f32) -> bool {
-    v_hat < tau || v_hat.is_nan()
+    !(v_hat >= tau)
 }
 
 /// The global and per-layer rules' first pass over one tensor, exactly as the step computes it:

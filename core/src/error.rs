@@ -76,6 +76,12 @@ pub enum Error {
     Checkpoint(CheckpointError),
     /// [`crate::Step::update_on`] named an instruction set this CPU or build lacks.
     SimdUnavailable(crate::Simd),
+    /// The config's rule is not in the rule set this step was built with
+    /// ([`crate::Optimizer::step_only`], [`crate::rules::only`]).
+    RuleNotLinked {
+        /// The config's name.
+        rule: &'static str,
+    },
 }
 
 /// Why a checkpoint was refused.
@@ -195,6 +201,11 @@ impl fmt::Display for Error {
                 f,
                 "the {} instruction set is not available on this CPU or build",
                 simd.name()
+            ),
+            Error::RuleNotLinked { rule } => write!(
+                f,
+                "the rule {rule:?} is not in the rule set this step was built with \
+                 (rules::only; Optimizer::step_only)"
             ),
         }
     }

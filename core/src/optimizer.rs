@@ -16,6 +16,7 @@ use crate::rules::adabelief::AdaBelief;
 use crate::rules::adam::Adam;
 use crate::rules::homeadam::{branch, Home};
 use crate::rules::miadam::MiAdam;
+use crate::rules::only::{All, RuleSet};
 use crate::rules::sgd::Sgd;
 use crate::rules::srf;
 use crate::rules::swats::{self, SwatsAdam, SwatsSgd};
@@ -24,6 +25,7 @@ use crate::simd::{Isa, Simd};
 use crate::state::StateStorage;
 use crate::storage::Storage;
 use crate::tensor::{Group, StepReport, Tensor, TensorAux};
+use core::marker::PhantomData;
 
 /// An optimizer: a validated [`Config`] plus the model-wide state (the step counter t, the
 /// SWATS phase, a calibrated τ and its histogram). Per-tensor state lives in the caller's
@@ -169,6 +171,21 @@ impl Optimizer {
         step.finish()
     }
 
+    /// [`Optimizer::step`] built for the rules of `F` only ([`crate::rules::only`]): the
+    /// other rules' kernels are not linked. Same bits as [`Optimizer::step`]; a config whose
+    /// rule is not in `F` is refused with [`Error::RuleNotLinked`] before anything is read or
+    /// written.
+    pub fn step_only<F: RuleSet, P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+        grad_scale: f64,
+    ) -> Result<StepReport, Error> {
+        let mut step = self.begin_only::<F>(grad_scale)?;
+        step.check(tensors)?;
+        step.update(tensors)?;
+        step.finish()
+    }
+
     /// [`Optimizer::step`] with each tensor's elements spread over up to `threads` threads
     /// (`std`; [`Step::with_threads`]). The same bits for any thread count.
     #[cfg(feature = "std")]
@@ -224,13 +241,24 @@ impl Optimizer {
     /// # Ok::<(), homeadam_core::Error>(())
     /// ```
     pub fn begin(&mut self, grad_scale: f64) -> Result<Step<'_>, Error> {
+        self.begin_only::<All>(grad_scale)
+    }
+
+    /// [`Optimizer::begin`] for the rules of `F` only (see [`Optimizer::step_only`]).
+    pub fn begin_only<F: RuleSet>(&mut self, grad_scale: f64) -> Result<Step<'_, F>, Error> {
+        if !F::admits(self.config.rule) {
+            return Err(Error::RuleNotLinked {
+                rule: self.config.name(),
+            });
+        }
         if !(grad_scale.is_finite() && grad_scale > 0.0) {
             return Err(Error::InvalidGradScale(grad_scale));
         }
         let t = self.step.checked_add(1).ok_or(Error::StepOverflow)?;
         let config = self.step_config();
-        let calibrates =
-            config.rule.switch().is_some() && config.tau_calibration.is_some_and(|c| c.calibrates_at(t));
+        let calibrates = links_home::<F>()
+            && config.rule.switch().is_some()
+            && config.tau_calibration.is_some_and(|c| c.calibrates_at(t));
         Ok(Step {
             scalars: StepScalars::new(&config, t, grad_scale, self.swats_sgd_lr),
             // SWATS's switch test works in f64.
@@ -254,13 +282,31 @@ impl Optimizer {
             next_swats_lr: None,
             #[cfg(feature = "std")]
             threads: 1,
+            rules: PhantomData,
         })
     }
 }
 
+/// Whether `F` holds a HomeAdam(W) rule of `switch` (`None`: of any switch).
+#[inline(always)]
+fn links_switch<F: RuleSet>(switch: Option<Switch>) -> bool {
+    let admits = |s: Switch| {
+        (switch.is_none() || switch == Some(s))
+            && (F::admits(Rule::HomeAdam(s)) || F::admits(Rule::HomeAdamW(s)))
+    };
+    admits(Switch::Global) || admits(Switch::Layer) || admits(Switch::Element)
+}
+
+/// Whether `F` holds any HomeAdam(W) rule.
+#[inline(always)]
+fn links_home<F: RuleSet>() -> bool {
+    links_switch::<F>(None)
+}
+
 /// One step in progress: see [`Optimizer::begin`]. Dropped before [`Step::finish`], the step
-/// is not counted (tensors updated so far keep their update).
-pub struct Step<'o> {
+/// is not counted (tensors updated so far keep their update). `F` is the set of rules whose
+/// kernels it links ([`Optimizer::begin_only`]).
+pub struct Step<'o, F: RuleSet = All> {
     opt: &'o mut Optimizer,
     t: u64,
     grad_scale: f64,
@@ -288,6 +334,7 @@ pub struct Step<'o> {
     next_swats_lr: Option<f64>,
     #[cfg(feature = "std")]
     threads: usize,
+    rules: PhantomData<F>,
 }
 
 /// What a backend that updates the tensors itself (CUDA) tells [`Step::finish_external`].
@@ -323,7 +370,7 @@ pub struct SwatsDots<'a> {
     pub step_grad: &'a ExactSum,
 }
 
-impl Step<'_> {
+impl<F: RuleSet> Step<'_, F> {
     /// Spreads each tensor's elements over up to `threads` threads (`std`): scoped threads,
     /// started per tensor, for the finite check, the first pass and the fast path's update,
     /// each with at least 32 K elements (smaller tensors stay on the caller's thread).
@@ -410,7 +457,9 @@ impl Step<'_> {
         let inv = self.scalars.inv_grad_scale;
         let bc2 = self.scalars.bc2;
         match config.rule.switch() {
-            Some(switch @ (Switch::Global | Switch::Layer)) => {
+            Some(switch @ (Switch::Global | Switch::Layer))
+                if links_switch::<F>(Some(Switch::Global)) || links_switch::<F>(Some(Switch::Layer)) =>
+            {
                 for tensor in tensors.iter_mut() {
                     let n = S::slot_len(tensor.param.len());
                     let (v_min, finite) = self.first_pass(tensor.grad, &tensor.state[n..2 * n]);
@@ -746,7 +795,11 @@ impl Step<'_> {
                 #[cfg(feature = "std")]
                 threads: self.threads,
             };
-            let (result, tensor_has_rho) = dispatch(&config, &scalars, swats_sgd, branch, run, tensor);
+            let Some((result, tensor_has_rho)) =
+                dispatch::<F, REFERENCE, P, G, S>(&config, &scalars, swats_sgd, branch, run, tensor)
+            else {
+                return Err(Error::RuleNotLinked { rule: config.name() });
+            };
             tensor.aux.home_elements = result.home;
             tensor.aux.rho = if tensor_has_rho {
                 result.v_min / scalars.bc2
@@ -759,7 +812,7 @@ impl Step<'_> {
             }
             self.report.home_elements += result.home as u64;
             self.report.nonfinite_applied |= result.nonfinite;
-            if config.rule == Rule::Swats && !swats_sgd {
+            if F::admits(Rule::Swats) && config.rule == Rule::Swats && !swats_sgd {
                 self.swats_test(tensor.aux, group, &result.step_sq, &result.step_grad);
             }
         }
@@ -827,33 +880,54 @@ impl<const REFERENCE: bool> Run<REFERENCE> {
     }
 }
 
-fn dispatch<const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage>(
+/// Runs the kernel of `config`'s rule, if `F` links it (each arm's guard is a constant, so the
+/// arms of the rules outside `F` are not compiled); `None` otherwise.
+fn dispatch<F: RuleSet, const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage>(
     config: &Config,
     s: &StepScalars,
     swats_in_sgd_phase: bool,
     branch: u8,
     run: Run<REFERENCE>,
     tensor: &mut Tensor<'_, P, G, S>,
-) -> (TensorResult, bool) {
-    match config.rule {
-        Rule::Sgd if config.momentum == 0.0 => run.apply(Sgd::<false>::new(s, config.nesterov), tensor),
-        Rule::Sgd => run.apply(Sgd::<true>::new(s, config.nesterov), tensor),
-        Rule::Adam => run.apply(Adam::<false>::new(s), tensor),
-        Rule::AdamW => run.apply(Adam::<true>::new(s), tensor),
-        Rule::AdamSrf | Rule::AdamWSrf => run.apply(srf::kernel(s), tensor),
-        Rule::HomeAdam(_) | Rule::HomeAdamW(_) => match branch {
-            branch::ALL_SRF => run.apply(Home::<{ branch::ALL_SRF }>::new(s), tensor),
-            branch::ALL_HOME => run.apply(Home::<{ branch::ALL_HOME }>::new(s), tensor),
-            _ => run.apply(Home::<{ branch::PER_ELEMENT }>::new(s), tensor),
-        },
-        Rule::AdaBelief if config.amsgrad => {
+) -> Option<(TensorResult, bool)> {
+    let admits = F::admits;
+    Some(match config.rule {
+        Rule::Sgd if admits(Rule::Sgd) && config.momentum == 0.0 => {
+            run.apply(Sgd::<false>::new(s, config.nesterov), tensor)
+        }
+        Rule::Sgd if admits(Rule::Sgd) => run.apply(Sgd::<true>::new(s, config.nesterov), tensor),
+        Rule::Adam if admits(Rule::Adam) => run.apply(Adam::<false>::new(s), tensor),
+        Rule::AdamW if admits(Rule::AdamW) => run.apply(Adam::<true>::new(s), tensor),
+        Rule::AdamSrf | Rule::AdamWSrf if admits(Rule::AdamSrf) || admits(Rule::AdamWSrf) => {
+            run.apply(srf::kernel(s), tensor)
+        }
+        // `branch` is PER_ELEMENT exactly for the element-wise switch.
+        Rule::HomeAdam(_) | Rule::HomeAdamW(_) if branch == branch::PER_ELEMENT => {
+            if !links_switch::<F>(Some(Switch::Element)) {
+                return None;
+            }
+            run.apply(Home::<{ branch::PER_ELEMENT }>::new(s), tensor)
+        }
+        Rule::HomeAdam(_) | Rule::HomeAdamW(_)
+            if links_switch::<F>(Some(Switch::Global)) || links_switch::<F>(Some(Switch::Layer)) =>
+        {
+            if branch == branch::ALL_HOME {
+                run.apply(Home::<{ branch::ALL_HOME }>::new(s), tensor)
+            } else {
+                run.apply(Home::<{ branch::ALL_SRF }>::new(s), tensor)
+            }
+        }
+        Rule::AdaBelief if admits(Rule::AdaBelief) && config.amsgrad => {
             run.apply(AdaBelief::<true>::new(s, config.weight_decouple), tensor)
         }
-        Rule::AdaBelief => run.apply(AdaBelief::<false>::new(s, config.weight_decouple), tensor),
-        Rule::Swats if swats_in_sgd_phase => {
+        Rule::AdaBelief if admits(Rule::AdaBelief) => {
+            run.apply(AdaBelief::<false>::new(s, config.weight_decouple), tensor)
+        }
+        Rule::Swats if admits(Rule::Swats) && swats_in_sgd_phase => {
             run.apply(SwatsSgd::new(s, config.weight_decouple, config.nesterov), tensor)
         }
-        Rule::Swats => run.apply(SwatsAdam::new(s, config.weight_decouple), tensor),
-        Rule::MiAdam => run.apply(MiAdam::new(s), tensor),
-    }
+        Rule::Swats if admits(Rule::Swats) => run.apply(SwatsAdam::new(s, config.weight_decouple), tensor),
+        Rule::MiAdam if admits(Rule::MiAdam) => run.apply(MiAdam::new(s), tensor),
+        _ => return None,
+    })
 }

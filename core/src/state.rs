@@ -60,6 +60,33 @@ pub(crate) mod sealed {
         /// updated in place).
         fn unstage<C: Convert>(conv: C, slot: &mut [Self], start: usize, buf: &[f32], how: Requantize);
 
+        /// What the scalar element loop ([`kernel`]'s `run_scalar`) reads and writes one slot's
+        /// elements as: the items themselves for the element types (each converted as it is
+        /// read and written), `f32` for q8 (each chunk decoded into a buffer).
+        type Elem: Storage;
+
+        /// The buffer [`StateOps::elements`] decodes into: empty for the element types, one
+        /// chunk for q8 (a microcontroller's stack pays only for what its state type needs).
+        type Buf: Copy;
+
+        /// A zeroed [`StateOps::Buf`].
+        const BUF: Self::Buf;
+
+        /// The chunk of `len` elements from element `start` of `slot` (`start` a multiple of
+        /// [`CHUNK`]) as [`StateOps::Elem`]s: `slot`'s own items, or `buf` holding the chunk
+        /// decoded with `map` (q8).
+        fn elements<'a>(
+            slot: &'a mut [Self],
+            start: usize,
+            len: usize,
+            map: Map,
+            buf: &'a mut Self::Buf,
+        ) -> &'a mut [Self::Elem];
+
+        /// Stores back the chunk [`StateOps::elements`] decoded into `buf` (nothing for the
+        /// element types, which were written in place).
+        fn store_elements(slot: &mut [Self], start: usize, len: usize, buf: &Self::Buf, how: Requantize);
+
         /// [`kernel::min_new_second_moment`] over the elements of `v`.
         fn min_new_v<G: Storage>(
             grad: &[G],
@@ -132,6 +159,24 @@ impl<T: Storage> sealed::StateOps for T {
         }
     }
 
+    type Elem = T;
+    type Buf = [f32; 0];
+    const BUF: [f32; 0] = [];
+
+    #[inline(always)]
+    fn elements<'a>(
+        slot: &'a mut [Self],
+        start: usize,
+        len: usize,
+        _map: Map,
+        _buf: &'a mut [f32; 0],
+    ) -> &'a mut [T] {
+        &mut slot[start..start + len]
+    }
+
+    #[inline(always)]
+    fn store_elements(_slot: &mut [Self], _start: usize, _len: usize, _buf: &[f32; 0], _how: Requantize) {}
+
     fn min_new_v<G: Storage>(
         grad: &[G],
         v: &[Self],
@@ -198,6 +243,33 @@ impl sealed::StateOps for Q8Block {
     #[inline(always)]
     fn unstage<C: Convert>(_conv: C, slot: &mut [Self], start: usize, buf: &[f32], how: Requantize) {
         q8::quantize(buf, how.map, how.slot_key, how.first, &mut slot[start / BLOCK]);
+    }
+
+    type Elem = f32;
+    type Buf = [f32; BLOCK];
+    const BUF: [f32; BLOCK] = [0.0; BLOCK];
+
+    #[inline(always)]
+    fn elements<'a>(
+        slot: &'a mut [Self],
+        start: usize,
+        len: usize,
+        map: Map,
+        buf: &'a mut [f32; BLOCK],
+    ) -> &'a mut [f32] {
+        q8::dequantize(&slot[start / BLOCK], map, &mut buf[..len]);
+        &mut buf[..len]
+    }
+
+    #[inline(always)]
+    fn store_elements(slot: &mut [Self], start: usize, len: usize, buf: &[f32; BLOCK], how: Requantize) {
+        q8::quantize(
+            &buf[..len],
+            how.map,
+            how.slot_key,
+            how.first,
+            &mut slot[start / BLOCK],
+        );
     }
 
     fn min_new_v<G: Storage>(

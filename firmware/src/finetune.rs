@@ -1,6 +1,7 @@
 //! The fine-tuning both apps run, the QEMU demo on the embedded samples and the board app on
 //! samples from the UART: the trainer, its config, one step on a batch, held-out accuracy.
 
+use homeadam_core::rules::only;
 use homeadam_core::{Config, Rule, Switch};
 use homeadam_mcu::{Sample, SampleReader, Trainer};
 
@@ -12,8 +13,9 @@ use crate::model::{accumulate_grad, predict, CLASSES, FEATURES, PARAMS};
 /// Samples per step.
 pub const BATCH: usize = 10;
 
-/// The classifier's parameters and optimizer state (two slots, stored as [`State`]).
-pub type Model = Trainer<State, PARAMS, { 2 * slot_items(PARAMS) }>;
+/// The classifier's parameters and optimizer state (two slots, stored as [`State`]), linking
+/// the kernel of [`config`]'s rule only.
+pub type Model = Trainer<State, PARAMS, { 2 * slot_items(PARAMS) }, only::HomeAdamWEw>;
 
 /// HomeAdamW-ew, η = 2e-3, λ = 1e-4.
 pub fn config() -> Config {
@@ -46,7 +48,10 @@ pub fn accuracy(params: &[f32; PARAMS]) -> u32 {
 }
 
 /// One step on the next [`BATCH`] samples of `next` (the gradient of their mean loss); `false`
-/// (no step) when `next` runs out first. Logs every 30th step.
+/// (no step) when `next` runs out first. Logs every 30th step. Not inlined: the gradient and
+/// the optimizer's step would otherwise share the caller's frame with the model for the whole
+/// run (16 KiB parts).
+#[inline(never)]
 pub fn step(model: &mut Model, mut next: impl FnMut() -> Option<Sample<FEATURES>>) -> bool {
     let mut grad = [0.0f32; PARAMS];
     for _ in 0..BATCH {

@@ -5,6 +5,7 @@
 //!   nightly, cargo-fuzz and QEMU) and stops at the first failing check with its name.
 //! - `cargo xtask bench`: the core's step benchmarks, PyTorch's fused AdamW on the same sizes in
 //!   the same run, and the table of BENCHMARKS.md.
+//! - `cargo xtask firmware`: the firmware checks of `test` alone, see [`firmware`].
 //! - `cargo xtask fuzz [SECONDS]`: every fuzz target for SECONDS (default 60), see [`fuzz`].
 //! - `cargo xtask build-cuda`: the host with `--features cuda` on a machine without a CUDA
 //!   toolkit, see [`build_cuda`]; prints the binary's path last.
@@ -164,10 +165,11 @@ fn count(line: &str, what: &str) -> u64 {
         .unwrap_or(0)
 }
 
-const USAGE: &str = "usage: cargo xtask <test|bench|setup|fuzz [SECONDS]|build-cuda|gpu-bundle>
+const USAGE: &str = "usage: cargo xtask <test|bench|setup|firmware|fuzz [SECONDS]|build-cuda|gpu-bundle>
   test        fmt, clippy, no_std builds, all tests, the CUDA host build, a short fuzz pass
   bench       step benchmarks next to PyTorch fused AdamW, as a table
   setup       install the toolchains, components and targets the checks need
+  firmware    the firmware checks of test alone: every QEMU board's apps, golden test and cost
   fuzz        every fuzz target for SECONDS (default 60)
   build-cuda  the host with --features cuda (CUDA 13.0 from PyPI, no GPU needed; CUDA_COMPUTE_CAP,
               default 89); prints the binary's path last
@@ -184,6 +186,7 @@ fn main() {
         Some("test") => test(),
         Some("setup") => setup(),
         Some("bench") => bench::bench(),
+        Some("firmware") => firmware::test(),
         Some("build-cuda") => println!("{}", build_cuda::build().display()),
         Some("gpu-bundle") => println!("{}", build_cuda::bundle().display()),
         Some("fuzz") => match std::env::args().nth(2).map(|s| s.parse()) {

@@ -1,5 +1,8 @@
 //! A single-tensor model with its optimizer state in fixed-capacity arrays.
 
+use core::marker::PhantomData;
+
+use homeadam_core::rules::only::{All, RuleSet};
 use homeadam_core::{
     ByteSink, CheckpointError, Config, Error, Optimizer, StateStorage, StepReport, Tensor, TensorAux,
     TensorState, TensorStateMut,
@@ -34,18 +37,39 @@ impl From<Error> for TrainerError {
 ///
 /// One tensor means HomeAdamW's global and per-layer decisions coincide; split a model into
 /// several trainers only with per-element or per-layer rules.
-#[derive(Clone)]
-pub struct Trainer<S: StateStorage, const N: usize, const CAP: usize> {
+///
+/// `F` is the set of rules the trainer links ([`homeadam_core::rules::only`]; default: all). A
+/// firmware that trains one rule names it, e.g. `Trainer<f32, N, CAP, only::HomeAdamWEw>`,
+/// and links only that rule's kernel ([`Optimizer::step_only`]); [`Trainer::new`] refuses a
+/// config of another rule with [`Error::RuleNotLinked`].
+pub struct Trainer<S: StateStorage, const N: usize, const CAP: usize, F: RuleSet = All> {
     opt: Optimizer,
     params: [f32; N],
     state: [S; CAP],
     aux: TensorAux,
+    rules: PhantomData<F>,
 }
 
-impl<S: StateStorage, const N: usize, const CAP: usize> Trainer<S, N, CAP> {
-    /// Validates `config`, checks the capacity, and starts at step 0 with zeroed state.
+impl<S: StateStorage, const N: usize, const CAP: usize, F: RuleSet> Clone for Trainer<S, N, CAP, F> {
+    fn clone(&self) -> Self {
+        Trainer {
+            opt: self.opt.clone(),
+            params: self.params,
+            state: self.state,
+            aux: self.aux,
+            rules: PhantomData,
+        }
+    }
+}
+
+impl<S: StateStorage, const N: usize, const CAP: usize, F: RuleSet> Trainer<S, N, CAP, F> {
+    /// Validates `config` (its rule must be in `F`), checks the capacity, and starts at step 0
+    /// with zeroed state.
     pub fn new(config: Config, params: [f32; N]) -> Result<Self, TrainerError> {
         let opt = Optimizer::new(config)?;
+        if !F::admits(config.rule) {
+            return Err(Error::RuleNotLinked { rule: config.name() }.into());
+        }
         let needed = opt.state_len_of::<S>(N);
         if needed > CAP {
             return Err(TrainerError::Capacity {
@@ -61,6 +85,7 @@ impl<S: StateStorage, const N: usize, const CAP: usize> Trainer<S, N, CAP> {
             // instead of 3,620 B for the firmware's `new_model`), too much for a 16 KiB part.
             state: core::array::from_fn(|_| S::default()),
             aux: TensorAux::default(),
+            rules: PhantomData,
         })
     }
 
@@ -85,10 +110,10 @@ impl<S: StateStorage, const N: usize, const CAP: usize> Trainer<S, N, CAP> {
     }
 
     /// One optimizer step with gradients `grad` (multiplied by `grad_scale`), through the
-    /// core's fast path.
+    /// core's fast path with the kernels of `F` ([`Optimizer::step_only`]).
     pub fn step(&mut self, grad: &[f32; N], grad_scale: f64) -> Result<StepReport, TrainerError> {
         let (opt, params, state, aux) = self.parts();
-        Ok(opt.step(&mut [Tensor::new(params, grad, state, aux)], grad_scale)?)
+        Ok(opt.step_only::<F, _, _, _>(&mut [Tensor::new(params, grad, state, aux)], grad_scale)?)
     }
 
     /// The same step through the core's scalar reference (slow; for checks such as

@@ -13,6 +13,9 @@
 //! | `Swats` | `swats` | [`swats`] |
 //! | `MiAdam` | `miadam` | [`miadam`] |
 //!
+//! [`only`] names sets of rules for builds that link only their own kernels
+//! ([`crate::Optimizer::step_only`]).
+//!
 //! The srf and HomeAdam rules divide by v̂ + ε, not by √v̂ + ε: see "Choosing
 //! hyper-parameters" in the crate's front page before you reuse Adam's η and ε.
 
@@ -20,6 +23,7 @@ pub mod adabelief;
 pub mod adam;
 pub mod homeadam;
 pub mod miadam;
+pub mod only;
 pub mod sgd;
 pub mod srf;
 pub mod swats;

@@ -281,7 +281,7 @@ macro_rules! every_storage {
 
 /// Under emulation (`--cfg homeadam_emulated`: `cargo xtask` runs the aarch64 tests in QEMU,
 /// where building and running all 27 costs minutes), each storage type in each position, and
-/// every conversion NEON does itself (bf16 loads and stores of θ, g and the state).
+/// every conversion NEON does itself (f16 and bf16 loads and stores of θ, g and the state).
 #[cfg(homeadam_emulated)]
 macro_rules! every_storage {
     ($m:ident) => {

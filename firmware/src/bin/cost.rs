@@ -5,6 +5,7 @@
 #![no_main]
 
 use homeadam_core::q8::BLOCK;
+use homeadam_core::rules::only::{self, RuleSet};
 use homeadam_core::{bf16, Config, FiniteCheck, Q8Block, StateStorage};
 use homeadam_firmware::board::{COST_PARAMS as N, NAME};
 use homeadam_firmware::{clock, entry, exit};
@@ -17,14 +18,15 @@ const STEPS: u64 = 4;
 const ELEMENTS: usize = 2 * N;
 const BLOCKS: usize = 2 * N.div_ceil(BLOCK);
 
-/// Measures the config named `name` (its defaults) with state `S` (`CAP` items); each step is
-/// timed alone so that no interval reaches the clock's wrap.
-fn measure<S: StateStorage, const CAP: usize>(name: &str, finite_check: FiniteCheck, scale: f32) {
+/// Measures the config named `name` (its defaults) with state `S` (`CAP` items), built for its
+/// rule set `F` as a single-rule firmware is; each step is timed alone so that no interval
+/// reaches the clock's wrap.
+fn measure<S: StateStorage, const CAP: usize, F: RuleSet>(name: &str, finite_check: FiniteCheck, scale: f32) {
     let Some(mut config) = Config::named(name) else {
         exit(false)
     };
     config.finite_check = finite_check;
-    let mut trainer = Trainer::<S, N, CAP>::new(config, [0.5; N]).unwrap_or_else(|_| exit(false));
+    let mut trainer = Trainer::<S, N, CAP, F>::new(config, [0.5; N]).unwrap_or_else(|_| exit(false));
     let grad: [f32; N] = core::array::from_fn(|j| (j % 17) as f32 * 1e-3 - 8e-3);
     let mut ticks = 0u64;
     for _ in 0..STEPS {
@@ -52,15 +54,15 @@ fn main() -> ! {
         N,
         scale
     );
-    measure::<f32, ELEMENTS>("homeadamw-ew", FiniteCheck::SkipStep, scale);
-    measure::<f32, ELEMENTS>("homeadamw-ew", FiniteCheck::Trust, scale);
-    measure::<bf16, ELEMENTS>("homeadamw-ew", FiniteCheck::SkipStep, scale);
-    measure::<Q8Block, BLOCKS>("homeadamw-ew", FiniteCheck::SkipStep, scale);
-    measure::<f32, ELEMENTS>("homeadamw", FiniteCheck::SkipStep, scale);
-    measure::<f32, ELEMENTS>("adamw", FiniteCheck::SkipStep, scale);
-    measure::<f32, ELEMENTS>("adamw", FiniteCheck::Trust, scale);
-    measure::<bf16, ELEMENTS>("adamw", FiniteCheck::SkipStep, scale);
-    measure::<Q8Block, BLOCKS>("adamw", FiniteCheck::SkipStep, scale);
-    measure::<f32, ELEMENTS>("sgdm", FiniteCheck::SkipStep, scale);
+    measure::<f32, ELEMENTS, only::HomeAdamWEw>("homeadamw-ew", FiniteCheck::SkipStep, scale);
+    measure::<f32, ELEMENTS, only::HomeAdamWEw>("homeadamw-ew", FiniteCheck::Trust, scale);
+    measure::<bf16, ELEMENTS, only::HomeAdamWEw>("homeadamw-ew", FiniteCheck::SkipStep, scale);
+    measure::<Q8Block, BLOCKS, only::HomeAdamWEw>("homeadamw-ew", FiniteCheck::SkipStep, scale);
+    measure::<f32, ELEMENTS, only::HomeAdamW>("homeadamw", FiniteCheck::SkipStep, scale);
+    measure::<f32, ELEMENTS, only::AdamW>("adamw", FiniteCheck::SkipStep, scale);
+    measure::<f32, ELEMENTS, only::AdamW>("adamw", FiniteCheck::Trust, scale);
+    measure::<bf16, ELEMENTS, only::AdamW>("adamw", FiniteCheck::SkipStep, scale);
+    measure::<Q8Block, BLOCKS, only::AdamW>("adamw", FiniteCheck::SkipStep, scale);
+    measure::<f32, ELEMENTS, only::Sgd>("sgdm", FiniteCheck::SkipStep, scale);
     exit(true)
 }
