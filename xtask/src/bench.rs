@@ -1,12 +1,15 @@
 //! `cargo xtask bench`: runs the criterion benches of one step over 16 M parameters (one thread,
 //! and the `_t2` rows on two), then PyTorch's fused AdamW on the same sizes, and prints the
 //! table of BENCHMARKS.md (also written to `target/bench-table.md`), with issue 16's goals as
-//! ratios to PyTorch. PyTorch is the one `python3` imports; without one, [`TORCH`] from PyPI is
-//! installed into `target/bench-venv` first (about 3 GB with the CUDA libraries PyPI's Linux
-//! wheel needs even on the CPU; the table says so when it cannot be installed).
+//! ratios to PyTorch, then the firmware's instruction counts on the Cortex-M4F in QEMU.
+//!
+//! PyTorch is the one `python3` imports; without one, [`TORCH`] from PyPI is installed into
+//! `target/bench-venv` first (about 3 GB with the CUDA libraries PyPI's Linux wheel needs even
+//! on the CPU; the table says so when it cannot be installed).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::SystemTime;
 
 use serde_json::Value;
 
@@ -40,11 +43,18 @@ fn read_json(path: &Path) -> Option<Value> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
 
-fn measured(group: &str) -> Vec<Measured> {
+/// The results of `group` that criterion wrote since `since` (older ones are from earlier runs).
+fn measured(group: &str, since: SystemTime) -> Vec<Measured> {
     let dir = Path::new("target/criterion").join(group);
     let mut out = Vec::new();
     for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
         let new = entry.path().join("new");
+        let fresh = std::fs::metadata(new.join("estimates.json"))
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t >= since);
+        if !fresh {
+            continue;
+        }
         let (Some(meta), Some(est)) = (
             read_json(&new.join("benchmark.json")),
             read_json(&new.join("estimates.json")),
@@ -66,6 +76,38 @@ fn measured(group: &str) -> Vec<Measured> {
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+/// Issue 16's goals on the Cortex-M4F: the start of a `cost` line and the most instructions per
+/// parameter per step.
+const MCU_GOALS: &[(&str, f64)] = &[
+    ("homeadamw-ew state f32 (Trust)", 30.0),
+    ("homeadamw-ew state f32 (SkipStep)", 36.0),
+    ("homeadamw-ew state bf16 (SkipStep)", 50.0),
+];
+
+/// The M4F's `cost` lines as a table, with issue 16's goals where it has one.
+fn mcu_table(lines: &[String]) -> String {
+    let mut table = String::from(
+        "\nCortex-M4F (QEMU netduinoplus2, `cost`): instructions per parameter per step.\n\n\
+         | rule, state (finite check) | instructions | goal |\n|---|---|---|\n",
+    );
+    for line in lines {
+        let Some((what, rest)) = line.split_once(": ") else {
+            continue;
+        };
+        let count = rest.split(' ').next().unwrap_or("?");
+        let goal = MCU_GOALS
+            .iter()
+            .find(|(name, _)| *name == what)
+            .map(|&(_, most)| {
+                let met = count.parse::<f64>().is_ok_and(|n| n <= most);
+                format!("≤ {most} ({})", if met { "met" } else { "not met" })
+            })
+            .unwrap_or_default();
+        table.push_str(&format!("| {what} | {count} | {goal} |\n"));
+    }
+    table
 }
 
 /// The PyTorch wheel installed when `python3` has none: the version of BENCHMARKS.md's runs.
@@ -128,15 +170,17 @@ fn torch_ms() -> Result<(f64, String), String> {
     ))
 }
 
-pub(crate) fn bench() {
-    run(
-        "benches",
-        "cargo",
-        &["bench", "-p", "homeadam-core", "--bench", "step"],
-    );
+/// Runs the benches (those matching `filter` only, if given) and prints the tables.
+pub(crate) fn bench(filter: Option<&str>) {
+    let start = SystemTime::now();
+    let mut args = vec!["bench", "-p", "homeadam-core", "--bench", "step"];
+    if let Some(filter) = filter {
+        args.extend(["--", filter]);
+    }
+    run("benches", "cargo", &args);
     let torch = torch_ms();
-    let bandwidth = measured("bandwidth16M");
-    let steps = measured("step16M");
+    let bandwidth = measured("bandwidth16M", start);
+    let steps = measured("step16M", start);
     let gbs = |m: &Measured| m.bytes * PARAMS / (m.ms * 1e6);
     let copy = bandwidth
         .iter()
@@ -218,6 +262,7 @@ pub(crate) fn bench() {
             parallel.join(", ")
         ));
     }
+    table.push_str(&mcu_table(&crate::firmware::m4f_cost()));
     println!("\n{table}");
     if let Err(e) = std::fs::write("target/bench-table.md", &table) {
         eprintln!("xtask: cannot write target/bench-table.md: {e}");

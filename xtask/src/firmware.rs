@@ -299,8 +299,9 @@ fn test_board(board: &Board) {
     }
 }
 
-/// Runs the firmware checks.
-pub(crate) fn test() {
+/// What building and running the firmware needs: the boards' Rust targets, QEMU, the
+/// pretrained weights, the golden vectors and the defmt decoder.
+fn prepare() {
     let mut targets: Vec<&str> = BOARDS.iter().map(|b| b.target).collect();
     targets.sort_unstable();
     targets.dedup();
@@ -328,6 +329,30 @@ pub(crate) fn test() {
             ],
         );
     }
+    // From the root: the firmware's target config must not apply to this host tool.
+    run("defmt decoder", "cargo", &DECODER_BUILD);
+}
+
+/// The `cost` program's lines on the Cortex-M4F (`netduinoplus2` in QEMU, one instruction per
+/// virtual ns): "<rule> state <dtype> (<finite check>): <n> instructions per parameter per
+/// step", for `cargo xtask bench`.
+pub(crate) fn m4f_cost() -> Vec<String> {
+    prepare();
+    let board = Board::get("netduinoplus2", "");
+    board.cargo("firmware build", "build", &[]);
+    let (ok, log) = qemu_run(board, "cost", &["-icount", "shift=0"]);
+    if !ok {
+        fail("the instruction-count run on netduinoplus2 failed");
+    }
+    log.lines()
+        .filter(|l| l.ends_with(" instructions per parameter per step"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Runs the firmware checks.
+pub(crate) fn test() {
+    prepare();
     cargo_in("firmware fmt", "firmware", &["fmt", "--", "--check"]);
     Board::get(CLIPPY_BOARD, "").cargo("firmware clippy", "clippy", &["--", "-D", "warnings"]);
     Board::get("microbit", "q8-state").cargo("firmware clippy", "clippy", &["--", "-D", "warnings"]);
@@ -338,8 +363,6 @@ pub(crate) fn test() {
         "firmware",
         &[&["build"], &REAL_BOARD[..]].concat(),
     );
-    // From the root: the firmware's target config must not apply to this host tool.
-    run("defmt decoder", "cargo", &DECODER_BUILD);
     for board in &BOARDS {
         test_board(board);
     }

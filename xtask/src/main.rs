@@ -165,9 +165,11 @@ fn count(line: &str, what: &str) -> u64 {
         .unwrap_or(0)
 }
 
-const USAGE: &str = "usage: cargo xtask <test|bench|setup|firmware|fuzz [SECONDS]|build-cuda|gpu-bundle>
+const USAGE: &str =
+    "usage: cargo xtask <test|bench [FILTER]|setup|firmware|fuzz [SECONDS]|build-cuda|gpu-bundle>
   test        fmt, clippy, no_std builds, all tests, the CUDA host build, a short fuzz pass
-  bench       step benchmarks next to PyTorch fused AdamW, as a table
+  bench       step benchmarks next to PyTorch fused AdamW, as a table, and the M4F's instruction
+              counts; FILTER (a criterion regex) runs only the matching benchmarks
   setup       install the toolchains, components and targets the checks need
   firmware    the firmware checks of test alone: every QEMU board's apps, golden test and cost
   fuzz        every fuzz target for SECONDS (default 60)
@@ -185,7 +187,7 @@ fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("test") => test(),
         Some("setup") => setup(),
-        Some("bench") => bench::bench(),
+        Some("bench") => bench::bench(std::env::args().nth(2).as_deref()),
         Some("firmware") => firmware::test(),
         Some("build-cuda") => println!("{}", build_cuda::build().display()),
         Some("gpu-bundle") => println!("{}", build_cuda::bundle().display()),
