@@ -472,57 +472,44 @@ pub(crate) fn run_scalar<
         let c1 = slot_elements::<K, S>(1, s1, start, len, how, b1);
         let c2 = slot_elements::<K, S>(2, s2, start, len, how, b2);
         let slot = |k: usize| K::SLOTS > k;
-        // Element i's inputs: θ, the unscaled g and the state slots, in `f32`.
-        macro_rules! load {
-            ($i:expr) => {{
-                let i = $i;
-                let mut s = [0.0f32; 3];
-                if slot(0) {
-                    s[0] = c0[i].to_f32();
-                }
-                if slot(1) {
-                    s[1] = c1[i].to_f32();
-                }
-                if slot(2) {
-                    s[2] = c2[i].to_f32();
-                }
-                (p[i].to_f32(), g[i].to_f32() * inv_grad_scale, s)
-            }};
-        }
-        // Updates element i from its inputs, stores it and folds it into the reductions.
-        macro_rules! update {
-            ($i:expr, $inputs:expr) => {{
-                let (i, (pi, gi, mut s)) = ($i, $inputs);
-                let e = kernel.element(pi, gi, &mut s);
-                p[i] = store.store(e.p, first + start + i);
-                if slot(0) {
-                    c0[i] = S::Elem::from_f32(s[0]);
-                }
-                if slot(1) {
-                    c1[i] = S::Elem::from_f32(s[1]);
-                }
-                if slot(2) {
-                    c2[i] = S::Elem::from_f32(s[2]);
-                }
-                if let Some(r) = K::RHO_SLOT {
-                    if s[r] < result.v_min {
-                        result.v_min = s[r];
-                    }
-                }
-                home += e.home as u32;
-                if SUM {
-                    sum += gi * 0.0;
-                } else {
-                    bad |= is_nonfinite(gi) as u32;
-                }
-                if K::DOTS {
-                    result.step_sq.add_square(e.step);
-                    result.step_grad.add_product(e.step, e.grad);
-                }
-            }};
-        }
         for i in 0..len {
-            update!(i, load!(i));
+            let mut s = [0.0f32; 3];
+            if slot(0) {
+                s[0] = c0[i].to_f32();
+            }
+            if slot(1) {
+                s[1] = c1[i].to_f32();
+            }
+            if slot(2) {
+                s[2] = c2[i].to_f32();
+            }
+            let gi = g[i].to_f32() * inv_grad_scale;
+            let e = kernel.element(p[i].to_f32(), gi, &mut s);
+            p[i] = store.store(e.p, first + start + i);
+            if slot(0) {
+                c0[i] = S::Elem::from_f32(s[0]);
+            }
+            if slot(1) {
+                c1[i] = S::Elem::from_f32(s[1]);
+            }
+            if slot(2) {
+                c2[i] = S::Elem::from_f32(s[2]);
+            }
+            if let Some(r) = K::RHO_SLOT {
+                if s[r] < result.v_min {
+                    result.v_min = s[r];
+                }
+            }
+            home += e.home as u32;
+            if SUM {
+                sum += gi * 0.0;
+            } else {
+                bad |= is_nonfinite(gi) as u32;
+            }
+            if K::DOTS {
+                result.step_sq.add_square(e.step);
+                result.step_grad.add_product(e.step, e.grad);
+            }
         }
         for (k, (slot, buf)) in slots.iter_mut().zip(&bufs).enumerate().take(K::SLOTS) {
             let requantize = Requantize {

@@ -3,7 +3,7 @@
 
 use crate::kernel::{self, SecondMomentMin, CHUNK};
 use crate::q8::{self, Map, Q8Block, BLOCK, BLOCK_BYTES};
-use crate::simd::Convert;
+use crate::simd::{Convert, Portable};
 use crate::storage::{Dtype, Storage};
 
 /// A state storage type: any [`Storage`] type, one item per element, or [`Q8Block`], one item
@@ -257,19 +257,12 @@ impl sealed::StateOps for Q8Block {
         map: Map,
         buf: &'a mut [f32; BLOCK],
     ) -> &'a mut [f32] {
-        q8::dequantize(&slot[start / BLOCK], map, &mut buf[..len]);
-        &mut buf[..len]
+        Self::stage(Portable, slot, start, len, map, buf)
     }
 
     #[inline(always)]
     fn store_elements(slot: &mut [Self], start: usize, len: usize, buf: &[f32; BLOCK], how: Requantize) {
-        q8::quantize(
-            &buf[..len],
-            how.map,
-            how.slot_key,
-            how.first,
-            &mut slot[start / BLOCK],
-        );
+        Self::unstage(Portable, slot, start, &buf[..len], how);
     }
 
     fn min_new_v<G: Storage>(
