@@ -1,0 +1,345 @@
+//! The fast path of 32-bit Arm and RISC-V ([`run_scalar`]), and the finite check of the
+//! gradients that every path runs before a step that may be skipped ([`grads_finite`]).
+
+use super::{is_nonfinite, Kernel, Part, SlotStores, TensorResult, CHUNK};
+use crate::rounding::ParamStore;
+use crate::state::{Requantize, StateStorage};
+use crate::storage::Storage;
+
+/// Whether the fast path runs [`run_scalar`] rather than the staged, vectorized [`run_chunks`]:
+/// on 32-bit Arm and RISC-V, whose compilers do not vectorize the element loop.
+pub(super) const SCALAR_LOOP: bool = cfg!(any(target_arch = "arm", target_arch = "riscv32"));
+
+/// Whether the scalar loop's finite checks sum 0·g (±0 while every g is finite, NaN from the
+/// first that is not: one multiply-add per element) rather than OR the exponent tests: on
+/// scalar targets with a hardware FPU. Soft-float cores keep the integer test, which costs
+/// no float library call.
+pub(super) const SUM_ZEROS: bool = SCALAR_LOOP && cfg!(any(target_abi = "eabihf", target_feature = "f"));
+
+/// The fast path of targets whose compiler does not vectorize the element loop (32-bit Arm and
+/// RISC-V: microcontrollers, and ARMv7's NEON, which is not IEEE): staging arrays would only
+/// add copies there. One loop per chunk reads and writes the data in place, converting each
+/// half-precision element as it goes (the same scalar conversions as the reference), and
+/// folds the reductions in: min v, the home count, and the finite check (Σ 0·g with `SUM`,
+/// see [`SUM_ZEROS`]). Only q8 state is decoded a chunk at a time
+/// ([`StateOps::elements`](crate::state::sealed::StateOps::elements)).
+#[inline(always)]
+pub(crate) fn run_scalar<
+    const SUM: bool,
+    K: Kernel,
+    P: Storage,
+    G: Storage,
+    S: StateStorage,
+    R: ParamStore,
+>(
+    kernel: K,
+    part: Part<'_, P, G, S>,
+    inv_grad_scale: f32,
+    store: R,
+    how: SlotStores,
+) -> TensorResult {
+    let Part {
+        param,
+        grad,
+        mut slots,
+        first,
+    } = part;
+    let n = param.len();
+    let mut result = TensorResult::new();
+    let (mut home, mut sum, mut bad) = (0u32, 0.0f32, 0u32);
+    let mut bufs = [S::BUF; 3];
+    let mut start = 0;
+    while start < n {
+        let len = CHUNK.min(n - start);
+        let end = start + len;
+        let (p, g) = (&mut param[start..end], &grad[start..end]);
+        let [s0, s1, s2] = &mut slots;
+        let [b0, b1, b2] = &mut bufs;
+        let c0 = slot_elements::<K, S>(0, s0, start, len, how, b0);
+        let c1 = slot_elements::<K, S>(1, s1, start, len, how, b1);
+        let c2 = slot_elements::<K, S>(2, s2, start, len, how, b2);
+        let slot = |k: usize| K::SLOTS > k;
+        for i in 0..len {
+            let mut s = [0.0f32; 3];
+            if slot(0) {
+                s[0] = c0[i].to_f32();
+            }
+            if slot(1) {
+                s[1] = c1[i].to_f32();
+            }
+            if slot(2) {
+                s[2] = c2[i].to_f32();
+            }
+            let gi = g[i].to_f32() * inv_grad_scale;
+            let e = kernel.element(p[i].to_f32(), gi, &mut s);
+            p[i] = store.store(e.p, first + start + i);
+            if slot(0) {
+                c0[i] = S::Elem::from_f32(s[0]);
+            }
+            if slot(1) {
+                c1[i] = S::Elem::from_f32(s[1]);
+            }
+            if slot(2) {
+                c2[i] = S::Elem::from_f32(s[2]);
+            }
+            if let Some(r) = K::RHO_SLOT {
+                if s[r] < result.v_min {
+                    result.v_min = s[r];
+                }
+            }
+            home += e.home as u32;
+            if SUM {
+                sum += gi * 0.0;
+            } else {
+                bad |= is_nonfinite(gi) as u32;
+            }
+            if K::DOTS {
+                result.step_sq.add_square(e.step);
+                result.step_grad.add_product(e.step, e.grad);
+            }
+        }
+        for (k, (slot, buf)) in slots.iter_mut().zip(&bufs).enumerate().take(K::SLOTS) {
+            let requantize = Requantize {
+                map: how.maps[k],
+                slot_key: how.keys[k],
+                first: first + start,
+            };
+            S::store_elements(slot, start, len, buf, requantize);
+        }
+        start = end;
+    }
+    result.home = home;
+    result.nonfinite = sum != 0.0 || bad != 0;
+    result
+}
+
+/// Slot `k`'s chunk for [`run_scalar`] (empty past the rule's slots).
+#[inline(always)]
+fn slot_elements<'a, K: Kernel, S: StateStorage>(
+    k: usize,
+    slot: &'a mut [S],
+    start: usize,
+    len: usize,
+    how: SlotStores,
+    buf: &'a mut S::Buf,
+) -> &'a mut [S::Elem] {
+    if K::SLOTS > k {
+        &mut S::elements(slot, start, len, how.maps[k], buf)[..len]
+    } else {
+        &mut []
+    }
+}
+
+/// Whether every unscaled gradient is finite (one read of the gradients): an integer OR of the
+/// exponent tests, which vectorizes, or with [`SUM_ZEROS`] Σ 0·g, four elements per
+/// iteration. The sum does not form the unscaled g for 1/grad_scale ≤ 1: |g · inv| ≤ |g|
+/// rounds to a finite value exactly when g is finite.
+pub(crate) fn grads_finite<G: Storage>(grad: &[G], inv_grad_scale: f32) -> bool {
+    if SUM_ZEROS {
+        return if inv_grad_scale <= 1.0 {
+            sum_zeros(grad, |g| g) == 0.0
+        } else {
+            sum_zeros(grad, |g| g * inv_grad_scale) == 0.0
+        };
+    }
+    let mut bad = 0u32;
+    for chunk in grad.chunks(CHUNK) {
+        for g in chunk {
+            bad |= is_nonfinite(g.to_f32() * inv_grad_scale) as u32;
+        }
+        if bad != 0 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Σ 0 · unscale(g) over `grad`, in index order (see [`grads_finite`]).
+#[inline(always)]
+fn sum_zeros<G: Storage>(grad: &[G], unscale: impl Fn(f32) -> f32) -> f32 {
+    let mut bad = 0.0f32;
+    let mut fours = grad.chunks_exact(4);
+    for four in &mut fours {
+        bad += unscale(four[0].to_f32()) * 0.0;
+        bad += unscale(four[1].to_f32()) * 0.0;
+        bad += unscale(four[2].to_f32()) * 0.0;
+        bad += unscale(four[3].to_f32()) * 0.0;
+    }
+    for g in fours.remainder() {
+        bad += unscale(g.to_f32()) * 0.0;
+    }
+    bad
+}
+
+#[cfg(test)]
+mod tests {
+    //! [`run_scalar`] is what 32-bit Arm and RISC-V run; these tests hold it to the scalar
+    //! reference on the host, bit for bit (the firmware's golden test checks it on the device).
+
+    use super::*;
+    use crate::config::{Config, Rule, Switch};
+    use crate::kernel::run_reference;
+    use crate::rounding::{mix64, NearestStore, StochasticStore};
+    use crate::rules::adabelief::AdaBelief;
+    use crate::rules::adam::Adam;
+    use crate::rules::homeadam::{branch, Home};
+    use crate::rules::miadam::MiAdam;
+    use crate::rules::sgd::Sgd;
+    use crate::rules::swats::SwatsAdam;
+    use crate::scalars::StepScalars;
+    use crate::tensor::Tensor;
+    use crate::tensor::TensorAux;
+    use half::{bf16, f16};
+    use std::vec::Vec;
+
+    /// Mostly ordinary values, some zeros, huge ones (g² overflows) and denormals.
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let r = mix64(seed ^ (i as u64).wrapping_mul(0x9e37_79b9));
+                let x = (r >> 40) as f32 / 16_777_216.0 * 2.0 - 1.0;
+                match r % 16 {
+                    0 => 0.0,
+                    1 => x * 1e18,
+                    2 => x * 1e-40,
+                    3..=6 => x * 1e-4,
+                    _ => x,
+                }
+            })
+            .collect()
+    }
+
+    fn same_bits<T: Storage>(a: &[T], b: &[T]) -> bool {
+        a.iter().zip(b).all(|(x, y)| x.to_bits32() == y.to_bits32())
+    }
+
+    /// Four steps of `kernel` on one tensor of `n` elements through both drivers; the last
+    /// step's gradient has a NaN or ∞ when `poison`.
+    fn check<const SUM: bool, K: Kernel, P: Storage, S: StateStorage>(
+        kernel: K,
+        config: &Config,
+        n: usize,
+        poison: bool,
+    ) {
+        let from = |v: Vec<f32>| -> Vec<P> { v.into_iter().map(P::from_f32).collect() };
+        let mut p_ref = from(values(n, 1));
+        let mut p_fast = p_ref.clone();
+        let mut s_ref = std::vec![S::default(); K::SLOTS * S::slot_len(n)];
+        let mut s_fast = s_ref.clone();
+        for step in 0..4u64 {
+            let mut g: Vec<f32> = values(n, 10 + step);
+            if poison && step == 3 && n > 0 {
+                g[n / 2] = if n.is_multiple_of(2) {
+                    f32::NAN
+                } else {
+                    f32::NEG_INFINITY
+                };
+            }
+            let key = 0x1234 + step;
+            let slots = SlotStores::new(config, key);
+            let inv = if step % 2 == 0 { 1.0 } else { 0.5 };
+            for stochastic in [false, true] {
+                let mut aux = TensorAux::default();
+                let mut t = Tensor::new(&mut p_ref[..], &g[..], &mut s_ref[..], &mut aux);
+                let part = Part::whole(&mut p_fast[..], &g[..], &mut s_fast[..], K::SLOTS);
+                let (a, b) = if stochastic {
+                    let store = StochasticStore { key };
+                    let a = run_reference(kernel, &mut t, inv, store, slots);
+                    (
+                        a,
+                        run_scalar::<SUM, _, _, _, _, _>(kernel, part, inv, store, slots),
+                    )
+                } else {
+                    let a = run_reference(kernel, &mut t, inv, NearestStore, slots);
+                    (
+                        a,
+                        run_scalar::<SUM, _, _, _, _, _>(kernel, part, inv, NearestStore, slots),
+                    )
+                };
+                let what = (S::DTYPE.name(), P::DTYPE.name(), n, step, stochastic);
+                assert!(same_bits(&p_ref, &p_fast), "θ {what:?}");
+                assert!(s_ref == s_fast || same_state(&s_ref, &s_fast), "state {what:?}");
+                assert_eq!(a.v_min.to_bits(), b.v_min.to_bits(), "{what:?}");
+                assert_eq!((a.home, a.nonfinite), (b.home, b.nonfinite), "{what:?}");
+                assert_eq!(a.step_sq.to_f64().to_bits(), b.step_sq.to_f64().to_bits());
+                assert_eq!(a.step_grad.to_f64().to_bits(), b.step_grad.to_f64().to_bits());
+            }
+        }
+    }
+
+    /// State equality by bits (NaN ≠ NaN under `==`).
+    fn same_state<S: StateStorage>(a: &[S], b: &[S]) -> bool {
+        let (mut x, mut y) = ([0u8; 512], [0u8; 512]);
+        a.iter().zip(b).all(|(p, q)| {
+            let len = <S as crate::state::sealed::StateOps>::ITEM_BYTES;
+            crate::state::sealed::StateOps::write_item(p, &mut x[..len]);
+            crate::state::sealed::StateOps::write_item(q, &mut y[..len]);
+            x[..len] == y[..len]
+        })
+    }
+
+    fn every_rule<const SUM: bool, P: Storage, S: StateStorage>(n: usize, poison: bool) {
+        let mut ew = Config::new(Rule::HomeAdamW(Switch::Element));
+        ew.tau = 1e-6;
+        ew.weight_decay = 0.1;
+        let mut sgdm = Config::new(Rule::Sgd);
+        sgdm.momentum = 0.9;
+        let adabelief = Config::new(Rule::AdaBelief);
+        let swats = Config::new(Rule::Swats);
+        let miadam = Config::new(Rule::MiAdam);
+        let adamw = Config::new(Rule::AdamW);
+        let at = |c: &Config| StepScalars::new(c, 3, 1.0, None);
+        check::<SUM, _, P, S>(Home::<{ branch::PER_ELEMENT }>::new(&at(&ew)), &ew, n, poison);
+        check::<SUM, _, P, S>(Home::<{ branch::ALL_HOME }>::new(&at(&ew)), &ew, n, poison);
+        check::<SUM, _, P, S>(Adam::<true>::new(&at(&adamw)), &adamw, n, poison);
+        check::<SUM, _, P, S>(Sgd::<true>::new(&at(&sgdm), false), &sgdm, n, poison);
+        check::<SUM, _, P, S>(
+            AdaBelief::<true>::new(&at(&adabelief), true),
+            &adabelief,
+            n,
+            poison,
+        );
+        check::<SUM, _, P, S>(SwatsAdam::new(&at(&swats), false), &swats, n, poison);
+        check::<SUM, _, P, S>(MiAdam::new(&at(&miadam)), &miadam, n, poison);
+    }
+
+    #[test]
+    fn scalar_loop_equals_reference() {
+        for n in [0, 1, 7, 255, 256, 257, 600] {
+            for poison in [false, true] {
+                every_rule::<true, f32, f32>(n, poison);
+                every_rule::<false, f32, f32>(n, poison);
+                every_rule::<true, f32, bf16>(n, poison);
+                every_rule::<false, f32, bf16>(n, poison);
+                every_rule::<true, f32, f16>(n, poison);
+                every_rule::<false, f32, f16>(n, poison);
+                every_rule::<true, f32, crate::Q8Block>(n, poison);
+                every_rule::<false, f32, crate::Q8Block>(n, poison);
+                every_rule::<true, bf16, bf16>(n, poison);
+                every_rule::<false, bf16, bf16>(n, poison);
+                every_rule::<true, f16, f32>(n, poison);
+                every_rule::<false, f16, f32>(n, poison);
+            }
+        }
+    }
+
+    #[test]
+    fn scalar_finite_check_is_exact() {
+        let mut g = values(1000, 5);
+        for inv in [1.0f32, 0.25, 0.0, 1024.0, f32::INFINITY] {
+            for bad in [None, Some(f32::NAN), Some(f32::INFINITY), Some(3e38)] {
+                if let Some(x) = bad {
+                    g[997] = x;
+                }
+                let expected = !g.iter().any(|&x| is_nonfinite(x * inv));
+                let scalar = if inv <= 1.0 {
+                    sum_zeros(&g, |x| x)
+                } else {
+                    sum_zeros(&g, |x| x * inv)
+                } == 0.0;
+                assert_eq!(scalar, expected, "inv {inv} bad {bad:?}");
+                assert_eq!(grads_finite(&g, inv), expected, "inv {inv} bad {bad:?}");
+            }
+        }
+    }
+}
