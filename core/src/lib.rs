@@ -10,6 +10,8 @@ pub mod calibration;
 mod checkpoint;
 mod config;
 mod crc32;
+#[cfg(feature = "std")]
+mod erased;
 mod error;
 mod exact;
 mod kernel;

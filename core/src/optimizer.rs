@@ -6,6 +6,8 @@
 use crate::backend::{goes_home, home_calibration_pass, home_first_pass};
 use crate::calibration::Histogram;
 use crate::config::{Config, FiniteCheck, RhoOver, Rule, Switch};
+#[cfg(feature = "std")]
+use crate::erased::{self, AnyTensor};
 use crate::error::Error;
 use crate::exact::ExactSum;
 use crate::kernel::{self, Kernel, Part, SecondMomentMin, SlotStores, TensorResult};
@@ -795,9 +797,21 @@ impl<F: RuleSet> Step<'_, F> {
                 #[cfg(feature = "std")]
                 threads: self.threads,
             };
-            let Some((result, tensor_has_rho)) =
-                dispatch::<F, REFERENCE, P, G, S>(&config, &scalars, swats_sgd, branch, run, tensor)
-            else {
+            let rules = Rules {
+                config: &config,
+                scalars: &scalars,
+                swats_in_sgd_phase: swats_sgd,
+                branch,
+            };
+            #[cfg(feature = "std")]
+            let outcome = if F::EVERY_RULE {
+                erased::update(rules, run, AnyTensor::of(tensor))
+            } else {
+                dispatch::<F, REFERENCE, P, G, S>(rules, run, tensor)
+            };
+            #[cfg(not(feature = "std"))]
+            let outcome = dispatch::<F, REFERENCE, P, G, S>(rules, run, tensor);
+            let Some((result, tensor_has_rho)) = outcome else {
                 return Err(Error::RuleNotLinked { rule: config.name() });
             };
             tensor.aux.home_elements = result.home;
@@ -831,7 +845,7 @@ fn home_branch(home: bool) -> u8 {
 /// How one tensor is driven: which driver (`REFERENCE` or the fast path with `isa`), which
 /// rounding.
 #[derive(Clone, Copy)]
-struct Run<const REFERENCE: bool> {
+pub(crate) struct Run<const REFERENCE: bool> {
     rounding: Rounding,
     key: u64,
     slots: SlotStores,
@@ -842,6 +856,20 @@ struct Run<const REFERENCE: bool> {
 }
 
 impl<const REFERENCE: bool> Run<REFERENCE> {
+    /// The same run; `D` names its driver as a constant (`D == REFERENCE` where it is called).
+    #[cfg(feature = "std")]
+    #[inline(always)]
+    pub(crate) fn with_driver<const D: bool>(self) -> Run<D> {
+        Run {
+            rounding: self.rounding,
+            key: self.key,
+            slots: self.slots,
+            inv: self.inv,
+            isa: self.isa,
+            threads: self.threads,
+        }
+    }
+
     fn apply<K: Kernel, P: Storage, G: Storage, S: StateStorage>(
         self,
         kernel: K,
@@ -880,16 +908,28 @@ impl<const REFERENCE: bool> Run<REFERENCE> {
     }
 }
 
+/// What [`dispatch`] takes besides the run and the tensor.
+#[derive(Clone, Copy)]
+pub(crate) struct Rules<'c> {
+    pub config: &'c Config,
+    pub scalars: &'c StepScalars,
+    pub swats_in_sgd_phase: bool,
+    pub branch: u8,
+}
+
 /// Runs the kernel of `config`'s rule, if `F` links it (each arm's guard is a constant, so the
 /// arms of the rules outside `F` are not compiled); `None` otherwise.
-fn dispatch<F: RuleSet, const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage>(
-    config: &Config,
-    s: &StepScalars,
-    swats_in_sgd_phase: bool,
-    branch: u8,
+pub(crate) fn dispatch<F: RuleSet, const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage>(
+    rules: Rules<'_>,
     run: Run<REFERENCE>,
     tensor: &mut Tensor<'_, P, G, S>,
 ) -> Option<(TensorResult, bool)> {
+    let Rules {
+        config,
+        scalars: s,
+        swats_in_sgd_phase,
+        branch,
+    } = rules;
     let admits = F::admits;
     Some(match config.rule {
         Rule::Sgd if admits(Rule::Sgd) && config.momentum == 0.0 => {

@@ -25,6 +25,10 @@ use crate::config::{Rule, Switch};
 /// A set of rules whose updates a build links: one of this module's markers, or a tuple of
 /// them (their union). Sealed.
 pub trait RuleSet: sealed::Sealed {
+    /// Whether the set holds every rule (then a host build runs the updates compiled once in
+    /// this crate rather than its own copy).
+    const EVERY_RULE: bool;
+
     /// Whether a step of `rule` may run (a constant wherever `rule` is one).
     fn admits(rule: Rule) -> bool;
 }
@@ -42,6 +46,8 @@ macro_rules! markers {
         impl sealed::Sealed for $name {}
 
         impl RuleSet for $name {
+            const EVERY_RULE: bool = false;
+
             #[inline(always)]
             fn admits(rule: Rule) -> bool {
                 matches!(rule, $rule)
@@ -50,9 +56,22 @@ macro_rules! markers {
     )*};
 }
 
+/// Every rule: what [`crate::Optimizer::step`] links.
+#[derive(Clone, Copy, Debug)]
+pub enum All {}
+
+impl sealed::Sealed for All {}
+
+impl RuleSet for All {
+    const EVERY_RULE: bool = true;
+
+    #[inline(always)]
+    fn admits(_: Rule) -> bool {
+        true
+    }
+}
+
 markers! {
-    /// Every rule: what [`crate::Optimizer::step`] links.
-    All => _,
     /// `sgd` and `sgdm`.
     Sgd => Rule::Sgd,
     /// `adam`.
@@ -83,6 +102,8 @@ impl<A: RuleSet, B: RuleSet> sealed::Sealed for (A, B) {}
 
 /// The union of two sets (nest tuples for more).
 impl<A: RuleSet, B: RuleSet> RuleSet for (A, B) {
+    const EVERY_RULE: bool = A::EVERY_RULE || B::EVERY_RULE;
+
     #[inline(always)]
     fn admits(rule: Rule) -> bool {
         A::admits(rule) || B::admits(rule)
