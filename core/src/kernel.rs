@@ -21,7 +21,7 @@ use crate::tensor::Tensor;
 
 mod scalar;
 
-pub(crate) use scalar::grads_finite;
+pub(crate) use scalar::{grads_finite, SCALAR_FPU};
 use scalar::{run_scalar, SCALAR_LOOP, SUM_ZEROS};
 
 /// Elements per chunk of the fast path: a multiple of every SIMD width in use.
@@ -113,7 +113,8 @@ pub(crate) fn run_reference<K: Kernel, P: Storage, G: Storage, S: StateStorage, 
     let mut start = 0;
     while start < n {
         let len = CHUNK.min(n - start);
-        let mut staged = stage_slots::<K, S, _>(Portable, &mut part.slots, &mut bufs, start, len, slots);
+        let mut staged =
+            stage_slots::<CHUNK, K, S, _>(Portable, &mut part.slots, &mut bufs, start, len, slots);
         for i in 0..len {
             let p = part.param[start + i].to_f32();
             let g = part.grad[start + i].to_f32() * inv_grad_scale;
@@ -138,7 +139,7 @@ pub(crate) fn run_reference<K: Kernel, P: Storage, G: Storage, S: StateStorage, 
                 result.step_grad.add_product(e.step, e.grad);
             }
         }
-        unstage_slots::<K, S, _>(Portable, &mut part.slots, &bufs, start, len, slots, 0);
+        unstage_slots::<CHUNK, K, S, _>(Portable, &mut part.slots, &bufs, start, len, slots, 0);
         start += len;
     }
     result
@@ -166,17 +167,17 @@ impl SlotStores {
 /// The rule's slots of the chunk of `len` elements at `start`, as `f32` (see
 /// [`StateOps::stage`]); the unused ones are parts of `bufs`.
 #[inline(always)]
-fn stage_slots<'a, K: Kernel, S: StateStorage, C: Convert>(
+fn stage_slots<'a, const N: usize, K: Kernel, S: StateStorage, C: Convert>(
     conv: C,
     slots: &'a mut [&mut [S]; 3],
-    bufs: &'a mut [[f32; CHUNK]; 3],
+    bufs: &'a mut [[f32; N]; 3],
     start: usize,
     len: usize,
     how: SlotStores,
 ) -> [&'a mut [f32]; 3] {
     let [s0, s1, s2] = slots;
     let [b0, b1, b2] = bufs;
-    let one = |k: usize, s: &'a mut [S], b: &'a mut [f32; CHUNK]| -> &'a mut [f32] {
+    let one = |k: usize, s: &'a mut [S], b: &'a mut [f32; N]| -> &'a mut [f32] {
         if K::SLOTS > k {
             S::stage(conv, s, start, len, how.maps[k], b)
         } else {
@@ -189,10 +190,10 @@ fn stage_slots<'a, K: Kernel, S: StateStorage, C: Convert>(
 /// Stores back what [`stage_slots`] staged; `first` is the tensor's index of the slots' first
 /// element.
 #[inline(always)]
-fn unstage_slots<K: Kernel, S: StateStorage, C: Convert>(
+fn unstage_slots<const N: usize, K: Kernel, S: StateStorage, C: Convert>(
     conv: C,
     slots: &mut [&mut [S]; 3],
-    bufs: &[[f32; CHUNK]; 3],
+    bufs: &[[f32; N]; 3],
     start: usize,
     len: usize,
     how: SlotStores,
@@ -343,40 +344,126 @@ fn stage<'a, T: Storage, C: Convert>(conv: C, src: &'a [T], buf: &'a mut [f32]) 
     T::as_f32(src).unwrap_or(buf)
 }
 
-/// The chunk loop of [`run_fast`] with the conversions of `conv`.
+/// Elements per block of the fast path's loop over half-precision data: small enough that
+/// each block's `f32` values stay in vector registers between the conversions and the element
+/// math (one block is one AVX-512 register, two AVX2 and four NEON ones).
+const BLOCK: usize = 16;
+
+/// The chunk loop of [`run_fast`] with the conversions of `conv`: blocks of [`BLOCK`] elements
+/// where θ and the state are half precision, then chunks of up to [`CHUNK`]. Only there: a
+/// block whose loop also writes `f32` slices in place is not vectorized (LLVM weighs the
+/// checks that those slices do not overlap against 16 iterations), and q8 state is encoded a
+/// chunk at a time.
 #[inline(always)]
 fn run_chunks<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore, C: Convert>(
     kernel: K,
-    part: Part<'_, P, G, S>,
+    mut part: Part<'_, P, G, S>,
     inv_grad_scale: f32,
     store: R,
     how: SlotStores,
     conv: C,
 ) -> TensorResult {
-    let Part {
-        param,
-        grad,
-        mut slots,
-        first,
-    } = part;
-    let n = param.len();
-    let mut result = TensorResult::new();
-    let mut v_min = [f32::INFINITY; 8];
-    let mut nonfinite = 0u32;
-    // Staging for data that is not `f32`, zeroed once (each chunk overwrites what it reads); the
-    // slots a rule does not use stay unread.
-    let mut pb = [0.0f32; CHUNK];
-    let mut gb = [0.0f32; CHUNK];
-    let mut sb = [[0.0f32; CHUNK]; 3];
+    let each = Chunk {
+        kernel,
+        inv_grad_scale,
+        store,
+        how,
+        conv,
+    };
+    let n = part.param.len();
+    let mut sums = Reductions::new();
     let mut start = 0;
+    if P::DTYPE != Dtype::F32 && S::DTYPE != Dtype::F32 && S::DTYPE != Dtype::Q8 {
+        while n - start >= BLOCK {
+            each.update(&mut part, &mut Staging::<BLOCK>::new(), start, BLOCK, &mut sums);
+            start += BLOCK;
+        }
+    }
+    // Zeroed once: each chunk overwrites what it reads; the slots a rule does not use stay unread.
+    let mut staging = Staging::<CHUNK>::new();
     while start < n {
         let len = CHUNK.min(n - start);
-        let end = start + len;
+        each.update(&mut part, &mut staging, start, len, &mut sums);
+        start += len;
+    }
+    sums.finish()
+}
+
+/// `f32` copies of up to `N` elements of θ, g and the state slots, for the data that is not
+/// `f32` (which is updated in place).
+struct Staging<const N: usize> {
+    param: [f32; N],
+    grad: [f32; N],
+    slots: [[f32; N]; 3],
+}
+
+impl<const N: usize> Staging<N> {
+    #[inline(always)]
+    fn new() -> Self {
+        Staging {
+            param: [0.0; N],
+            grad: [0.0; N],
+            slots: [[0.0; N]; 3],
+        }
+    }
+}
+
+/// What [`run_chunks`] folds over its chunks.
+struct Reductions {
+    result: TensorResult,
+    /// Eight lane minima of v (see [`fold_min`]).
+    v_min: [f32; 8],
+    nonfinite: u32,
+}
+
+impl Reductions {
+    fn new() -> Self {
+        Reductions {
+            result: TensorResult::new(),
+            v_min: [f32::INFINITY; 8],
+            nonfinite: 0,
+        }
+    }
+
+    fn finish(mut self) -> TensorResult {
+        self.result.nonfinite = self.nonfinite != 0;
+        self.result.v_min = self
+            .v_min
+            .iter()
+            .fold(f32::INFINITY, |a, &b| if b < a { b } else { a });
+        self.result
+    }
+}
+
+/// One update of [`run_chunks`]: everything but the data.
+struct Chunk<K, R, C> {
+    kernel: K,
+    inv_grad_scale: f32,
+    store: R,
+    how: SlotStores,
+    conv: C,
+}
+
+impl<K: Kernel, R: ParamStore, C: Convert> Chunk<K, R, C> {
+    /// Converts elements `start .. start + len` of `part` into `staging` where they are not
+    /// `f32`, runs the element loop over them, and converts back.
+    #[inline(always)]
+    fn update<const N: usize, P: Storage, G: Storage, S: StateStorage>(
+        &self,
+        part: &mut Part<'_, P, G, S>,
+        staging: &mut Staging<N>,
+        start: usize,
+        len: usize,
+        sums: &mut Reductions,
+    ) {
+        let (conv, end) = (self.conv, start + len);
         let slot = |k: usize| K::SLOTS > k;
-        let p = &mut stage_mut(conv, &mut param[start..end], &mut pb[..len])[..len];
-        let g = &stage(conv, &grad[start..end], &mut gb[..len])[..len];
-        let [c0, c1, c2] = stage_slots::<K, S, C>(conv, &mut slots, &mut sb, start, len, how);
+        let p = &mut stage_mut(conv, &mut part.param[start..end], &mut staging.param[..len])[..len];
+        let g = &stage(conv, &part.grad[start..end], &mut staging.grad[..len])[..len];
+        let [c0, c1, c2] =
+            stage_slots::<N, K, S, C>(conv, &mut part.slots, &mut staging.slots, start, len, self.how);
         let mut home = 0u32;
+        let mut nonfinite = 0u32;
         for i in 0..len {
             let mut s = [0.0f32; 3];
             if slot(0) {
@@ -388,8 +475,8 @@ fn run_chunks<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore,
             if slot(2) {
                 s[2] = c2[i];
             }
-            let gi = g[i] * inv_grad_scale;
-            let e = kernel.element(p[i], gi, &mut s);
+            let gi = g[i] * self.inv_grad_scale;
+            let e = self.kernel.element(p[i], gi, &mut s);
             p[i] = e.p;
             if slot(0) {
                 c0[i] = s[0];
@@ -403,25 +490,30 @@ fn run_chunks<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore,
             home += e.home as u32;
             nonfinite |= is_nonfinite(gi) as u32;
             if K::DOTS {
-                result.step_sq.add_square(e.step);
-                result.step_grad.add_product(e.step, e.grad);
+                sums.result.step_sq.add_square(e.step);
+                sums.result.step_grad.add_product(e.step, e.grad);
             }
         }
-        result.home += home;
+        sums.result.home += home;
+        sums.nonfinite |= nonfinite;
         if let Some(r) = K::RHO_SLOT {
-            fold_min(&mut v_min, [&*c0, &*c1, &*c2][r]);
+            fold_min(&mut sums.v_min, [&*c0, &*c1, &*c2][r]);
         }
         if P::DTYPE != Dtype::F32 {
-            store.store_chunk(conv, &pb[..len], &mut param[start..end], first + start);
+            let first = part.first + start;
+            self.store
+                .store_chunk(conv, &staging.param[..len], &mut part.param[start..end], first);
         }
-        unstage_slots::<K, S, C>(conv, &mut slots, &sb, start, len, how, first);
-        start = end;
+        unstage_slots::<N, K, S, C>(
+            conv,
+            &mut part.slots,
+            &staging.slots,
+            start,
+            len,
+            self.how,
+            part.first,
+        );
     }
-    result.nonfinite = nonfinite != 0;
-    result.v_min = v_min
-        .iter()
-        .fold(f32::INFINITY, |a, &b| if b < a { b } else { a });
-    result
 }
 
 /// Folds `v` into eight lane minima (order-independent: min is exact).

@@ -42,8 +42,7 @@ pub enum Simd {
     Avx2,
     /// aarch64 NEON, enabled at compile time (every aarch64 target with an FPU).
     Neon,
-    /// x86-64 AVX-512 F, BW, DQ and VL (and BF16's conversion where present), detected at run
-    /// time (`std`).
+    /// x86-64 AVX-512 F, BW, DQ and VL, detected at run time (`std`).
     Avx512,
 }
 
