@@ -10,7 +10,8 @@
 //! 3. `cargo build --release -p homeadam-host --features cuda` in `target/cuda/sm_XX`: candle's
 //!    cudarc binds CUDA 13.0 and links these libraries, the workspace's loads NVRTC 12.9 at run
 //!    time (homeadam-cuda's tests), and one build takes one cudarc; its own target dir also keeps
-//!    the workspace's build lock free. `cargo xtask test` also runs clippy there ([`clippy`]).
+//!    the workspace's build lock free. `cargo xtask test` runs clippy and a dev build there
+//!    ([`check`]).
 //!
 //! `CUDA_COMPUTE_CAP` (default 89, the RTX 4090; 90 for H100/H200) picks the architecture of
 //! candle's kernels. Steps 1 and 2 are skipped when done. At run time the binary needs the
@@ -76,16 +77,24 @@ const CUDA_PACKAGES: &[&str] = &[
     "homeadam-host/cuda,homeadam-candle/cuda",
 ];
 
-/// Clippy on the code behind the `cuda` features, which the workspace's clippy does not see.
-pub(crate) fn clippy() {
+/// What `cargo xtask test` runs: clippy on the code behind the `cuda` features, which the
+/// workspace's clippy does not see, then the host with `--features cuda` built and linked. Both
+/// use the dev profile: they share the build scripts' output (candle's kernels, compiled by nvcc
+/// once), and what can rot without a GPU (types, links) does not depend on optimization, which
+/// would triple the time (`build-cuda` and `gpu-bundle` build the release binary).
+pub(crate) fn check() {
     cargo_with_toolkit(
         "clippy (cuda features)",
         &[
-            &["clippy", "--release"],
+            &["clippy"],
             CUDA_PACKAGES,
             &["--all-targets", "--", "-D", "warnings"],
         ]
         .concat(),
+    );
+    cargo_with_toolkit(
+        "CUDA host (dev profile)",
+        &["build", "-p", "homeadam-host", "--features", "cuda"],
     );
 }
 

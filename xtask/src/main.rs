@@ -108,8 +108,7 @@ fn test() {
         &mut totals,
     );
     // Linted, compiled and linked (not run: no GPU here), so that the `cuda` feature cannot rot.
-    build_cuda::clippy();
-    build_cuda::build();
+    build_cuda::check();
     fuzz::test(FUZZ_TEST_SECONDS);
     let (passed, failed) = totals;
     println!("\nxtask: every check passed");
