@@ -30,6 +30,7 @@ pub fn goes_home(v_hat: f32, tau: f32) -> bool {
 /// over every element and over those with v_t,j > 0, and whether every unscaled g is finite.
 /// ρ_t is the min of `Config::rho_over` divided by bc2 ([`crate::RhoOver::rho`], then
 /// [`goes_home`]). A backend that runs its own first pass (CUDA) is tested against this one.
+#[inline(always)]
 pub fn home_first_pass<G: Storage, S: StateStorage>(
     grad: &[G],
     v: &[S],

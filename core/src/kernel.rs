@@ -575,29 +575,39 @@ impl SecondMomentMin {
 
 /// First pass of the global and per-layer HomeAdam rules: the minima of the new second moment
 /// `v_new(v, g)` (not stored) over the tensor, and whether every unscaled gradient is finite.
+/// Sixteen lanes of each minimum (min is exact, so their order does not matter), which
+/// vectorize at any width up to 16.
+#[inline(always)]
 pub(crate) fn min_new_second_moment<G: Storage, S: Storage>(
     grad: &[G],
     v: &[S],
     inv_grad_scale: f32,
     v_new: impl Fn(f32, f32) -> f32,
 ) -> (SecondMomentMin, bool) {
-    let mut lanes = [SecondMomentMin::EMPTY; 8];
+    const LANES: usize = 16;
+    let mut all = [f32::INFINITY; LANES];
+    let mut active = [f32::INFINITY; LANES];
     let mut bad = 0u32;
-    let mut gc = grad.chunks_exact(8);
-    let mut vc = v.chunks_exact(8);
-    for (g8, v8) in (&mut gc).zip(&mut vc) {
-        for l in 0..8 {
-            let g = g8[l].to_f32() * inv_grad_scale;
+    let mut gc = grad.chunks_exact(LANES);
+    let mut vc = v.chunks_exact(LANES);
+    for (gs, vs) in (&mut gc).zip(&mut vc) {
+        for l in 0..LANES {
+            let g = gs[l].to_f32() * inv_grad_scale;
             bad |= is_nonfinite(g) as u32;
-            lanes[l].fold(v_new(v8[l].to_f32(), g));
+            let x = v_new(vs[l].to_f32(), g);
+            all[l] = if x < all[l] { x } else { all[l] };
+            active[l] = if x > 0.0 && x < active[l] { x } else { active[l] };
         }
     }
+    let mut min = SecondMomentMin::EMPTY;
     for (g, v) in gc.remainder().iter().zip(vc.remainder()) {
         let g = g.to_f32() * inv_grad_scale;
         bad |= is_nonfinite(g) as u32;
-        lanes[0].fold(v_new(v.to_f32(), g));
+        min.fold(v_new(v.to_f32(), g));
     }
-    let min = lanes.iter().fold(SecondMomentMin::EMPTY, |a, &b| a.merge(b));
+    for (&a, &b) in all.iter().zip(&active) {
+        min = min.merge(SecondMomentMin { all: a, active: b });
+    }
     (min, bad == 0)
 }
 

@@ -23,7 +23,7 @@ use crate::rules::sgd::Sgd;
 use crate::rules::srf;
 use crate::rules::swats::{self, SwatsAdam, SwatsSgd};
 use crate::scalars::{powi_by_squaring, StepScalars};
-use crate::simd::{Isa, Simd};
+use crate::simd::{self, Isa, Simd};
 use crate::state::StateStorage;
 use crate::storage::Storage;
 use crate::tensor::{Group, StepReport, Tensor, TensorAux};
@@ -499,16 +499,17 @@ impl<F: RuleSet> Step<'_, F> {
         Ok(())
     }
 
-    /// [`home_first_pass`] of one tensor, over the step's threads.
+    /// [`home_first_pass`] of one tensor, over the step's threads, compiled for the best
+    /// instruction set.
     fn first_pass<G: Storage, S: StateStorage>(&self, grad: &[G], v: &[S]) -> (SecondMomentMin, bool) {
         let scalars = &self.scalars;
+        let pass = |(g, v): (&[G], &[S])| simd::fastest(|| home_first_pass(g, v, scalars));
         #[cfg(feature = "std")]
         if self.threads > 1 {
-            let pass = |(g, v): (&[G], &[S])| home_first_pass(g, v, scalars);
             let merge = |a: (SecondMomentMin, bool), b: (SecondMomentMin, bool)| (a.0.merge(b.0), a.1 && b.1);
             return parallel::run_split((grad, v), self.threads, pass, merge);
         }
-        home_first_pass(grad, v, scalars)
+        pass((grad, v))
     }
 
     /// [`home_calibration_pass`] of one tensor into the step's values, over the step's
@@ -533,14 +534,15 @@ impl<F: RuleSet> Step<'_, F> {
         home_calibration_pass(grad, v, scalars, &mut self.pending)
     }
 
-    /// Whether every unscaled gradient of one tensor is finite, over the step's threads.
+    /// Whether every unscaled gradient of one tensor is finite, over the step's threads,
+    /// compiled for the best instruction set.
     fn grads_finite<G: Storage>(&self, grad: &[G], inv: f32) -> bool {
+        let check = |g: &[G]| simd::fastest(|| kernel::grads_finite(g, inv));
         #[cfg(feature = "std")]
         if self.threads > 1 {
-            let check = |g: &[G]| kernel::grads_finite(g, inv);
             return parallel::run_split(grad, self.threads, check, |a, b| a && b);
         }
-        kernel::grads_finite(grad, inv)
+        check(grad)
     }
 
     /// Updates `tensors` with the fast path (after every tensor was checked); on a skipped

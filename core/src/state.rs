@@ -177,6 +177,7 @@ impl<T: Storage> sealed::StateOps for T {
     #[inline(always)]
     fn store_elements(_slot: &mut [Self], _start: usize, _len: usize, _buf: &[f32; 0], _how: Requantize) {}
 
+    #[inline(always)]
     fn min_new_v<G: Storage>(
         grad: &[G],
         v: &[Self],
@@ -265,6 +266,7 @@ impl sealed::StateOps for Q8Block {
         Self::unstage(Portable, slot, start, &buf[..len], how);
     }
 
+    #[inline(always)]
     fn min_new_v<G: Storage>(
         grad: &[G],
         v: &[Self],

@@ -232,6 +232,7 @@ fn slot_elements<'a, K: Kernel, S: StateStorage>(
 /// exponent tests, which vectorizes, or with [`SUM_ZEROS`] Σ 0·g. The sum does not form the
 /// unscaled g for 1/grad_scale ≤ 1: |g · inv| ≤ |g| rounds to a finite value exactly when g is
 /// finite.
+#[inline(always)]
 pub(crate) fn grads_finite<G: Storage>(grad: &[G], inv_grad_scale: f32) -> bool {
     if SUM_ZEROS {
         return if inv_grad_scale <= 1.0 {

@@ -144,6 +144,26 @@ impl Isa {
     }
 }
 
+/// Runs `pass` (a loop over slices without conversions: a reduction, a check) compiled for this
+/// CPU's best instruction set, so that it vectorizes at that width; `pass` must be inlined
+/// into it, so what it calls is `#[inline(always)]`.
+#[inline(always)]
+pub(crate) fn fastest<R>(pass: impl FnOnce() -> R) -> R {
+    /// The pass as a job whose conversions go unused.
+    struct Pass<F>(F);
+
+    impl<R, F: FnOnce() -> R> WithConvert for Pass<F> {
+        type Output = R;
+
+        #[inline(always)]
+        fn run<C: Convert>(self, _: C) -> R {
+            (self.0)()
+        }
+    }
+
+    Isa::detect().run(Pass(pass))
+}
+
 /// Work over chunks that runs with any instruction set's conversions ([`Isa::run`]).
 pub(crate) trait WithConvert {
     /// What the work returns.
