@@ -3,8 +3,9 @@
 //! A rule writes its per-element math once, as [`Kernel::element`]. The scalar reference
 //! ([`run_reference`]) applies it one element at a time, loading and storing through the
 //! storage types; the fast path ([`run_fast`]) runs the same function over chunks in a loop
-//! the compiler vectorizes: in place for `f32` data, through `f32` staging arrays in L1 for the
-//! half types (converted with the instruction set's conversions, [`crate::simd`]); on 32-bit
+//! the compiler vectorizes: in place for `f32` data, in blocks of 16 held in registers where θ
+//! and the state are half precision, through `f32` staging arrays in L1 for the other half or
+//! q8 data (converted with the instruction set's conversions, [`crate::simd`]); on 32-bit
 //! Arm and RISC-V, where nothing vectorizes, as one in-place loop ([`run_scalar`]). All must
 //! give the same bits (property-tested for every rule × storage combination); a backend that
 //! re-implements a rule (CUDA, MCU) is tested against [`run_reference`] too.

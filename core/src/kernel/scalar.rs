@@ -195,11 +195,10 @@ fn update<const UNIT: bool, const SUM: bool, K: Kernel, P: Storage, G: Storage, 
             }
         }
         home += e.home as u32;
-        if UNIT {
-            // The chunk was found finite before the loop.
-        } else if SUM {
+        // A `UNIT` chunk was found finite before the loop.
+        if !UNIT && SUM {
             sum += gi * 0.0;
-        } else {
+        } else if !UNIT {
             bad |= is_nonfinite(gi) as u32;
         }
         if K::DOTS {
