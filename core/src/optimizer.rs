@@ -25,7 +25,7 @@ use crate::rules::swats::{self, SwatsAdam, SwatsSgd};
 use crate::scalars::{powi_by_squaring, StepScalars};
 use crate::simd::{self, Isa, Simd};
 use crate::state::StateStorage;
-use crate::storage::Storage;
+use crate::storage::{Dtype, Storage};
 use crate::tensor::{Group, StepReport, Tensor, TensorAux};
 use core::marker::PhantomData;
 
@@ -877,22 +877,33 @@ impl<const REFERENCE: bool> Run<REFERENCE> {
         kernel: K,
         tensor: &mut Tensor<'_, P, G, S>,
     ) -> (TensorResult, bool) {
-        let result = match (REFERENCE, self.rounding) {
-            (false, Rounding::Nearest) => self.fast(kernel, tensor, NearestStore),
-            (false, Rounding::Stochastic) => self.fast(kernel, tensor, StochasticStore { key: self.key }),
-            (true, Rounding::Nearest) => {
-                kernel::run_reference(kernel, tensor, self.inv, NearestStore, self.slots)
-            }
-            (true, Rounding::Stochastic) => {
-                let store = StochasticStore { key: self.key };
-                kernel::run_reference(kernel, tensor, self.inv, store, self.slots)
+        // f32 θ is stored as computed under either rounding, so its nearest copy serves both;
+        // the condition is a constant, so its stochastic copies are never compiled.
+        let result = if const { matches!(P::DTYPE, Dtype::F32) } {
+            self.drive(kernel, tensor, NearestStore)
+        } else {
+            match self.rounding {
+                Rounding::Nearest => self.drive(kernel, tensor, NearestStore),
+                Rounding::Stochastic => self.drive(kernel, tensor, StochasticStore { key: self.key }),
             }
         };
         (result, K::RHO_SLOT.is_some())
     }
-}
 
-impl<const REFERENCE: bool> Run<REFERENCE> {
+    /// The driver `REFERENCE` names, storing θ with `store`.
+    fn drive<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
+        self,
+        kernel: K,
+        tensor: &mut Tensor<'_, P, G, S>,
+        store: R,
+    ) -> TensorResult {
+        if REFERENCE {
+            kernel::run_reference(kernel, tensor, self.inv, store, self.slots)
+        } else {
+            self.fast(kernel, tensor, store)
+        }
+    }
+
     /// The fast path over `tensor`, its elements spread over the step's threads.
     fn fast<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
         self,

@@ -2,7 +2,7 @@
 //! gradients that every path runs before a step that may be skipped ([`grads_finite`]).
 
 use super::{is_nonfinite, Kernel, Part, SlotStores, TensorResult, CHUNK};
-use crate::rounding::{NearestStore, ParamStore};
+use crate::rounding::ParamStore;
 use crate::state::{Requantize, StateStorage};
 use crate::storage::{Dtype, Storage};
 
@@ -34,7 +34,12 @@ const UNIT_CHUNKS: bool = cfg!(any(test, all(target_arch = "arm", target_abi = "
 /// see [`SUM_ZEROS`]; a chunk found finite beforehand, see [`UNIT_CHUNKS`], skips it). Only q8
 /// state is decoded a chunk at a time
 /// ([`StateOps::elements`](crate::state::sealed::StateOps::elements)).
-#[inline(always)]
+///
+/// On hard-float Arm, whose loop comes in two copies (see [`UNIT_CHUNKS`]), not inlined, so
+/// that its callers share it (the single-rule firmware's step fits 4 KB); inlined elsewhere
+/// (on the soft-float cores the call costs 2 %).
+#[cfg_attr(all(target_arch = "arm", target_abi = "eabihf"), inline(never))]
+#[cfg_attr(not(all(target_arch = "arm", target_abi = "eabihf")), inline(always))]
 pub(crate) fn run_scalar<
     const SUM: bool,
     K: Kernel,
@@ -43,25 +48,6 @@ pub(crate) fn run_scalar<
     S: StateStorage,
     R: ParamStore,
 >(
-    kernel: K,
-    part: Part<'_, P, G, S>,
-    inv_grad_scale: f32,
-    store: R,
-    how: SlotStores,
-) -> TensorResult {
-    if P::DTYPE == Dtype::F32 {
-        // f32 θ is stored as computed under either rounding: one copy of the loop serves both.
-        return run_in_place::<SUM, _, _, _, _, _>(kernel, part, inv_grad_scale, NearestStore, how);
-    }
-    run_in_place::<SUM, _, _, _, _, _>(kernel, part, inv_grad_scale, store, how)
-}
-
-/// [`run_scalar`] for one rounding of θ. On hard-float Arm, whose loop comes in two copies
-/// (see [`UNIT_CHUNKS`]), not inlined, so that its callers share it (the single-rule firmware's
-/// step fits 4 KB); inlined elsewhere (on the soft-float cores the call costs 2 %).
-#[cfg_attr(all(target_arch = "arm", target_abi = "eabihf"), inline(never))]
-#[cfg_attr(not(all(target_arch = "arm", target_abi = "eabihf")), inline(always))]
-fn run_in_place<const SUM: bool, K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
     kernel: K,
     part: Part<'_, P, G, S>,
     inv_grad_scale: f32,
