@@ -314,21 +314,20 @@ fn prepare() {
     if !Path::new("firmware/generated/weights.bin").exists() {
         run("pretraining", "python3", &["firmware/tools/pretrain.py"]);
     }
-    if !Path::new("firmware/generated/golden.bin").exists() {
-        run(
-            "golden vectors",
-            "cargo",
-            &[
-                "run",
-                "-p",
-                "homeadam-mcu",
-                "--example",
-                "golden",
-                "--",
-                "firmware/generated/golden.bin",
-            ],
-        );
-    }
+    // Written every time: the file must hold the cases the firmware is built with.
+    run(
+        "golden vectors",
+        "cargo",
+        &[
+            "run",
+            "-p",
+            "homeadam-mcu",
+            "--example",
+            "golden",
+            "--",
+            "firmware/generated/golden.bin",
+        ],
+    );
     // From the root: the firmware's target config must not apply to this host tool.
     run("defmt decoder", "cargo", &DECODER_BUILD);
 }

@@ -36,6 +36,10 @@ pub struct Case {
     /// The last element never gets a gradient (v = 0: what `rho_over` is about), and the
     /// one before it only at step 1, and below the others, so that its v̂ ≈ g₁² / t is ρ and falls.
     pub dead: bool,
+    /// The loss scale each step divides the gradients by: 2 (1/grad_scale is a multiply), or
+    /// 1, the device's usual case, where a chunk whose gradients are found finite first runs
+    /// the loop that takes g as loaded (and on hard-float Arm, the check's assembly).
+    pub grad_scale: f64,
 }
 
 const fn case(rule: Rule, bf16_state: bool, nan_step: Option<u64>) -> Case {
@@ -46,7 +50,14 @@ const fn case(rule: Rule, bf16_state: bool, nan_step: Option<u64>) -> Case {
         bf16_state,
         nan_step,
         dead: false,
+        grad_scale: 2.0,
     }
+}
+
+/// `case` stepped with grad_scale = 1.
+const fn unscaled(mut case: Case) -> Case {
+    case.grad_scale = 1.0;
+    case
 }
 
 /// HomeAdamW beyond the paper: its home step at 20 η, τ calibrated to `home_share` every
@@ -73,7 +84,7 @@ const fn calibration(home_share: f64, every: u32) -> TauCalibration {
 }
 
 /// The cases, in file order.
-pub const CASES: [Case; 11] = [
+pub const CASES: [Case; 14] = [
     case(Rule::HomeAdamW(Switch::Element), false, None),
     case(Rule::HomeAdamW(Switch::Element), true, None),
     case(Rule::HomeAdamW(Switch::Global), false, None),
@@ -86,6 +97,9 @@ pub const CASES: [Case; 11] = [
     // Steps 2..=5 make the window of the calibration at t = 5 (the 4th call is skipped).
     beyond_paper(Switch::Global, calibration(0.9, 5), false, None),
     beyond_paper(Switch::Element, calibration(0.3, 2), true, None),
+    unscaled(case(Rule::HomeAdamW(Switch::Element), false, None)),
+    unscaled(case(Rule::HomeAdamW(Switch::Element), false, Some(3))),
+    unscaled(case(Rule::AdamW, true, None)),
 ];
 
 impl Case {
@@ -105,7 +119,7 @@ pub fn initial_params() -> [f32; N] {
     core::array::from_fn(|j| uniform(0x1000 + j as u64))
 }
 
-/// The (scaled by 2) gradient of step `t`: magnitudes 1, 1e-3 and 1e-7 in turn, so HomeAdam
+/// The gradient of step `t` (scaled by 2): magnitudes 1, 1e-3 and 1e-7 in turn, so HomeAdam
 /// takes both branches; a NaN at element 7 if asked; if `dead`, 0 at the last element and, after
 /// step 1, at the one before it.
 pub fn grad(t: u64, nan: bool, dead: bool) -> [f32; N] {
@@ -146,9 +160,9 @@ fn run_with<S: Storage>(
     for t in 1..=STEPS {
         let g = grad(t, case.nan_step == Some(t), case.dead);
         if reference {
-            trainer.step_reference(&g, 2.0)?;
+            trainer.step_reference(&g, case.grad_scale)?;
         } else {
-            trainer.step(&g, 2.0)?;
+            trainer.step(&g, case.grad_scale)?;
         }
     }
     trainer.params().iter().for_each(|p| emit(p.to_bits()));
