@@ -1,0 +1,165 @@
+//! The core's f32 step against a plain AdamW loop over the same 16 M parameters (8 tensors), in
+//! one process, interleaved step by step: how far the fast path is from what the compiler's
+//! streaming loop reaches on this machine, a ratio that other tenants of a shared machine
+//! slow alike. `cargo run --release -p homeadam-core --features std --example roofline --
+//! [adamw|ew|global] [trust|skip]` prints the minimum and median ms of each path.
+//!
+//! The plain loop is AdamW as `rules/adam.rs` computes it, without the core's telemetry, in
+//! chunks of 256 like the fast path, compiled for AVX2 and for AVX-512 on x86-64.
+
+use std::time::Instant;
+
+use homeadam_core::{Config, FiniteCheck, Optimizer, Rule, Simd, Switch, Tensor, TensorAux};
+
+const PARAMS: usize = 16 << 20;
+const TENSORS: usize = 8;
+const STEPS: usize = 25;
+/// Steps not timed: the first touch of the buffers and the first bias corrections.
+const WARM_UP: usize = 3;
+
+/// AdamW over one tensor: m, v ← moments of g; θ ← θ(1 − ηλ) − η/bc1 · m / (√v / √bc2 + ε).
+#[inline(always)]
+fn plain_adamw(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
+    let (lr, beta1, beta2, eps, wd) = (1e-3f32, 0.9f32, 0.999f32, 1e-8f32, 1e-2f32);
+    let (lr_over_bc1, sqrt_bc2, decay) = (lr / 0.1, 0.03f32, 1.0 - lr * wd);
+    let chunks = p.chunks_mut(256).zip(g.chunks(256));
+    for ((p, g), (m, v)) in chunks.zip(m.chunks_mut(256).zip(v.chunks_mut(256))) {
+        for i in 0..p.len() {
+            let mi = beta1 * m[i] + (1.0 - beta1) * g[i];
+            let vi = beta2 * v[i] + (1.0 - beta2) * (g[i] * g[i]);
+            m[i] = mi;
+            v[i] = vi;
+            p[i] = p[i] * decay - lr_over_bc1 * (mi / (vi.sqrt() / sqrt_bc2 + eps));
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn plain_avx2(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
+    plain_adamw(p, g, m, v)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+fn plain_avx512(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
+    plain_adamw(p, g, m, v)
+}
+
+/// One timed path.
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    Core(Simd),
+    Plain(Simd),
+}
+
+impl Path {
+    fn name(self) -> String {
+        match self {
+            Path::Core(simd) => format!("core {}", simd.name()),
+            Path::Plain(simd) => format!("plain AdamW {}", simd.name()),
+        }
+    }
+}
+
+/// The paths this CPU runs: the core's with each instruction set it has, and the plain loop
+/// (on x86-64 compiled for each of AVX2 and AVX-512 it has; elsewhere once, as the compiler
+/// vectorizes it).
+fn paths() -> Vec<Path> {
+    let simds: Vec<Simd> = Simd::ALL.into_iter().filter(|s| s.is_available()).collect();
+    let plain = if cfg!(target_arch = "x86_64") {
+        simds.iter().copied().filter(|&s| s != Simd::Portable).collect()
+    } else {
+        vec![Simd::Portable]
+    };
+    let core = simds.into_iter().map(Path::Core);
+    core.chain(plain.into_iter().map(Path::Plain)).collect()
+}
+
+fn config(args: &[String]) -> Result<Config, String> {
+    let rule = match args.first().map(String::as_str) {
+        None | Some("adamw") => Rule::AdamW,
+        Some("ew") => Rule::HomeAdamW(Switch::Element),
+        Some("global") => Rule::HomeAdamW(Switch::Global),
+        Some(other) => return Err(format!("unknown rule {other:?}: adamw, ew or global")),
+    };
+    let mut config = Config::new(rule);
+    config.tau = 1e-12;
+    config.finite_check = match args.get(1).map(String::as_str) {
+        None | Some("trust") => FiniteCheck::Trust,
+        Some("skip") => FiniteCheck::SkipStep,
+        Some(other) => return Err(format!("unknown check {other:?}: trust or skip")),
+    };
+    Ok(config)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let config = config(&args).unwrap_or_else(|e| {
+        eprintln!("roofline: {e}");
+        std::process::exit(2)
+    });
+    let mut opt = Optimizer::new(config).expect("a valid config");
+    let n = PARAMS / TENSORS;
+    let values = |offset: usize, scale: f32| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i + offset) as f32 * 0.618).sin() * scale)
+            .collect()
+    };
+    let mut params: Vec<Vec<f32>> = (0..TENSORS).map(|_| values(0, 1.0)).collect();
+    let grads: Vec<Vec<f32>> = (0..TENSORS).map(|_| values(7, 1e-3)).collect();
+    let mut states: Vec<Vec<f32>> = (0..TENSORS).map(|_| vec![0.0; opt.state_len(n)]).collect();
+    let mut aux: Vec<TensorAux> = (0..TENSORS).map(|_| TensorAux::default()).collect();
+    let paths = paths();
+    let mut times = vec![Vec::new(); paths.len()];
+    for step in 0..STEPS {
+        for (k, &path) in paths.iter().enumerate() {
+            let start = Instant::now();
+            match path {
+                Path::Core(simd) => {
+                    let mut tensors: Vec<Tensor<'_, f32, f32, f32>> = params
+                        .iter_mut()
+                        .zip(&grads)
+                        .zip(states.iter_mut().zip(aux.iter_mut()))
+                        .map(|((p, g), (s, a))| Tensor::new(p, g, s, a))
+                        .collect();
+                    let mut step = opt.begin(1.0).expect("a step");
+                    step.check(&mut tensors).expect("finite gradients");
+                    step.update_on(&mut tensors, simd).expect("an update");
+                    step.finish().expect("a step");
+                }
+                Path::Plain(simd) => {
+                    for ((p, g), s) in params.iter_mut().zip(&grads).zip(states.iter_mut()) {
+                        let (m, v) = s.split_at_mut(n);
+                        plain(simd, p, g, m, &mut v[..n]);
+                    }
+                }
+            }
+            if step >= WARM_UP {
+                times[k].push(start.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+    }
+    for (path, t) in paths.iter().zip(&mut times) {
+        t.sort_by(f64::total_cmp);
+        println!(
+            "{:24} min {:6.2} ms  median {:6.2} ms",
+            path.name(),
+            t[0],
+            t[t.len() / 2]
+        );
+    }
+}
+
+/// The plain loop compiled for `simd`.
+fn plain(simd: Simd, p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `paths` lists only the instruction sets this CPU has (`Simd::is_available`).
+    match simd {
+        Simd::Avx512 => return unsafe { plain_avx512(p, g, m, v) },
+        Simd::Avx2 => return unsafe { plain_avx2(p, g, m, v) },
+        _ => {}
+    }
+    let _ = simd;
+    plain_adamw(p, g, m, v)
+}
