@@ -890,7 +890,8 @@ impl<const REFERENCE: bool> Run<REFERENCE> {
         (result, K::RHO_SLOT.is_some())
     }
 
-    /// The driver `REFERENCE` names, storing θ with `store`.
+    /// The driver `REFERENCE` names, storing θ with `store`: the scalar reference, or the fast
+    /// path with the tensor's elements spread over the step's threads.
     fn drive<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
         self,
         kernel: K,
@@ -898,19 +899,8 @@ impl<const REFERENCE: bool> Run<REFERENCE> {
         store: R,
     ) -> TensorResult {
         if REFERENCE {
-            kernel::run_reference(kernel, tensor, self.inv, store, self.slots)
-        } else {
-            self.fast(kernel, tensor, store)
+            return kernel::run_reference(kernel, tensor, self.inv, store, self.slots);
         }
-    }
-
-    /// The fast path over `tensor`, its elements spread over the step's threads.
-    fn fast<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
-        self,
-        kernel: K,
-        tensor: &mut Tensor<'_, P, G, S>,
-        store: R,
-    ) -> TensorResult {
         let part = Part::whole(&mut *tensor.param, tensor.grad, &mut *tensor.state, K::SLOTS);
         let run = |part| kernel::run_fast(kernel, part, self.inv, store, self.slots, self.isa);
         #[cfg(feature = "std")]
