@@ -70,31 +70,31 @@ fn same<P: Storage, G: Storage, S: StateBits>() {
 }
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "minutes unoptimized; runs in release builds")]
+#[cfg_attr(homeadam_unoptimized, ignore = "minutes unoptimized; runs optimized")]
 fn f32_everywhere() {
     same::<f32, f32, f32>();
 }
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "minutes unoptimized; runs in release builds")]
+#[cfg_attr(homeadam_unoptimized, ignore = "minutes unoptimized; runs optimized")]
 fn bf16_params_and_state() {
     same::<bf16, bf16, bf16>();
 }
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "minutes unoptimized; runs in release builds")]
+#[cfg_attr(homeadam_unoptimized, ignore = "minutes unoptimized; runs optimized")]
 fn f16_params_f32_grads_f16_state() {
     same::<f16, f32, f16>();
 }
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "minutes unoptimized; runs in release builds")]
+#[cfg_attr(homeadam_unoptimized, ignore = "minutes unoptimized; runs optimized")]
 fn bf16_params_f16_grads_f32_state() {
     same::<bf16, f16, f32>();
 }
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "minutes unoptimized; runs in release builds")]
+#[cfg_attr(homeadam_unoptimized, ignore = "minutes unoptimized; runs optimized")]
 fn bf16_params_q8_state() {
     same::<bf16, f32, Q8Block>();
 }

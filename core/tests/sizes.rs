@@ -1,7 +1,7 @@
 //! The fast path, with every instruction set of this CPU (the portable code included), equals
 //! the scalar reference bit for bit at sizes that cross the fast path's 256-element chunk and
 //! the vector tails (every size class from 1 to 2,000, and one tensor of 100,003 elements in
-//! release builds), for every rule × storage × rounding, with tensors in several parameter
+//! optimized builds), for every rule × storage × rounding, with tensors in several parameter
 //! groups.
 
 #[macro_use]
@@ -38,7 +38,7 @@ fn value(seed: u64, i: u64) -> f32 {
 
 fn sizes() -> Vec<usize> {
     let mut sizes = SIZES.to_vec();
-    if !cfg!(debug_assertions) && !cfg!(homeadam_emulated) {
+    if !cfg!(homeadam_unoptimized) && !cfg!(homeadam_emulated) {
         sizes.push(LARGE);
     }
     sizes

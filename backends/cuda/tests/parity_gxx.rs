@@ -677,7 +677,7 @@ fn combos_g<P: Storage, G: Storage>(exe: &PathBuf, n: usize, steps: u64, counts:
 #[test]
 fn element_math_matches_the_core_bit_for_bit() {
     let Some(exe) = harness("steps") else { return };
-    let n = if cfg!(debug_assertions) { 64 } else { 1024 };
+    let n = if cfg!(homeadam_unoptimized) { 64 } else { 1024 };
     let mut counts = Counts::default();
     combos_p::<f32>(&exe, n, 8, &mut counts);
     combos_p::<f16>(&exe, n, 8, &mut counts);
@@ -703,7 +703,7 @@ fn element_math_matches_the_core_bit_for_bit() {
 fn q8_state_matches_the_core_bit_for_bit() {
     let Some(exe) = harness("q8") else { return };
     // Tensors of n/2, 3, n/4 and n/4 + 1 elements: partial last blocks, and several blocks.
-    let n = if cfg!(debug_assertions) { 600 } else { 1200 };
+    let n = if cfg!(homeadam_unoptimized) { 600 } else { 1200 };
     let mut counts = Counts::default();
     for_each_pg::<Q8Block>(&exe, n, 6, &mut counts);
     let _ = std::fs::remove_file(&exe);
@@ -729,7 +729,11 @@ fn for_each_pg<S: HarnessState>(exe: &PathBuf, n: usize, steps: u64, counts: &mu
 #[test]
 fn conversions_match_the_core_bit_for_bit() {
     let Some(exe) = harness("conversions") else { return };
-    let count: u64 = if cfg!(debug_assertions) { 1 << 18 } else { 1 << 24 };
+    let count: u64 = if cfg!(homeadam_unoptimized) {
+        1 << 18
+    } else {
+        1 << 24
+    };
     let mut rng = Rng(42);
     let mut input = Vec::new();
     input.extend_from_slice(&1u32.to_le_bytes());

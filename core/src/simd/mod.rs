@@ -280,7 +280,11 @@ mod tests {
             0xbf80_8000,
         ];
         // Fewer in unoptimized builds, where the scalar conversions are ~30× slower.
-        let random = if cfg!(debug_assertions) { 20_000 } else { 300_000 };
+        let random = if cfg!(homeadam_unoptimized) {
+            20_000
+        } else {
+            300_000
+        };
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         edges
             .into_iter()
