@@ -1,5 +1,5 @@
 //! The core on aarch64 (Jetson's CPU, Apple silicon), under QEMU's user-mode emulation: the
-//! core's tests cross-built for `aarch64-unknown-linux-gnu` in release and run by
+//! core's tests cross-built for `aarch64-unknown-linux-gnu` in the `ci` profile and run by
 //! `qemu-aarch64`, so that the NEON conversions (bf16 and f16, to nearest and stochastic; f16's
 //! also against `half`'s software conversion, under the FPCR that Linux gives a thread) and the
 //! fast path compiled for NEON are proven equal to the scalar reference bit for bit. Emulation
@@ -11,9 +11,9 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::run;
+use crate::{cache, stage_retrying, try_run, PROFILE};
 
-const TARGET: &str = "aarch64-unknown-linux-gnu";
+pub(crate) const TARGET: &str = "aarch64-unknown-linux-gnu";
 
 /// Debian's cross linker and user-mode QEMU, and the folder of the aarch64 C library.
 const LINKER: &str = "aarch64-linux-gnu-gcc";
@@ -23,9 +23,9 @@ const SYSROOT: &str = "/usr/aarch64-linux-gnu";
 /// Property-test cases per storage combination under emulation (32 natively).
 const PROPTEST_CASES: &str = "16";
 
-/// Installs what is missing, then builds and runs the core's tests for aarch64 under QEMU.
-pub fn test() {
-    setup();
+/// Builds and runs the core's tests for aarch64 under QEMU (the target and
+/// [`missing_packages`] installed).
+pub(crate) fn test() {
     let linker = format!("target.{TARGET}.linker=\"{LINKER}\"");
     let runner = format!("target.{TARGET}.runner=[\"{QEMU}\", \"-L\", \"{SYSROOT}\"]");
     // Fewer storage combinations per test file, and no bench dependencies (core/Cargo.toml).
@@ -38,7 +38,8 @@ pub fn test() {
             "test",
             "-p",
             "homeadam-core",
-            "--release",
+            "--profile",
+            PROFILE,
             "--target",
             TARGET,
             "--config",
@@ -51,7 +52,7 @@ pub fn test() {
         .into_iter()
         .chain(tests.iter().copied())
         .collect::<Vec<_>>();
-        run(name, "env", &args);
+        stage_retrying(name, &cache::workspace_target(), || try_run(name, "env", &args));
     };
     cargo(
         "aarch64 core: build the tests",
@@ -75,10 +76,8 @@ pub fn test() {
     );
 }
 
-/// The Rust target, the cross linker, the aarch64 C library and QEMU (Debian packages,
-/// installed as root in CI).
-fn setup() {
-    run("aarch64 target", "rustup", &["target", "add", TARGET]);
+/// The Debian packages of the cross linker, the aarch64 C library and QEMU that are missing.
+pub(crate) fn missing_packages() -> Vec<&'static str> {
     let present = |program: &str| {
         Command::new(program)
             .arg("--version")
@@ -88,7 +87,7 @@ fn setup() {
             .is_ok_and(|s| s.success())
     };
     let crt = Path::new(SYSROOT).join("lib/crt1.o").exists();
-    let missing: Vec<&str> = [
+    [
         (present(LINKER), "gcc-aarch64-linux-gnu"),
         (crt, "libc6-dev-arm64-cross"),
         (present(QEMU), "qemu-user"),
@@ -96,10 +95,5 @@ fn setup() {
     .into_iter()
     .filter(|(present, _)| !present)
     .map(|(_, package)| package)
-    .collect();
-    if !missing.is_empty() {
-        run("apt index", "apt-get", &["update", "-qq"]);
-        let args = [&["install", "-y", "-qq", "--no-install-recommends"], &missing[..]].concat();
-        run("aarch64 cross tools", "apt-get", &args);
-    }
+    .collect()
 }

@@ -10,8 +10,8 @@
 //! 3. `cargo build --release -p homeadam-host --features cuda` in `target/cuda/sm_XX`: candle's
 //!    cudarc binds CUDA 13.0 and links these libraries, the workspace's loads NVRTC 12.9 at run
 //!    time (homeadam-cuda's tests), and one build takes one cudarc; its own target dir also keeps
-//!    the workspace's build lock free. `cargo xtask test` runs clippy and a dev build there
-//!    ([`check`]).
+//!    the workspace's build lock free. `cargo xtask test` lints, builds and links there in one
+//!    pass ([`check`]).
 //!
 //! `CUDA_COMPUTE_CAP` (default 89, the RTX 4090; 90 for H100/H200) picks the architecture of
 //! candle's kernels. Steps 1 and 2 are skipped when done. At run time the binary needs the
@@ -21,11 +21,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
 
-use crate::{cuda_stubs, run};
+use crate::{cache, cuda_stubs, run, stage_retrying, stages};
 
 /// The wheels nvcc needs: the compiler, NVVM, its headers, the runtime (headers and libcudart)
 /// and CCCL (headers of candle's kernels).
-const WHEELS: &[&str] = &[
+pub(crate) const WHEELS: &[&str] = &[
     "nvidia-cuda-nvcc==13.0.88",
     "nvidia-nvvm==13.0.88",
     "nvidia-cuda-crt==13.0.88",
@@ -42,14 +42,6 @@ const DEFAULT_COMPUTE_CAP: &str = "89";
 pub(crate) fn fail(message: &str) -> ! {
     eprintln!("xtask: build-cuda: {message}");
     exit(1)
-}
-
-/// The workspace root (this crate's parent).
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
 }
 
 /// Builds the CUDA host and returns the binary's absolute path (`cargo xtask build-cuda` prints
@@ -77,25 +69,47 @@ const CUDA_PACKAGES: &[&str] = &[
     "homeadam-host/cuda,homeadam-candle/cuda",
 ];
 
-/// What `cargo xtask test` runs: clippy on the code behind the `cuda` features, which the
-/// workspace's clippy does not see, then the host with `--features cuda` built and linked. Both
-/// use the dev profile: they share the build scripts' output (candle's kernels, compiled by nvcc
-/// once), and what can rot without a GPU (types, links) does not depend on optimization, which
-/// would triple the time (`build-cuda` and `gpu-bundle` build the release binary).
+/// What `cargo xtask test` runs: the code behind the `cuda` features, which the workspace's
+/// clippy does not see, linted, compiled and linked in one pass: cargo builds every target of
+/// the packages (`cargo test --no-run --all-targets`) with clippy's driver as the workspace's
+/// compiler (what `cargo clippy` runs, here with code generation on), so that the dependencies
+/// and candle's kernels are built once for both. The dev profile without debug information:
+/// what can rot without a GPU (lints, types, links) depends on neither, which would triple the
+/// time and the size of every test binary (`build-cuda` and `gpu-bundle` build the release
+/// binary).
 pub(crate) fn check() {
-    cargo_with_toolkit(
-        "clippy (cuda features)",
-        &[
-            &["clippy"],
-            CUDA_PACKAGES,
-            &["--all-targets", "--", "-D", "warnings"],
-        ]
-        .concat(),
-    );
-    cargo_with_toolkit(
-        "CUDA host (dev profile)",
-        &["build", "-p", "homeadam-host", "--features", "cuda"],
-    );
+    let driver = clippy_driver();
+    let args = [&["test", "--no-run"], CUDA_PACKAGES, &["--all-targets"]].concat();
+    let name = "CUDA host: clippy, build and link (dev profile)";
+    stage_retrying(name, &target_dir(), || {
+        let start = std::time::Instant::now();
+        let status = toolkit_cargo(name, &args)
+            .env("RUSTC_WORKSPACE_WRAPPER", &driver)
+            .env("CARGO_PROFILE_DEV_DEBUG", "0")
+            .env("CLIPPY_ARGS", "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
+            .status()
+            .unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
+        stages::record(name, start.elapsed().as_secs_f64());
+        println!(
+            "== xtask: {name}: {status} ({:.0} s)",
+            start.elapsed().as_secs_f64()
+        );
+        status.success()
+    });
+}
+
+/// The absolute path of the toolchain's `clippy-driver` (a path that stays the same from run
+/// to run: cargo rebuilds the workspace's crates when their compiler changes).
+fn clippy_driver() -> PathBuf {
+    let out = Command::new("rustup")
+        .args(["which", "clippy-driver"])
+        .output()
+        .unwrap_or_else(|e| fail(&format!("cannot run rustup: {e}")));
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if !out.status.success() || !path.is_file() {
+        fail("clippy-driver not found: rustup component add clippy");
+    }
+    path
 }
 
 /// `CUDA_COMPUTE_CAP`, or [`DEFAULT_COMPUTE_CAP`].
@@ -106,7 +120,9 @@ fn compute_cap() -> String {
 /// The target dir of the CUDA builds, one per compute capability: switching rebuilds candle's
 /// kernels and all that depends on them.
 fn target_dir() -> PathBuf {
-    root().join("target/cuda").join(format!("sm_{}", compute_cap()))
+    cache::build_root()
+        .join("cuda")
+        .join(format!("sm_{}", compute_cap()))
 }
 
 /// The variables cudarc's build reads for a toolkit's root, besides `CUDA_HOME`.
@@ -114,8 +130,8 @@ const OTHER_ROOT_VARS: &[&str] = &["CUDA_PATH", "CUDA_ROOT", "CUDA_TOOLKIT_ROOT_
 
 /// `cargo ARGS` in [`target_dir`] with the toolkit (installed first) and no other.
 fn toolkit_cargo(name: &str, args: &[&str]) -> Command {
-    let root = root();
-    let prefix = root.join("target/cuda-toolkit");
+    let root = crate::root();
+    let prefix = cache::build_root().join("cuda-toolkit");
     let cuda = prefix.join("nvidia/cu13");
     install(&prefix, &cuda, &cudarc_source(&root));
 
@@ -198,7 +214,7 @@ pub(crate) fn bundle() -> PathBuf {
             .and_then(|m| m["executable"].as_str().map(PathBuf::from))
             .unwrap_or_else(|| fail(&format!("no test binary {package}/{test} in cargo's output")))
     };
-    let dir = root().join("target/gpu-bundle");
+    let dir = crate::root().join("target/gpu-bundle");
     if dir.exists() {
         std::fs::remove_dir_all(&dir).unwrap_or_else(|e| fail(&format!("{}: {e}", dir.display())));
     }

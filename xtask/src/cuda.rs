@@ -1,29 +1,27 @@
-//! CUDA checks without a GPU (DESIGN §5, §8):
+//! CUDA checks without a GPU (DESIGN §5, §8), in the `ci` profile of the workspace's tests:
 //!
 //! 1. NVRTC 12.9 from PyPI (`nvidia-cuda-nvrtc-cu12`; the kernels include no CUDA header, so
-//!    the runtime wheel's headers are not needed), then homeadam-cuda's `compile_kernels` test:
-//!    every kernel to PTX and SASS for sm_72, sm_87, sm_89 and sm_90, no spills, register
-//!    counts printed. The NVRTC variables are set for that command only: in the workspace
-//!    tests that follow, `compile_kernels` says it is skipped (it has run here).
-//! 2. homeadam-cuda's `parity_gxx` test: the element math header compiled by g++ (the metadata
-//!    of `kernels.rs` as `-D` flags) against the core, bit for bit, parameter groups included.
-//! 3. The aarch64 (Jetson) build of homeadam-jetson.
-//!
-//! 4. The GPU tests (`gpu`), with their output shown: without a driver they say they skipped.
+//!    the runtime wheel's headers are not needed), then homeadam-cuda's tests with the NVRTC
+//!    variables set: `compile_kernels` compiles every kernel to PTX and SASS for sm_72, sm_87,
+//!    sm_89 and sm_90 (no spills, register counts printed); `parity_gxx` compiles the element
+//!    math header with g++ (the metadata of `kernels.rs` as `-D` flags) and holds it to the
+//!    core bit for bit, parameter groups included; the GPU tests (`gpu`, and homeadam-jetson's)
+//!    say they skipped without a driver. Their output is shown (`--nocapture`).
+//! 2. The aarch64 (Jetson) build of homeadam-jetson.
 
 use std::process::{exit, Command};
 
-use crate::run;
+use crate::{cache, run, run_counting, stage_retrying, test_executables, try_run};
 
 /// The NVRTC wheel (CUDA 12.9, as cudarc's `cuda-12090` feature).
-const NVRTC_WHEEL: &str = "nvidia-cuda-nvrtc-cu12==12.9.86";
+pub(crate) const NVRTC_WHEEL: &str = "nvidia-cuda-nvrtc-cu12==12.9.86";
 /// The Jetson target.
-const AARCH64: &str = "aarch64-unknown-linux-gnu";
+const AARCH64: &str = crate::aarch64::TARGET;
 
 /// Runs the CUDA checks.
 pub(crate) fn test() {
     run(
-        "NVRTC wheels",
+        "NVRTC wheel",
         "python3",
         &["-m", "pip", "install", "--quiet", NVRTC_WHEEL],
     );
@@ -32,63 +30,25 @@ pub(crate) fn test() {
         Ok(old) if !old.is_empty() => format!("{lib}:{old}"),
         _ => lib.clone(),
     };
-    let nvrtc_var = format!("HOMEADAM_NVRTC_LIB={lib}");
-    let ld_var = format!("LD_LIBRARY_PATH={ld_path}");
-    run(
-        "CUDA kernels compile (NVRTC, sm_72/87/89/90)",
-        "env",
-        &[
-            &nvrtc_var,
-            &ld_var,
-            "cargo",
-            "test",
-            "-p",
-            "homeadam-cuda",
-            "--release",
-            "--test",
-            "compile_kernels",
-            "--",
-            "--nocapture",
-        ],
-    );
-    run(
-        "CUDA element math = core (g++)",
-        "cargo",
-        &[
-            "test",
-            "-p",
-            "homeadam-cuda",
-            "--release",
-            "--test",
-            "parity_gxx",
-            "--",
-            "--nocapture",
-        ],
-    );
-    // Shown here because `cargo test` hides a passing test's output: without a driver, these
-    // print why they skipped.
-    run(
-        "GPU tests (skip without a CUDA driver)",
-        "cargo",
-        &[
-            "test",
-            "-p",
-            "homeadam-cuda",
-            "-p",
-            "homeadam-jetson",
-            "--release",
-            "--test",
-            "gpu",
-            "--",
-            "--nocapture",
-        ],
-    );
-    run("aarch64 target", "rustup", &["target", "add", AARCH64]);
-    run(
-        "Jetson build (aarch64)",
-        "cargo",
-        &["check", "-p", "homeadam-jetson", "--target", AARCH64],
-    );
+    let name = "CUDA tests (NVRTC sm_72/87/89/90, g++ parity, GPU tests skip)";
+    let run_all = || {
+        test_executables(&["homeadam-cuda", "homeadam-jetson"])
+            .into_iter()
+            .all(|(dir, exe)| {
+                println!("\n== xtask: {name}: {} --nocapture", exe.display());
+                let mut test = Command::new(&exe);
+                test.arg("--nocapture")
+                    .current_dir(dir)
+                    .env("HOMEADAM_NVRTC_LIB", &lib)
+                    .env("LD_LIBRARY_PATH", &ld_path);
+                run_counting(name, test)
+            })
+    };
+    stage_retrying(name, &cache::workspace_target(), run_all);
+    let jetson = ["check", "-p", "homeadam-jetson", "--target", AARCH64];
+    stage_retrying("Jetson build (aarch64)", &cache::workspace_target(), || {
+        try_run("Jetson build (aarch64)", "cargo", &jetson)
+    });
 }
 
 /// The folder of libnvrtc.so.12 inside the installed wheel.

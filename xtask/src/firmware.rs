@@ -5,11 +5,11 @@
 //! golden test reports `N passed, 0 failed`. The real-board build (STM32F405 through a debug
 //! probe: RTT, the chip's flash, samples over the UART) is linted and built, not run.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{exit, Command, Stdio};
 use std::time::Instant;
 
-use crate::run;
+use crate::{cache, run, stage_retrying, stages, PROFILE};
 
 /// A QEMU machine the firmware runs on, and how the firmware is built for it.
 struct Board {
@@ -101,26 +101,31 @@ const BOARDS: [Board; 7] = [
 /// `cfg` branch (RISC-V, 16 KiB, semihosting).
 const CLIPPY_BOARD: &str = "sifive-e";
 
-/// `cargo build`/`clippy` arguments of the real-board build (firmware/README.md; its own target
-/// directory, as its dependencies differ from the QEMU boards' on the same target).
-const REAL_BOARD: [&str; 6] = [
-    "--release",
-    "--no-default-features",
-    "--features",
-    "stm32f405",
-    "--target-dir",
-    "target/stm32f405",
-];
+/// `cargo build`/`clippy` arguments of the real-board build (firmware/README.md), without its
+/// target directory: its own (`stm32f405` under [`builds`]), as its dependencies differ from
+/// the QEMU boards' on the same target.
+const REAL_BOARD: [&str; 4] = ["--release", "--no-default-features", "--features", "stm32f405"];
 
-const DECODER: &str = "firmware/decoder/target/release/homeadam-defmt-decode";
-const DECODER_BUILD: [&str; 6] = [
-    "build",
-    "--release",
-    "--manifest-path",
-    "firmware/decoder/Cargo.toml",
-    "--target-dir",
-    "firmware/decoder/target",
-];
+/// The folder of the firmware's target directories: `firmware/target` (where firmware/README.md
+/// says), or `firmware` in the build cache of `cargo xtask test`.
+fn builds() -> PathBuf {
+    match std::env::var_os(cache::BUILD_ROOT) {
+        Some(_) => cache::build_root().join("firmware"),
+        None => crate::root().join("firmware/target"),
+    }
+}
+
+/// The defmt decoder's target directory.
+fn decoder_target() -> PathBuf {
+    match std::env::var_os(cache::BUILD_ROOT) {
+        Some(_) => cache::build_root().join("decoder"),
+        None => crate::root().join("firmware/decoder/target"),
+    }
+}
+
+fn decoder() -> PathBuf {
+    decoder_target().join("release/homeadam-defmt-decode")
+}
 
 impl Board {
     fn get(feature: &str, extra: &str) -> &'static Board {
@@ -130,14 +135,13 @@ impl Board {
             .expect("a board of BOARDS")
     }
 
-    /// The target directory, relative to firmware/: a board with its own rustflags or an extra
-    /// feature gets its own (the default board's artifacts of the same target stay where
-    /// README.md says).
-    fn target_dir(&self) -> String {
+    /// The target directory: a board with its own rustflags or an extra feature gets its own
+    /// (the default board's artifacts of the same target stay where README.md says).
+    fn target_dir(&self) -> PathBuf {
         match (self.rustflags, self.extra) {
-            ("", "") => "target".into(),
-            (_, "") => format!("target/{}", self.feature),
-            (_, extra) => format!("target/{extra}"),
+            ("", "") => builds(),
+            (_, "") => builds().join(self.feature),
+            (_, extra) => builds().join(extra),
         }
     }
 
@@ -154,40 +158,48 @@ impl Board {
         let (target_dir, features) = (self.target_dir(), self.features());
         let mut args = vec![command, "--release", "--target", self.target];
         args.extend(["--no-default-features", "--features", &features]);
-        args.extend(["--target-dir", &target_dir]);
         let config = format!("target.{}.rustflags={}", self.target, self.rustflags);
         if !self.rustflags.is_empty() {
             args.extend(["--config", &config]);
         }
         args.extend(extra);
-        cargo_in(&format!("{name} ({features})"), "firmware", &args);
+        cargo_in(&format!("{name} ({features})"), &target_dir, &args);
     }
 
     fn elf(&self, bin: &str) -> String {
-        format!("firmware/{}/{}/release/{bin}", self.target_dir(), self.target)
+        let elf = self.target_dir().join(self.target).join("release").join(bin);
+        elf.to_string_lossy().into_owned()
     }
 }
 
-/// Runs `cargo args` in `dir` (the firmware's own `.cargo/config.toml` applies there).
-fn cargo_in(name: &str, dir: &str, args: &[&str]) {
-    println!("\n== xtask: {name}: (cd {dir} && cargo {})", args.join(" "));
-    let start = Instant::now();
-    let ok = Command::new("cargo")
-        .args(args)
-        .current_dir(dir)
-        .env_remove("CARGO_TARGET_DIR")
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("xtask: {name} failed");
-        exit(1);
-    }
-    println!("== xtask: {name} ok ({:.0} s)", start.elapsed().as_secs_f64());
+/// Runs `cargo args --target-dir target_dir` in firmware/ (its own `.cargo/config.toml`
+/// applies there), as [`stage_retrying`].
+fn cargo_in(name: &str, target_dir: &Path, args: &[&str]) {
+    let dir = target_dir.to_string_lossy();
+    let (head, tail) = args.split_at(args.iter().position(|&a| a == "--").unwrap_or(args.len()));
+    let args = [head, &["--target-dir", &dir], tail].concat();
+    stage_retrying(name, target_dir, || {
+        println!("\n== xtask: {name}: (cd firmware && cargo {})", args.join(" "));
+        let start = Instant::now();
+        let ok = Command::new("cargo")
+            .args(&args)
+            .current_dir(crate::root().join("firmware"))
+            .env_remove("CARGO_TARGET_DIR")
+            .status()
+            .is_ok_and(|s| s.success());
+        let seconds = start.elapsed().as_secs_f64();
+        stages::record(name, seconds);
+        match ok {
+            true => println!("== xtask: {name} ok ({seconds:.0} s)"),
+            false => eprintln!("xtask: {name} failed"),
+        }
+        ok
+    });
 }
 
-/// Installs the QEMU packages whose programs are missing (Debian: `qemu-system-arm`, and
+/// The Debian packages of the QEMU programs that are missing (`qemu-system-arm`, and
 /// `qemu-system-misc` for RISC-V).
-fn qemu() {
+pub(crate) fn missing_packages() -> Vec<&'static str> {
     let present = |program: &str| {
         Command::new(program)
             .arg("--version")
@@ -195,19 +207,14 @@ fn qemu() {
             .status()
             .is_ok_and(|s| s.success())
     };
-    let missing: Vec<&str> = [
+    [
         ("qemu-system-arm", "qemu-system-arm"),
         ("qemu-system-riscv32", "qemu-system-misc"),
     ]
     .into_iter()
     .filter(|(program, _)| !present(program))
     .map(|(_, package)| package)
-    .collect();
-    if !missing.is_empty() {
-        run("apt index", "apt-get", &["update", "-qq"]);
-        let args = [&["install", "-y", "-qq", "--no-install-recommends"], &missing[..]].concat();
-        run("qemu", "apt-get", &args);
-    }
+    .collect()
 }
 
 /// Runs `bin` on `board` in QEMU, decodes its defmt log, prints it, and returns (exit ok, log).
@@ -221,7 +228,11 @@ fn qemu_run(board: &Board, bin: &str, extra: &[&str]) -> (bool, String) {
         &["-kernel", &elf],
     ]
     .concat();
-    println!("\n== xtask: qemu: timeout {} | {DECODER} {elf}", args.join(" "));
+    println!(
+        "\n== xtask: qemu: timeout {} | {} {elf}",
+        args.join(" "),
+        decoder().display()
+    );
     let start = Instant::now();
     let out = Command::new("timeout")
         .args(&args)
@@ -231,13 +242,13 @@ fn qemu_run(board: &Board, bin: &str, extra: &[&str]) -> (bool, String) {
             eprintln!("xtask: cannot run {}: {e}", board.qemu);
             exit(1)
         });
-    let mut decoder = Command::new(DECODER)
+    let mut decoder = Command::new(decoder())
         .arg(&elf)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| {
-            eprintln!("xtask: cannot run {DECODER}: {e}");
+            eprintln!("xtask: cannot run {}: {e}", decoder().display());
             exit(1)
         });
     if let Some(mut stdin) = decoder.stdin.take() {
@@ -267,6 +278,7 @@ fn fail(what: &str) -> ! {
 /// Builds the firmware for `board` and runs its three programs there.
 fn test_board(board: &Board) {
     board.cargo("firmware build", "build", &[]);
+    let start = Instant::now();
     let (ok, log) = qemu_run(board, "homeadam-firmware", &[]);
     let result = log
         .lines()
@@ -297,39 +309,84 @@ fn test_board(board: &Board) {
     if !ok {
         fail(&format!("the instruction-count run on {} failed", board.machine));
     }
+    stages::record(
+        &format!("firmware QEMU runs ({})", board.features()),
+        start.elapsed().as_secs_f64(),
+    );
 }
 
-/// What building and running the firmware needs: the boards' Rust targets, QEMU, the
-/// pretrained weights, the golden vectors and the defmt decoder.
-fn prepare() {
+/// The boards' Rust targets.
+pub(crate) fn targets() -> Vec<&'static str> {
     let mut targets: Vec<&str> = BOARDS.iter().map(|b| b.target).collect();
     targets.sort_unstable();
     targets.dedup();
-    run(
-        "firmware targets",
-        "rustup",
-        &[&["target", "add"], &targets[..]].concat(),
-    );
-    qemu();
+    targets
+}
+
+/// Writes the golden vectors the firmware embeds (every time: the file must hold the cases the
+/// firmware is built with), from the workspace in the `ci` profile.
+pub(crate) fn golden_vectors() {
     if !Path::new("firmware/generated/weights.bin").exists() {
         run("pretraining", "python3", &["firmware/tools/pretrain.py"]);
     }
-    // Written every time: the file must hold the cases the firmware is built with.
+    let args = [
+        "run",
+        "--profile",
+        PROFILE,
+        "-p",
+        "homeadam-mcu",
+        "--example",
+        "golden",
+        "--",
+        "firmware/generated/golden.bin",
+    ];
+    stage_retrying("golden vectors", &cache::workspace_target(), || {
+        crate::try_run("golden vectors", "cargo", &args)
+    });
+}
+
+/// The firmware's formatting check.
+pub(crate) fn format() {
     run(
-        "golden vectors",
+        "firmware fmt",
         "cargo",
-        &[
-            "run",
-            "-p",
-            "homeadam-mcu",
-            "--example",
-            "golden",
-            "--",
-            "firmware/generated/golden.bin",
-        ],
+        &["fmt", "--manifest-path", "firmware/Cargo.toml", "--", "--check"],
     );
-    // From the root: the firmware's target config must not apply to this host tool.
-    run("defmt decoder", "cargo", &DECODER_BUILD);
+}
+
+/// What building and running the firmware needs: the boards' Rust targets, QEMU, the
+/// pretrained weights and the golden vectors ([`boards`] builds the defmt decoder).
+fn prepare() {
+    run(
+        "firmware targets",
+        "rustup",
+        &[&["target", "add"], &targets()[..]].concat(),
+    );
+    let missing = missing_packages();
+    if !missing.is_empty() {
+        run("apt index", "apt-get", &["update", "-qq"]);
+        let args = [&["install", "-y", "-qq", "--no-install-recommends"], &missing[..]].concat();
+        run("qemu", "apt-get", &args);
+    }
+    golden_vectors();
+}
+
+/// Builds the defmt decoder, from the root: the firmware's target config must not apply to
+/// this host tool.
+fn build_decoder() {
+    let target = decoder_target();
+    let dir = target.to_string_lossy();
+    let args = [
+        "build",
+        "--release",
+        "--manifest-path",
+        "firmware/decoder/Cargo.toml",
+        "--target-dir",
+        &dir,
+    ];
+    stage_retrying("defmt decoder", &target, || {
+        crate::try_run("defmt decoder", "cargo", &args)
+    });
 }
 
 /// The `cost` program's lines on the Cortex-M4F (`netduinoplus2` in QEMU, one instruction per
@@ -337,6 +394,7 @@ fn prepare() {
 /// step", for `cargo xtask bench`.
 pub(crate) fn m4f_cost() -> Vec<String> {
     prepare();
+    build_decoder();
     let board = Board::get("netduinoplus2", "");
     board.cargo("firmware build", "build", &[]);
     let (ok, log) = qemu_run(board, "cost", &["-icount", "shift=0"]);
@@ -349,17 +407,25 @@ pub(crate) fn m4f_cost() -> Vec<String> {
         .collect()
 }
 
-/// Runs the firmware checks.
+/// `cargo xtask firmware`: the firmware checks of `cargo xtask test` alone.
 pub(crate) fn test() {
     prepare();
-    cargo_in("firmware fmt", "firmware", &["fmt", "--", "--check"]);
+    format();
+    boards();
+}
+
+/// The firmware's lints, the real board's build, and every QEMU board's build and runs (the
+/// targets, QEMU and the golden vectors in place: `cargo xtask test` runs this as a lane).
+pub(crate) fn boards() {
+    build_decoder();
     Board::get(CLIPPY_BOARD, "").cargo("firmware clippy", "clippy", &["--", "-D", "warnings"]);
     Board::get("microbit", "q8-state").cargo("firmware clippy", "clippy", &["--", "-D", "warnings"]);
+    let real_board = builds().join("stm32f405");
     let clippy = [&["clippy"], &REAL_BOARD[..], &["--", "-D", "warnings"]].concat();
-    cargo_in("firmware clippy (stm32f405)", "firmware", &clippy);
+    cargo_in("firmware clippy (stm32f405)", &real_board, &clippy);
     cargo_in(
         "firmware build (stm32f405)",
-        "firmware",
+        &real_board,
         &[&["build"], &REAL_BOARD[..]].concat(),
     );
     for board in &BOARDS {

@@ -1,40 +1,42 @@
-//! Fuzzing (cargo-fuzz, nightly): one target per untrusted input, in `fuzz/`.
+//! Fuzzing: one target per untrusted input, whose bodies are the library `homeadam-fuzz-targets`
+//! (`fuzz/targets/`), a member of the workspace:
 //!
 //! - `checkpoint`: bytes → `Optimizer::load_state` (saving what loaded gives the same bytes);
 //! - `step`: any config and slices → `Optimizer::step`, equal to `step_reference`;
 //! - `replay_config`, `replay_safetensors`: the two files of `homeadam replay`.
 //!
-//! Each target runs for a fixed time with a fixed libFuzzer seed; the build keeps debug
-//! assertions and overflow checks on (cargo-fuzz's default). The seeds are generated first
-//! (`fuzz/seeds`: checkpoints saved by the core, the golden cases' files) into
-//! `fuzz/target/seeds`. A crash stops its target and leaves the input in
-//! `fuzz/artifacts/<target>/`; the run fails after every target had its turn.
+//! `cargo xtask test` runs them on stable as the tests of that crate: every seed and every crash
+//! input kept in `fuzz/regressions/<target>/`, then a fixed pass of blind mutants of those.
+//!
+//! The coverage-guided runs are `cargo xtask fuzz` (this module): libFuzzer, through the
+//! binaries of `fuzz/` (cargo-fuzz, nightly, their own workspace). Each target runs for a fixed
+//! time with a fixed libFuzzer seed; the build keeps debug assertions and overflow checks on
+//! (cargo-fuzz's default). The seeds are generated first (`homeadam-fuzz-seeds`: checkpoints
+//! saved by the core, the golden cases' files) into `fuzz/target/seeds`. A crash stops its
+//! target and leaves the input in `fuzz/artifacts/<target>/` (fuzz/regressions/README.md says
+//! how to keep it); the run fails after every target had its turn.
 
 use std::fs::{self, File};
+use std::path::Path;
 use std::process::{exit, Command, Stdio};
 use std::time::Instant;
 
 use crate::run;
 
 /// Cargo's arguments that select the fuzz workspace's packages (for fmt and clippy).
-pub(crate) const PACKAGES: &[&str] = &[
-    "--manifest-path",
-    "fuzz/Cargo.toml",
-    "-p",
-    "homeadam-fuzz",
-    "-p",
-    "homeadam-fuzz-seeds",
-];
+pub(crate) const PACKAGES: &[&str] = &["--manifest-path", "fuzz/Cargo.toml", "-p", "homeadam-fuzz"];
 /// The fuzz targets, in the order they run.
 const TARGETS: [&str; 4] = ["checkpoint", "step", "replay_config", "replay_safetensors"];
 const SEEDS: &str = "fuzz/target/seeds";
+/// The crash inputs kept as regression tests, one folder per target (where one was kept).
+const REGRESSIONS: &str = "fuzz/regressions";
 const LOGS: &str = "fuzz/target/logs";
 /// libFuzzer's seed: the same mutations on every run from the same corpus.
 const SEED: &str = "-seed=1";
 
 /// Installs the nightly toolchain and cargo-fuzz when missing (not updated: a new nightly
 /// would rebuild every fuzz dependency).
-pub(crate) fn setup() {
+fn setup() {
     if !succeeds("rustup", &["run", "nightly", "rustc", "--version"]) {
         run(
             "nightly toolchain",
@@ -56,27 +58,6 @@ fn succeeds(program: &str, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// `cargo xtask fuzz [SECONDS]`: every target for SECONDS (default 60), on its corpus
-/// `fuzz/corpus/<target>`, which grows from run to run, and the seeds.
-pub(crate) fn fuzz(seconds: u64) {
-    fuzz_all(seconds, |target| {
-        let corpus = format!("fuzz/corpus/{target}");
-        create_dir(&corpus);
-        corpus
-    });
-}
-
-/// The short pass of `cargo xtask test`: every target for `seconds`, from the seeds alone (a
-/// fresh corpus each time, so that every run fuzzes the same way but for timing).
-pub(crate) fn test(seconds: u64) {
-    fuzz_all(seconds, |target| {
-        let corpus = format!("fuzz/target/corpus-test/{target}");
-        let _ = fs::remove_dir_all(&corpus);
-        create_dir(&corpus);
-        corpus
-    });
-}
-
 fn create_dir(dir: &str) {
     fs::create_dir_all(dir).unwrap_or_else(|e| {
         eprintln!("xtask: cannot create {dir}: {e}");
@@ -92,19 +73,22 @@ struct Outcome {
     crashed: bool,
 }
 
-fn fuzz_all(seconds: u64, corpus: impl Fn(&str) -> String) {
+/// `cargo xtask fuzz [SECONDS]`: every target for SECONDS, on its corpus `fuzz/corpus/<target>`,
+/// which grows from run to run, the seeds and the kept crash inputs.
+pub(crate) fn fuzz(seconds: u64) {
     let start = Instant::now();
     setup();
+    // Stable, in the project's workspace. Unoptimized: an optimized build of the library compiles
+    // every rule's kernels for the step target, slowly, for seeds that need no speed.
     run(
         "fuzz seeds",
         "cargo",
         &[
-            "+nightly",
             "run",
             "--quiet",
-            "--manifest-path",
-            "fuzz/Cargo.toml",
             "-p",
+            "homeadam-fuzz-targets",
+            "--bin",
             "homeadam-fuzz-seeds",
             "--",
             SEEDS,
@@ -120,7 +104,7 @@ fn fuzz_all(seconds: u64, corpus: impl Fn(&str) -> String) {
     create_dir(LOGS);
     let outcomes: Vec<Outcome> = TARGETS
         .iter()
-        .map(|target| fuzz_target(target, &corpus(target), seconds))
+        .map(|target| fuzz_target(target, seconds))
         .collect();
     println!(
         "\nxtask: fuzz, {seconds} s per target ({:.0} s in all):",
@@ -142,26 +126,27 @@ fn fuzz_all(seconds: u64, corpus: impl Fn(&str) -> String) {
 }
 
 /// Runs one target for `seconds`; its libFuzzer log goes to `fuzz/target/logs/<target>.log`.
-fn fuzz_target(target: &'static str, corpus: &str, seconds: u64) -> Outcome {
-    let seeds = format!("{SEEDS}/{target}");
+fn fuzz_target(target: &'static str, seconds: u64) -> Outcome {
+    // libFuzzer writes what it finds into the first corpus folder and only reads the others.
+    let corpus = format!("fuzz/corpus/{target}");
+    create_dir(&corpus);
+    let mut corpora = vec![corpus, format!("{SEEDS}/{target}")];
+    let regressions = format!("{REGRESSIONS}/{target}");
+    if Path::new(&regressions).is_dir() {
+        corpora.push(regressions);
+    }
     let log_path = format!("{LOGS}/{target}.log");
     let time = format!("-max_total_time={seconds}");
-    let args = [
-        "+nightly",
-        "fuzz",
-        "run",
-        "-s",
-        "none",
-        target,
-        corpus,
-        &seeds,
+    let mut args = vec!["+nightly", "fuzz", "run", "-s", "none", target];
+    args.extend(corpora.iter().map(String::as_str));
+    args.extend([
         "--",
         SEED,
         &time,
         "-timeout=10",
         "-rss_limit_mb=2048",
         "-print_final_stats=1",
-    ];
+    ]);
     println!("\n== xtask: fuzz {target}: cargo {} > {log_path}", args.join(" "));
     let log = File::create(&log_path).unwrap_or_else(|e| {
         eprintln!("xtask: cannot create {log_path}: {e}");

@@ -1,8 +1,11 @@
 //! Project automation.
 //!
 //! - `cargo xtask test`: every check of the project, as CI runs it (`.ci/run` calls this). It
-//!   installs what it needs (the no_std targets of the firmware's boards, rustfmt, clippy,
-//!   nightly, cargo-fuzz and QEMU) and stops at the first failing check with its name.
+//!   installs what it needs (rustfmt, clippy, the no_std targets of the firmware's boards, the
+//!   aarch64 target, QEMU and the cross linker, the CUDA wheels), builds in the cache of
+//!   [`cache`], runs every test once in the `ci` profile (optimized, overflow checks and debug
+//!   assertions on), runs the CUDA host's and the firmware's checks as background [`lanes`],
+//!   stops at the first failing check with its name, and ends with the [`stages`] table.
 //! - `cargo xtask bench`: the core's step benchmarks, PyTorch's fused AdamW on the same sizes in
 //!   the same run, and the table of BENCHMARKS.md.
 //! - `cargo xtask firmware`: the firmware checks of `test` alone, see [`firmware`].
@@ -14,31 +17,113 @@
 mod aarch64;
 mod bench;
 mod build_cuda;
+mod cache;
 mod cuda;
 mod cuda_stubs;
 mod firmware;
 mod fuzz;
+mod lanes;
 mod publish;
+mod stages;
+mod system;
 
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{exit, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 /// The no_std target every core build is checked for (Cortex-M4F).
 const THUMB: &str = "thumbv7em-none-eabihf";
 
-pub(crate) fn run(name: &str, program: &str, args: &[&str]) {
+/// The variable a run sets when its build cache existed before it (lanes read it).
+const CACHE_WARM: &str = "HOMEADAM_CACHE_WARM";
+
+/// When this process started (the wall time of the stage table).
+static START: OnceLock<Instant> = OnceLock::new();
+/// Tests passed and failed so far (from cargo's `test result:` lines).
+static PASSED: AtomicU64 = AtomicU64::new(0);
+static FAILED: AtomicU64 = AtomicU64::new(0);
+
+/// The workspace root (xtask's parent).
+pub(crate) fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// Prints `message`, the stage table so far and the test counts, and exits with `code`.
+pub(crate) fn fail_exit(message: &str, code: i32) -> ! {
+    eprintln!("xtask: {message}");
+    if std::env::var_os(stages::LANE).is_none() {
+        stages::print_table(START.get_or_init(Instant::now).elapsed().as_secs_f64());
+        print_totals();
+    }
+    exit(code)
+}
+
+fn print_totals() {
+    println!(
+        "tests: {} passed, {} failed",
+        PASSED.load(Ordering::Relaxed),
+        FAILED.load(Ordering::Relaxed)
+    );
+}
+
+/// Runs `program args` as the stage `name`; whether it succeeded.
+fn try_run(name: &str, program: &str, args: &[&str]) -> bool {
     println!("\n== xtask: {name}: {program} {}", args.join(" "));
     let start = Instant::now();
     let status = Command::new(program).args(args).status().unwrap_or_else(|e| {
-        eprintln!("xtask: cannot run {program}: {e}");
-        exit(1)
+        fail_exit(&format!("cannot run {program}: {e}"), 1);
     });
-    if !status.success() {
+    let seconds = start.elapsed().as_secs_f64();
+    stages::record(name, seconds);
+    if status.success() {
+        println!("== xtask: {name} ok ({seconds:.0} s)");
+    } else {
         eprintln!("xtask: {name} failed ({status})");
-        exit(status.code().unwrap_or(1));
     }
-    println!("== xtask: {name} ok ({:.0} s)", start.elapsed().as_secs_f64());
+    status.success()
+}
+
+/// Runs `program args` as the stage `name`; exits on failure.
+pub(crate) fn run(name: &str, program: &str, args: &[&str]) {
+    if !try_run(name, program, args) {
+        fail_exit(&format!("{name} failed"), 1);
+    }
+}
+
+/// Runs the stage `attempt` (true: it passed) whose builds live in `build_dir`; when it fails
+/// on a build cache that existed before the run, once more with `build_dir` emptied, so that a
+/// corrupt cache costs time and never decides the result.
+pub(crate) fn stage_retrying(name: &str, build_dir: &Path, attempt: impl Fn() -> bool) {
+    if attempt() {
+        return;
+    }
+    if std::env::var_os(CACHE_WARM).is_none() {
+        fail_exit(&format!("{name} failed"), 1);
+    }
+    println!(
+        "\n== xtask: {name} failed on the warm build cache: once more from an empty {}",
+        build_dir.display()
+    );
+    if let Err(e) = std::fs::remove_dir_all(build_dir) {
+        eprintln!("xtask: cannot empty {}: {e}", build_dir.display());
+    }
+    if !attempt() {
+        fail_exit(
+            &format!("{name} failed (also with its build directory emptied)"),
+            1,
+        );
+    }
+}
+
+/// `cargo args` in the workspace's target directory, as [`stage_retrying`].
+fn cargo_stage(name: &str, args: &[&str]) {
+    stage_retrying(name, &cache::workspace_target(), || try_run(name, "cargo", args));
 }
 
 fn setup() {
@@ -47,42 +132,62 @@ fn setup() {
         "rustup",
         &["component", "add", "rustfmt", "clippy"],
     );
-    run("no_std target", "rustup", &["target", "add", THUMB]);
-    fuzz::setup();
+    let mut targets = vec![THUMB, aarch64::TARGET];
+    targets.extend(firmware::targets());
+    targets.sort_unstable();
+    targets.dedup();
+    run(
+        "rust targets",
+        "rustup",
+        &[&["target", "add"], &targets[..]].concat(),
+    );
 }
 
+/// The profile every test runs in: optimized, with overflow checks and debug assertions
+/// (Cargo.toml).
+pub(crate) const PROFILE: &str = "ci";
+
 fn test() {
+    START.get_or_init(Instant::now);
+    let cache = cache::open();
+    if cache.warm {
+        std::env::set_var(CACHE_WARM, "1");
+    }
     setup();
+    let packages = system::install_in_background();
+    let cuda = lanes::spawn("cuda");
     run("format", "cargo", &["fmt", "--all", "--", "--check"]);
-    run(
-        "clippy",
-        "cargo",
-        &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
-    );
-    // The fuzz targets are their own workspace (cargo-fuzz; built with nightly by the fuzz pass).
     run(
         "format (fuzz)",
         "cargo",
         &[&["fmt"], fuzz::PACKAGES, &["--", "--check"]].concat(),
     );
-    run(
-        "clippy (fuzz)",
-        "cargo",
-        &[
-            &["clippy"],
-            fuzz::PACKAGES,
-            &["--all-targets", "--", "-D", "warnings"],
-        ]
-        .concat(),
+    firmware::format();
+    cargo_stage(
+        "clippy",
+        &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
     );
-    run(
+    // The fuzz targets' libFuzzer wrappers are their own workspace (cargo-fuzz, nightly).
+    let fuzz_target = cache.dir.join("fuzz");
+    let fuzz_target = fuzz_target.to_string_lossy();
+    stage_retrying("clippy (fuzz)", Path::new(&*fuzz_target), || {
+        try_run(
+            "clippy (fuzz)",
+            "cargo",
+            &[
+                &["clippy", "--target-dir", &fuzz_target],
+                fuzz::PACKAGES,
+                &["--all-targets", "--", "-D", "warnings"],
+            ]
+            .concat(),
+        )
+    });
+    cargo_stage(
         "no_std core",
-        "cargo",
         &["build", "-p", "homeadam-core", "--release", "--target", THUMB],
     );
-    run(
+    cargo_stage(
         "no_std core + defmt",
-        "cargo",
         &[
             "build",
             "-p",
@@ -94,42 +199,52 @@ fn test() {
             "defmt",
         ],
     );
-    publish::check();
-    cuda::test();
-    firmware::test();
-    aarch64::test();
-    let mut totals = (0, 0);
-    run_tests(&["test", "--workspace", "--release"], &mut totals);
-    // Again in the debug profile, overflow checks on: no input may panic there either.
-    run_tests(&["test", "-p", "homeadam-core"], &mut totals);
-    run_tests(&["test", "-p", "homeadam-replay"], &mut totals);
-    run_tests(
-        &["test", "-p", "homeadam-host", "--test", "replay_cli"],
-        &mut totals,
+    cargo_stage(
+        "build the tests",
+        &["test", "--workspace", "--profile", PROFILE, "--no-run"],
     );
-    // Linted, compiled and linked (not run: no GPU here), so that the `cuda` feature cannot rot.
-    build_cuda::check();
-    fuzz::test(FUZZ_TEST_SECONDS);
-    let (passed, failed) = totals;
+    firmware::golden_vectors();
+    packages.join();
+    let firmware = lanes::spawn("firmware");
+    // homeadam-cuda and homeadam-jetson run with NVRTC and their output shown (cuda::test).
+    let tests = [
+        "test",
+        "--workspace",
+        "--profile",
+        PROFILE,
+        "--exclude",
+        "homeadam-cuda",
+        "--exclude",
+        "homeadam-jetson",
+    ];
+    stage_retrying("tests", &cache::workspace_target(), || run_tests("tests", &tests));
+    cuda::test();
+    publish::check();
+    aarch64::test();
+    firmware.join();
+    cuda.join();
     println!("\nxtask: every check passed");
-    println!("tests: {passed} passed, {failed} failed");
+    stages::print_table(START.get().expect("started").elapsed().as_secs_f64());
+    print_totals();
 }
 
-/// Seconds per fuzz target in `cargo xtask test`.
-const FUZZ_TEST_SECONDS: u64 = 15;
+/// Runs `cargo ARGS` (a `cargo test`) as the stage `name`, echoing its output, and adds its
+/// `test result:` lines to the totals; whether it passed.
+pub(crate) fn run_tests(name: &str, args: &[&str]) -> bool {
+    println!("\n== xtask: {name}: cargo {}", args.join(" "));
+    let mut cargo = Command::new("cargo");
+    cargo.args(args);
+    run_counting(name, cargo)
+}
 
-/// Runs `cargo test`, echoing its output, and adds its `test result:` lines to `totals`
-/// (passed, failed); on a failure, prints the totals so far and exits.
-fn run_tests(args: &[&str], totals: &mut (u64, u64)) {
-    println!("\n== xtask: tests: cargo {}", args.join(" "));
-    let mut child = Command::new("cargo")
-        .args(args)
+/// Runs `command` (tests printing libtest's `test result:` lines) as the stage `name`, echoing
+/// its output and adding its results to the totals; whether it passed.
+pub(crate) fn run_counting(name: &str, mut command: Command) -> bool {
+    let start = Instant::now();
+    let mut child = command
         .stdout(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| {
-            eprintln!("xtask: cannot run cargo: {e}");
-            exit(1)
-        });
+        .unwrap_or_else(|e| fail_exit(&format!("{name}: cannot run {command:?}: {e}"), 1));
     let (mut passed, mut failed) = (0, 0);
     for line in BufReader::new(child.stdout.take().expect("piped stdout"))
         .lines()
@@ -141,14 +256,46 @@ fn run_tests(args: &[&str], totals: &mut (u64, u64)) {
             failed += count(rest, " failed");
         }
     }
-    let status = child.wait().expect("cargo test ran");
-    totals.0 += passed;
-    totals.1 += failed;
-    if !status.success() {
-        eprintln!("xtask: tests failed ({status})");
-        println!("tests: {} passed, {} failed", totals.0, totals.1);
-        exit(status.code().unwrap_or(1));
+    let status = child.wait().expect("the tests ran");
+    let seconds = start.elapsed().as_secs_f64();
+    stages::record(name, seconds);
+    PASSED.fetch_add(passed, Ordering::Relaxed);
+    FAILED.fetch_add(failed, Ordering::Relaxed);
+    if status.success() {
+        println!("== xtask: {name} ok ({seconds:.0} s)");
+    } else {
+        eprintln!("xtask: {name} failed ({status})");
     }
+    status.success()
+}
+
+/// The workspace's test executables of `packages` in the `ci` profile (built by the stage that
+/// builds every test, so nothing is compiled here), each with its package's folder: running
+/// them directly keeps cargo from resolving those packages' features alone, which would build
+/// the core and its dependencies once more.
+pub(crate) fn test_executables(packages: &[&str]) -> Vec<(PathBuf, PathBuf)> {
+    let out = Command::new("cargo")
+        .args(["test", "--workspace", "--profile", PROFILE, "--no-run"])
+        .args(["--message-format", "json"])
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| fail_exit(&format!("cannot run cargo: {e}"), 1));
+    if !out.status.success() {
+        fail_exit("cargo test --no-run failed", 1);
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| {
+            let id = m["package_id"].as_str().unwrap_or("");
+            packages.iter().any(|p| id.contains(&format!("#{p}@")))
+        })
+        .filter_map(|m| {
+            let exe = PathBuf::from(m["executable"].as_str()?);
+            let dir = Path::new(m["manifest_path"].as_str()?).parent()?.to_path_buf();
+            Some((dir, exe))
+        })
+        .collect()
 }
 
 /// The number before `what` in a `test result:` line, e.g. `ok. 12 passed; 0 failed; …`.
@@ -166,10 +313,11 @@ fn count(line: &str, what: &str) -> u64 {
 
 const USAGE: &str =
     "usage: cargo xtask <test|bench [FILTER]|setup|firmware|fuzz [SECONDS]|build-cuda|gpu-bundle>
-  test        fmt, clippy, no_std builds, all tests, the CUDA host build, a short fuzz pass
+  test        fmt, clippy, no_std builds, every test (the ci profile), the CUDA host build, the
+              firmware in QEMU, aarch64 under QEMU; ends with a stage-time table
   bench       step benchmarks next to PyTorch fused AdamW, as a table, and the M4F's instruction
               counts; FILTER (a criterion regex) runs only the matching benchmarks
-  setup       install the toolchains, components and targets the checks need
+  setup       install the toolchains, components, targets and Debian packages the checks need
   firmware    the firmware checks of test alone: every QEMU board's apps, golden test and cost
   fuzz        every fuzz target for SECONDS (default 60)
   build-cuda  the host with --features cuda (CUDA 13.0 from PyPI, no GPU needed; CUDA_COMPUTE_CAP,
@@ -185,9 +333,21 @@ fn usage() -> ! {
 fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("test") => test(),
-        Some("setup") => setup(),
+        Some("setup") => {
+            setup();
+            system::install_in_background().join();
+        }
         Some("bench") => bench::bench(std::env::args().nth(2).as_deref()),
         Some("firmware") => firmware::test(),
+        // The background lanes of `test` (lanes.rs).
+        Some("lane") => {
+            lanes::watch_parent();
+            match std::env::args().nth(2).as_deref() {
+                Some("cuda") => build_cuda::check(),
+                Some("firmware") => firmware::boards(),
+                _ => usage(),
+            }
+        }
         Some("build-cuda") => println!("{}", build_cuda::build().display()),
         Some("gpu-bundle") => println!("{}", build_cuda::bundle().display()),
         Some("fuzz") => match std::env::args().nth(2).map(|s| s.parse()) {

@@ -1,29 +1,150 @@
-//! The publish check: the crates a user adds from crates.io must package and build on their own
-//! (`cargo publish --dry-run`).
+//! The publish check: the crates a user adds from crates.io must package, and the core (the
+//! crate other no_std learners depend on) must build from its package alone.
 //!
-//! The dry run verifies each crate against the others as packaged, through a local registry
-//! that cargo unpacks into `$CARGO_HOME/registry/src/-<hash>/` and builds into `target/debug`.
-//! Both are kept from one run to the next although the crates change under the same version
-//! (the unpacked files carry a fixed old mtime, so they never look newer than the build): a
-//! second run would verify against the first run's crates. Removing them first makes every run
-//! verify what the working tree holds, as on a fresh clone.
+//! - `homeadam-core`: `cargo publish --dry-run` (packaged and built from the package, no_std
+//!   as a dependent gets it by default);
+//! - `homeadam-cuda`, `homeadam-candle`: packaged with the core (`cargo package --no-verify`,
+//!   which checks their manifests against the packaged core) and their file lists checked:
+//!   every file their sources include (`include_str!`, `include_bytes!`), their build script
+//!   and README (where they have them) are in the package. Building them from the package would compile candle once
+//!   more for what the workspace's build already proves of their code.
+//!
+//! The dry run builds through a local registry that cargo unpacks into
+//! `$CARGO_HOME/registry/src/-<hash>/`, which is kept from one run to the next although the
+//! crates change under the same version (the unpacked files carry a fixed old mtime, so they
+//! never look newer than a build): it is removed first, and the build goes to a target
+//! directory emptied first, so that every run verifies what the working tree holds.
 
 use std::path::{Path, PathBuf};
-use std::process::exit;
+use std::process::{exit, Command};
 
-use crate::run;
+use crate::{cache, fail_exit, run};
 
 /// The published crates, dependencies first.
 const CRATES: &[&str] = &["homeadam-core", "homeadam-cuda", "homeadam-candle"];
+/// The crates packaged without a build, and their folders.
+const PACKAGED_ONLY: &[(&str, &str)] = &[
+    ("homeadam-cuda", "backends/cuda"),
+    ("homeadam-candle", "backends/candle"),
+];
 
-/// Runs the dry run of every published crate.
+/// Runs the publish check.
 pub(crate) fn check() {
-    forget_packaged_builds();
-    let mut args = vec!["publish", "--dry-run", "--allow-dirty"];
+    forget_unpacked_crates();
+    let target = cache::build_root().join("publish");
+    if target.exists() {
+        remove(&target);
+    }
+    let target = target.to_string_lossy();
+    run(
+        "publish check: homeadam-core",
+        "cargo",
+        &[
+            "publish",
+            "--dry-run",
+            "--allow-dirty",
+            "-p",
+            "homeadam-core",
+            "--target-dir",
+            &target,
+        ],
+    );
+    let mut args = vec!["package", "--no-verify", "--allow-dirty", "--target-dir", &target];
     for name in CRATES {
         args.extend(["-p", name]);
     }
-    run("publish check", "cargo", &args);
+    run("publish check: package every crate", "cargo", &args);
+    for &(name, dir) in PACKAGED_ONLY {
+        check_file_list(name, dir);
+    }
+}
+
+/// Fails unless `cargo package --list` of `name` (in `dir`) holds every file its sources
+/// include, and its build script and README where it has them.
+fn check_file_list(name: &str, dir: &str) {
+    let out = Command::new("cargo")
+        .args(["package", "--list", "--allow-dirty", "-p", name])
+        .output()
+        .unwrap_or_else(|e| fail_exit(&format!("cannot run cargo package --list: {e}"), 1));
+    if !out.status.success() {
+        fail_exit(
+            &format!(
+                "cargo package --list -p {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            1,
+        );
+    }
+    let listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let root = crate::root().join(dir);
+    let mut needed = vec!["Cargo.toml".to_string()];
+    for file in ["build.rs", "README.md"] {
+        if root.join(file).exists() {
+            needed.push(file.into());
+        }
+    }
+    needed.extend(included_files(&root));
+    let missing: Vec<&String> = needed.iter().filter(|f| !listed.contains(f)).collect();
+    if !missing.is_empty() {
+        fail_exit(
+            &format!("{name}'s package lacks files its build needs: {missing:?}"),
+            1,
+        );
+    }
+    println!(
+        "== xtask: publish check: {name} packages {} files, the {} its build needs among them",
+        listed.len(),
+        needed.len()
+    );
+}
+
+/// The files that the Rust sources under `root/src` include, relative to `root`.
+fn included_files(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("src")];
+    while let Some(dir) = dirs.pop() {
+        for path in entries(&dir) {
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            for macro_call in ["include_str!(\"", "include_bytes!(\""] {
+                for (at, _) in text.match_indices(macro_call) {
+                    let rest = &text[at + macro_call.len()..];
+                    let Some(end) = rest.find('"') else { continue };
+                    let file = path.parent().expect("a file's folder").join(&rest[..end]);
+                    if let Ok(relative) = normalize(&file).strip_prefix(root) {
+                        files.push(relative.to_string_lossy().into_owned());
+                    }
+                }
+            }
+        }
+    }
+    files.sort();
+    files.dedup();
+    files
+}
+
+/// `path` with its `..` and `.` components resolved (without touching the file system).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 fn cargo_home() -> Option<PathBuf> {
@@ -57,33 +178,15 @@ fn is_published_crate(name: &str) -> bool {
     CRATES.iter().any(|c| name.starts_with(&format!("{c}-")))
 }
 
-/// Removes the earlier dry runs' unpacked crates (local registries: `registry/src/-<hash>`)
-/// and the `target/debug` builds made from them.
-fn forget_packaged_builds() {
+/// Removes the earlier dry runs' unpacked crates (local registries: `registry/src/-<hash>`).
+fn forget_unpacked_crates() {
     let Some(home) = cargo_home() else { return };
-    let registries: Vec<PathBuf> = entries(&home.join("registry/src"))
+    let registries = entries(&home.join("registry/src"))
         .into_iter()
-        .filter(|dir| file_name(dir).starts_with('-'))
-        .collect();
-    for unpacked in registries.iter().flat_map(|r| entries(r)) {
+        .filter(|dir| file_name(dir).starts_with('-'));
+    for unpacked in registries.flat_map(|r| entries(&r)) {
         if is_published_crate(file_name(&unpacked)) {
             remove(&unpacked);
-        }
-    }
-    let debug = Path::new("target/debug");
-    for dep_info in entries(&debug.join("deps")) {
-        let name = file_name(&dep_info);
-        let Some(stem) = name.strip_suffix(".d").filter(|_| is_published_crate(name)) else {
-            continue;
-        };
-        let Ok(text) = std::fs::read_to_string(&dep_info) else {
-            continue;
-        };
-        if registries.iter().any(|r| text.contains(&*r.to_string_lossy())) {
-            let fingerprint = debug.join(".fingerprint").join(stem.replace('_', "-"));
-            if fingerprint.exists() {
-                remove(&fingerprint);
-            }
         }
     }
 }

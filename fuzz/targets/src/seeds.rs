@@ -1,75 +1,70 @@
-//! Writes the seed corpora of the fuzz targets into `DIR/<target>/` (`homeadam-fuzz-seeds DIR`),
-//! generated rather than committed: checkpoints saved by the core after two real steps, the
-//! golden cases' replay configs and inputs, and deterministic byte strings for `step`.
+//! The seed corpora, generated rather than committed: checkpoints saved by the core after two
+//! real steps, the golden cases' replay configs and inputs, and deterministic byte strings for
+//! `step`.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::exit;
+use std::path::Path;
 
 use homeadam_core::backend::mix64;
 use homeadam_core::{
-    bf16, f16, Config, Optimizer, Rule, SliceSink, Storage, Tensor, TensorAux, TensorState, ALL_RULES,
+    bf16, f16, Config, Dtype, Optimizer, Rule, SliceSink, Storage, Tensor, TensorAux, TensorState, ALL_RULES,
 };
 
 /// Tensor sizes of the saved models: an empty tensor between two short ones.
 const NUMELS: [usize; 3] = [3, 0, 5];
 
-fn main() {
-    let Some(dir) = std::env::args_os().nth(1).map(PathBuf::from) else {
-        eprintln!("usage: homeadam-fuzz-seeds DIR");
-        exit(2);
-    };
-    let written = checkpoints(&dir.join("checkpoint"))
-        + regressions(&dir.join("checkpoint"))
-        + steps(&dir.join("step"))
-        + golden(&dir.join("replay_config"), "config.json")
-        + golden(&dir.join("replay_safetensors"), "input.safetensors");
-    println!("{written} seeds in {}", dir.display());
-}
-
-fn write(dir: &Path, name: &str, bytes: &[u8]) {
-    fs::create_dir_all(dir)
-        .and_then(|()| fs::write(dir.join(name), bytes))
-        .unwrap_or_else(|e| {
-            eprintln!(
-                "homeadam-fuzz-seeds: cannot write {}: {e}",
-                dir.join(name).display()
-            );
-            exit(1)
-        });
+/// The seeds of the target named `target` (a name of [`TARGETS`](crate::TARGETS)), each with
+/// its file name: the same on every call. `homeadam-fuzz-seeds DIR` writes them to
+/// `DIR/<target>/<name>`, the corpus `cargo xtask fuzz` starts from.
+///
+/// # Panics
+///
+/// On a name that is not a target's, and where the golden cases (`tests/golden/cases`, whose
+/// files seed the replay targets) cannot be read.
+pub fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
+    match target {
+        "checkpoint" => {
+            let mut seeds = checkpoints();
+            seeds.extend(regressions());
+            seeds
+        }
+        "step" => steps(),
+        "replay_config" => golden("config.json"),
+        "replay_safetensors" => golden("input.safetensors"),
+        _ => panic!("no fuzz target is named {target:?}"),
+    }
 }
 
 /// The checkpoint target's input: mode byte 0 (load as written) and a checkpoint, for every
 /// rule (SGD with and without momentum, AdaBelief with and without AMSGrad) in f32, bf16 and,
 /// where no second moment is kept, f16 state.
-fn checkpoints(dir: &Path) -> usize {
+fn checkpoints() -> Vec<(String, Vec<u8>)> {
     let mut configs: Vec<Config> = ALL_RULES.iter().map(|&r| Config::new(r)).collect();
     configs.extend(Config::named("sgdm"));
     configs.push(Config {
         amsgrad: true,
         ..Config::new(Rule::AdaBelief)
     });
-    let mut written = 0;
+    let mut seeds = Vec::new();
     for (k, config) in configs.into_iter().enumerate() {
         let mut save = |dtype: &str, bytes: Vec<u8>| {
             let mut seed = vec![0u8];
             seed.extend(bytes);
-            write(dir, &format!("{k:02}-{}-{dtype}", config.name()), &seed);
-            written += 1;
+            seeds.push((format!("{k:02}-{}-{dtype}", config.name()), seed));
         };
         save("f32", checkpoint::<f32>(config));
         save("bf16", checkpoint::<bf16>(config));
-        if config.check_state_dtype(homeadam_core::Dtype::F16).is_ok() {
+        if config.check_state_dtype(Dtype::F16).is_ok() {
             save("f16", checkpoint::<f16>(config));
         }
     }
-    written
+    seeds
 }
 
 /// Checkpoints the target once failed on, as loads that must be refused: mode 1 (the target
 /// recomputes the CRC) and a saved checkpoint with one field patched (offsets of
 /// core/src/checkpoint.rs), and a tensor size whose byte count overflows with its header.
-fn regressions(dir: &Path) -> usize {
+fn regressions() -> Vec<(String, Vec<u8>)> {
     let saved = checkpoint::<f32>(Config::new(Rule::AdamW));
     let patched = |at: usize, byte: u8| {
         let mut seed = vec![1u8];
@@ -77,14 +72,15 @@ fn regressions(dir: &Path) -> usize {
         seed[1 + at] = byte;
         seed
     };
-    write(dir, "regression-reserved", &patched(14, 1));
-    write(dir, "regression-swats-lr-before-switch", &patched(24, 1));
     // AdamW's f32 state: 8 bytes per element, so 8·d fits a usize and 8·d + 12 does not.
     let mut overflow = vec![0u8];
     overflow.extend(&saved[..36]);
     overflow.extend((u64::MAX / 8).to_le_bytes());
-    write(dir, "regression-size-overflow", &overflow);
-    3
+    vec![
+        ("regression-reserved".into(), patched(14, 1)),
+        ("regression-swats-lr-before-switch".into(), patched(24, 1)),
+        ("regression-size-overflow".into(), overflow),
+    ]
 }
 
 /// The state of `config` with `S` state after two steps on fixed gradients, saved.
@@ -125,40 +121,43 @@ fn checkpoint<S: Storage>(config: Config) -> Vec<u8> {
     bytes
 }
 
-/// The step target decodes its input with `arbitrary`, whose first byte picks the rule: one
-/// seed per rule, the rest splitmix64 bytes.
-fn steps(dir: &Path) -> usize {
+/// The step target decodes its input with `arbitrary`, whose first byte picks the rule: two
+/// seeds per rule, one of splitmix64 bytes (whose config is mostly refused) and one whose
+/// config bytes are zeros, which decode to the rule's defaults, so that it and most of its
+/// mutants reach `Optimizer::step` on slices from the same splitmix64 bytes.
+fn steps() -> Vec<(String, Vec<u8>)> {
+    let mut seeds = Vec::new();
     for k in 0..ALL_RULES.len() {
-        let mut seed = vec![k as u8];
-        seed.extend((0..128u64).flat_map(|i| mix64(((k as u64) << 32) | i).to_le_bytes()));
-        write(dir, &format!("rule-{k}"), &seed);
+        let random: Vec<u8> = (0..128u64)
+            .flat_map(|i| mix64(((k as u64) << 32) | i).to_le_bytes())
+            .collect();
+        seeds.push((format!("rule-{k}"), [&[k as u8][..], &random].concat()));
+        let defaults = [&[k as u8][..], &[0; CONFIG_BYTES], &random].concat();
+        seeds.push((format!("rule-{k}-defaults"), defaults));
     }
-    ALL_RULES.len()
+    seeds
 }
 
-/// Every golden case's `file`, named after its case.
-fn golden(dir: &Path, file: &str) -> usize {
+/// More than the bytes the step target's config decoding reads.
+const CONFIG_BYTES: usize = 64;
+
+/// Every golden case's `file`, named after its case, in the order of the cases' names.
+fn golden(file: &str) -> Vec<(String, Vec<u8>)> {
     let cases = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/cases");
     let mut entries: Vec<_> = fs::read_dir(&cases)
-        .unwrap_or_else(|e| {
-            eprintln!("homeadam-fuzz-seeds: cannot read {}: {e}", cases.display());
-            exit(1)
-        })
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", cases.display()))
         .filter_map(Result::ok)
         .map(|entry| entry.path())
         .filter(|case| case.join(file).is_file())
         .collect();
     entries.sort();
-    for case in &entries {
-        let bytes = fs::read(case.join(file)).unwrap_or_else(|e| {
-            eprintln!(
-                "homeadam-fuzz-seeds: cannot read {}: {e}",
-                case.join(file).display()
-            );
-            exit(1)
-        });
-        let name = case.file_name().expect("a case directory").to_string_lossy();
-        write(dir, &name, &bytes);
-    }
-    entries.len()
+    entries
+        .iter()
+        .map(|case| {
+            let path = case.join(file);
+            let bytes = fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+            let name = case.file_name().expect("a case directory").to_string_lossy();
+            (name.into_owned(), bytes)
+        })
+        .collect()
 }

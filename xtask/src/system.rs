@@ -1,0 +1,62 @@
+//! The Debian packages the checks need (QEMU for the firmware and aarch64, the aarch64 cross
+//! linker and C library), installed in one `apt-get` call on a thread while the first stages
+//! build: the download overlaps the compilation.
+
+use std::process::Command;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::{aarch64, firmware, stages};
+
+/// An installation in progress.
+pub(crate) struct Install(Option<JoinHandle<Result<String, String>>>);
+
+/// Starts installing the packages whose programs or files are missing (nothing to do: no
+/// thread).
+pub(crate) fn install_in_background() -> Install {
+    let mut missing = aarch64::missing_packages();
+    missing.extend(firmware::missing_packages());
+    if missing.is_empty() {
+        return Install(None);
+    }
+    println!(
+        "\n== xtask: installing in the background: apt-get install {}",
+        missing.join(" ")
+    );
+    Install(Some(std::thread::spawn(move || {
+        let start = Instant::now();
+        let apt = |args: &[&str]| -> Result<String, String> {
+            let out = Command::new("apt-get")
+                .args(args)
+                .output()
+                .map_err(|e| format!("cannot run apt-get: {e}"))?;
+            let text =
+                String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+            if out.status.success() {
+                Ok(text)
+            } else {
+                Err(format!(
+                    "apt-get {} failed ({}):\n{text}",
+                    args.join(" "),
+                    out.status
+                ))
+            }
+        };
+        let mut log = apt(&["update", "-qq"])?;
+        let install = [&["install", "-y", "-qq", "--no-install-recommends"], &missing[..]].concat();
+        log += &apt(&install)?;
+        stages::record("Debian packages (background)", start.elapsed().as_secs_f64());
+        Ok(log)
+    })))
+}
+
+impl Install {
+    /// Waits for the installation; exits on failure.
+    pub(crate) fn join(self) {
+        let Some(thread) = self.0 else { return };
+        match thread.join().expect("the apt thread does not panic") {
+            Ok(log) => println!("\n== xtask: Debian packages installed\n{log}"),
+            Err(e) => crate::fail_exit(&e, 1),
+        }
+    }
+}
