@@ -1,5 +1,6 @@
 //! The core on aarch64 (Jetson's CPU, Apple silicon), under QEMU's user-mode emulation: the
-//! core's tests cross-built for `aarch64-unknown-linux-gnu` in the `ci` profile and run by
+//! core's tests cross-built for `aarch64-unknown-linux-gnu` in release (emulated, the `ci`
+//! profile's checks would slow them; the x86 run of the same code has them) and run by
 //! `qemu-aarch64`, so that the NEON conversions (bf16 and f16, to nearest and stochastic; f16's
 //! also against `half`'s software conversion, under the FPCR that Linux gives a thread) and the
 //! fast path compiled for NEON are proven equal to the scalar reference bit for bit. Emulation
@@ -11,7 +12,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::{cache, stage_retrying, try_run, PROFILE};
+use crate::{cache, stage_retrying, try_run};
 
 pub(crate) const TARGET: &str = "aarch64-unknown-linux-gnu";
 
@@ -31,6 +32,10 @@ pub(crate) fn test() {
     // Fewer storage combinations per test file, and no bench dependencies (core/Cargo.toml).
     let rustflags = format!("target.{TARGET}.rustflags=[\"--cfg\", \"homeadam_emulated\"]");
     let cases = format!("PROPTEST_CASES={PROPTEST_CASES}");
+    // A target directory of its own: `cargo xtask test` runs this as a lane beside the
+    // workspace's tests, which hold the workspace's.
+    let target = cache::build_root().join("aarch64");
+    let target_dir = target.to_string_lossy();
     let cargo = |name: &str, tests: &[&str]| {
         let args = [
             &cases[..],
@@ -38,10 +43,11 @@ pub(crate) fn test() {
             "test",
             "-p",
             "homeadam-core",
-            "--profile",
-            PROFILE,
+            "--release",
             "--target",
             TARGET,
+            "--target-dir",
+            &target_dir,
             "--config",
             &linker,
             "--config",
@@ -52,7 +58,7 @@ pub(crate) fn test() {
         .into_iter()
         .chain(tests.iter().copied())
         .collect::<Vec<_>>();
-        stage_retrying(name, &cache::workspace_target(), || try_run(name, "env", &args));
+        stage_retrying(name, &target, || try_run(name, "env", &args));
     };
     cargo(
         "aarch64 core: build the tests",

@@ -4,7 +4,8 @@
 //!   installs what it needs (rustfmt, clippy, the no_std targets of the firmware's boards, the
 //!   aarch64 target, QEMU and the cross linker, the CUDA wheels), builds in the cache of
 //!   [`cache`], runs every test once in the `ci` profile (optimized, overflow checks and debug
-//!   assertions on), runs the CUDA host's and the firmware's checks as background [`lanes`],
+//!   assertions on), runs the CUDA host's, the firmware's and the aarch64 checks as background
+//!   [`lanes`],
 //!   stops at the first failing check with its name, and ends with the [`stages`] table.
 //! - `cargo xtask bench`: the core's step benchmarks, PyTorch's fused AdamW on the same sizes in
 //!   the same run, and the table of BENCHMARKS.md.
@@ -150,6 +151,7 @@ pub(crate) const PROFILE: &str = "ci";
 fn test() {
     START.get_or_init(Instant::now);
     let cache = cache::open();
+    cache::restore_mtimes(&cache);
     if cache.warm {
         std::env::set_var(CACHE_WARM, "1");
     }
@@ -206,6 +208,7 @@ fn test() {
     firmware::golden_vectors();
     packages.join();
     let firmware = lanes::spawn("firmware");
+    let aarch64 = lanes::spawn("aarch64");
     // homeadam-cuda and homeadam-jetson run with NVRTC and their output shown (cuda::test).
     let tests = [
         "test",
@@ -220,7 +223,7 @@ fn test() {
     stage_retrying("tests", &cache::workspace_target(), || run_tests("tests", &tests));
     cuda::test();
     publish::check();
-    aarch64::test();
+    aarch64.join();
     firmware.join();
     cuda.join();
     println!("\nxtask: every check passed");
@@ -290,6 +293,7 @@ pub(crate) fn test_executables(packages: &[&str]) -> Vec<(PathBuf, PathBuf)> {
             let id = m["package_id"].as_str().unwrap_or("");
             packages.iter().any(|p| id.contains(&format!("#{p}@")))
         })
+        .filter(|m| m["profile"]["test"] == true)
         .filter_map(|m| {
             let exe = PathBuf::from(m["executable"].as_str()?);
             let dir = Path::new(m["manifest_path"].as_str()?).parent()?.to_path_buf();
@@ -345,6 +349,7 @@ fn main() {
             match std::env::args().nth(2).as_deref() {
                 Some("cuda") => build_cuda::check(),
                 Some("firmware") => firmware::boards(),
+                Some("aarch64") => aarch64::test(),
                 _ => usage(),
             }
         }
