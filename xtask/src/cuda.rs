@@ -30,21 +30,26 @@ pub(crate) fn test() {
         Ok(old) if !old.is_empty() => format!("{lib}:{old}"),
         _ => lib.clone(),
     };
-    let name = "CUDA tests (NVRTC sm_72/87/89/90, g++ parity, GPU tests skip)";
     let run_all = || {
         test_executables(&["homeadam-cuda", "homeadam-jetson"])
             .into_iter()
             .all(|(dir, exe)| {
+                // `parity_gxx-0123abcd`: the test's name and its hash.
+                let file = exe.file_name().unwrap_or_default().to_string_lossy();
+                let test = file.rsplit_once('-').map_or(&*file, |(name, _)| name);
+                let package = dir.file_name().unwrap_or_default().to_string_lossy();
+                let name = format!("CUDA tests: {package} {test}");
                 println!("\n== xtask: {name}: {} --nocapture", exe.display());
-                let mut test = Command::new(&exe);
-                test.arg("--nocapture")
-                    .current_dir(dir)
+                let mut command = Command::new(&exe);
+                command
+                    .arg("--nocapture")
+                    .current_dir(&dir)
                     .env("HOMEADAM_NVRTC_LIB", &lib)
                     .env("LD_LIBRARY_PATH", &ld_path);
-                run_counting(name, test)
+                run_counting(&name, command)
             })
     };
-    stage_retrying(name, &cache::workspace_target(), run_all);
+    stage_retrying("CUDA tests", &cache::workspace_target(), run_all);
     let jetson = ["check", "-p", "homeadam-jetson", "--target", AARCH64];
     stage_retrying("Jetson build (aarch64)", &cache::workspace_target(), || {
         try_run("Jetson build (aarch64)", "cargo", &jetson)
