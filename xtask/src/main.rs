@@ -5,8 +5,8 @@
 //!   aarch64 target, QEMU and the cross linker, the CUDA wheels), builds in the cache of
 //!   [`cache`], runs every test once in the `ci` profile (optimized, overflow checks and debug
 //!   assertions on), runs the CUDA host's, the firmware's and the aarch64 checks as background
-//!   [`lanes`],
-//!   stops at the first failing check with its name, and ends with the [`stages`] table.
+//!   [`lanes`], stops at the first failing check with its name, and ends with the [`stages`]
+//!   table.
 //! - `cargo xtask bench`: the core's step benchmarks, PyTorch's fused AdamW on the same sizes in
 //!   the same run, and the table of BENCHMARKS.md.
 //! - `cargo xtask firmware`: the firmware checks of `test` alone, see [`firmware`].
