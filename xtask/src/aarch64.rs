@@ -9,10 +9,9 @@
 //! combinations, which cover each storage type in each position, so every NEON conversion of
 //! θ, g and the state (`--cfg homeadam_emulated`, core/tests/common/mod.rs).
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-
+use crate::system::present;
 use crate::{cache, stage_retrying, try_run};
+use std::path::Path;
 
 pub(crate) const TARGET: &str = "aarch64-unknown-linux-gnu";
 
@@ -84,14 +83,6 @@ pub(crate) fn test() {
 
 /// The Debian packages of the cross linker, the aarch64 C library and QEMU that are missing.
 pub(crate) fn missing_packages() -> Vec<&'static str> {
-    let present = |program: &str| {
-        Command::new(program)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
     let crt = Path::new(SYSROOT).join("lib/crt1.o").exists();
     [
         (present(LINKER), "gcc-aarch64-linux-gnu"),

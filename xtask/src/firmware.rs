@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{exit, Command, Stdio};
 use std::time::Instant;
 
-use crate::{cache, run, stage_retrying, stages, PROFILE};
+use crate::{cache, run, stage_retrying, stages, system, PROFILE};
 
 /// A QEMU machine the firmware runs on, and how the firmware is built for it.
 struct Board {
@@ -200,19 +200,12 @@ fn cargo_in(name: &str, target_dir: &Path, args: &[&str]) {
 /// The Debian packages of the QEMU programs that are missing (`qemu-system-arm`, and
 /// `qemu-system-misc` for RISC-V).
 pub(crate) fn missing_packages() -> Vec<&'static str> {
-    let present = |program: &str| {
-        Command::new(program)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
     [
         ("qemu-system-arm", "qemu-system-arm"),
         ("qemu-system-riscv32", "qemu-system-misc"),
     ]
     .into_iter()
-    .filter(|(program, _)| !present(program))
+    .filter(|(program, _)| !system::present(program))
     .map(|(_, package)| package)
     .collect()
 }
@@ -362,12 +355,7 @@ fn prepare() {
         "rustup",
         &[&["target", "add"], &targets()[..]].concat(),
     );
-    let missing = missing_packages();
-    if !missing.is_empty() {
-        run("apt index", "apt-get", &["update", "-qq"]);
-        let args = [&["install", "-y", "-qq", "--no-install-recommends"], &missing[..]].concat();
-        run("qemu", "apt-get", &args);
-    }
+    system::install_packages_in_background(missing_packages()).join();
     golden_vectors();
 }
 

@@ -2,7 +2,7 @@
 //! linker and C library), installed in one `apt-get` call on a thread while the first stages
 //! build: the download overlaps the compilation.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -11,11 +11,25 @@ use crate::{aarch64, firmware, stages};
 /// An installation in progress.
 pub(crate) struct Install(Option<JoinHandle<Result<String, String>>>);
 
-/// Starts installing the packages whose programs or files are missing (nothing to do: no
-/// thread).
+/// Whether `program --version` runs and succeeds.
+pub(crate) fn present(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Starts installing every package the checks need that is missing.
 pub(crate) fn install_in_background() -> Install {
     let mut missing = aarch64::missing_packages();
     missing.extend(firmware::missing_packages());
+    install_packages_in_background(missing)
+}
+
+/// Starts installing `missing` (nothing to do: no thread).
+pub(crate) fn install_packages_in_background(missing: Vec<&'static str>) -> Install {
     if missing.is_empty() {
         return Install(None);
     }
