@@ -19,7 +19,7 @@ pub struct OptimConfig {
     /// The rule and its hyper-parameters; `core.lr` is the base rate η₀ and `core.weight_decay`
     /// the λ of decayed variables.
     pub core: Config,
-    /// Storage of the optimizer state (f32, bf16, q8 on the CPU; f16 only with
+    /// Storage of the optimizer state (f32, bf16 or q8, on the CPU and on CUDA; f16 only with
     /// `core.allow_f16_state`).
     pub state_dtype: Dtype,
     /// Decay every variable; by default biases and normalisation parameters are not decayed
@@ -180,8 +180,6 @@ impl VarOptimizer {
                 slots,
                 params.iter().map(|p| p.var.elem_count()),
             ))
-        } else if config.state_dtype == Dtype::Q8 {
-            bail!("homeadam: q8 state is stepped on the CPU only by this adapter (use f32, bf16 or f16 state on a GPU)");
         } else {
             device_placement(&params, slots, config.state_dtype)?
         };

@@ -1,8 +1,8 @@
 //! Variables on a CUDA device: homeadam-cuda's kernels step candle's own parameter and
 //! gradient buffers, on candle's stream, without a host copy.
 //!
-//! Every variable's optimizer state is one device buffer (`slots · numel` elements of the
-//! state type) for the optimizer's life, zeroed at the start. The kernels' tensor table holds
+//! Every variable's optimizer state is one device buffer (`slots` slots of the state type, in
+//! the core's layout: `numel` elements, or for q8 `⌈numel / 256⌉` blocks) for the optimizer's life, zeroed at the start. The kernels' tensor table holds
 //! the variables that have a gradient; it is built at the first step and built again when
 //! that set changes or a variable's storage moves, carrying t, the state and SWATS's Λ over
 //! through the core's checkpoint format. The gradients are fresh buffers at every backward
@@ -14,7 +14,8 @@ use std::sync::Arc;
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use candle_core::cuda::CudaStorageSlice;
 use candle_core::{bail, Result, Storage as Stored, Tensor};
-use homeadam_core::{Dtype, Optimizer, StepReport, Storage, TensorAux};
+use homeadam_core::q8::BLOCK_BYTES;
+use homeadam_core::{Dtype, Optimizer, Q8Block, StepReport, Storage, TensorAux};
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes};
 
 use super::adapter::{Param, States};
@@ -113,7 +114,7 @@ impl DeviceState {
                     p.var.dtype()
                 );
             }
-            let bytes = slots * p.var.elem_count() * state.size();
+            let bytes = slots * state.slot_bytes(p.var.elem_count());
             buffers.push(stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| {
                 candle_core::Error::Msg(format!("homeadam: optimizer state of {}: {e}", p.name))
             })?);
@@ -244,7 +245,7 @@ impl DeviceState {
     pub(crate) fn download(&self, params: &[Param]) -> Result<States> {
         let mut host = Vec::with_capacity(self.buffers.len());
         for (p, buffer) in params.iter().zip(&self.buffers) {
-            let len = self.slots * p.var.elem_count() * self.dtypes.state.size();
+            let len = self.slots * self.dtypes.state.slot_bytes(p.var.elem_count());
             let bytes = if len == 0 {
                 Vec::new()
             } else {
@@ -257,7 +258,11 @@ impl DeviceState {
             Dtype::F32 => States::F32(host.iter().map(|b| from_bytes(b)).collect()),
             Dtype::BF16 => States::BF16(host.iter().map(|b| from_bytes(b)).collect()),
             Dtype::F16 => States::F16(host.iter().map(|b| from_bytes(b)).collect()),
-            Dtype::Q8 => bail!("homeadam: q8 state is not kept on a CUDA device"),
+            Dtype::Q8 => States::Q8(
+                host.iter()
+                    .map(|b| b.chunks_exact(BLOCK_BYTES).map(Q8Block::from_bytes).collect())
+                    .collect(),
+            ),
         })
     }
 
@@ -267,7 +272,10 @@ impl DeviceState {
             States::F32(s) => s.iter().map(|v| to_bytes(v)).collect(),
             States::BF16(s) => s.iter().map(|v| to_bytes(v)).collect(),
             States::F16(s) => s.iter().map(|v| to_bytes(v)).collect(),
-            States::Q8(_) => bail!("homeadam: q8 state is not kept on a CUDA device"),
+            States::Q8(s) => s
+                .iter()
+                .map(|v| v.iter().flat_map(Q8Block::to_bytes).collect())
+                .collect(),
         };
         for (bytes, buffer) in bytes.iter().zip(&mut self.buffers) {
             if !bytes.is_empty() {

@@ -6,7 +6,7 @@
 //! run trains it for 20 steps on fixed batches and records every gradient; the GPU run
 //! uploads those gradients (as the exact gradients of Σ w ⊙ c, fresh buffers at every step)
 //! and must match the CPU's parameters after every step and its checkpoint bytes at the end,
-//! for every rule, for f32 and bf16 parameters (stochastic rounding) and bf16 state, with
+//! for every rule, for f32 and bf16 parameters (stochastic rounding) and bf16 and q8 state, with
 //! parameter groups (decay exemptions, a learning-rate multiplier) and with clipping.
 //! Checkpoints move between the devices: saved on one, continued on the other, same bits.
 //! Without a CUDA device the tests say so and pass.
@@ -158,7 +158,7 @@ fn upload(vars: &[(String, Var)], grads: &[Option<Tensor>]) -> GradStore {
     store
 }
 
-/// The optimizer settings under test: every rule, three storage combinations, groups, and
+/// The optimizer settings under test: every rule, four storage combinations, groups, and
 /// clipping for some.
 fn cases() -> Vec<(String, OptimConfig, DType)> {
     let mut out = Vec::new();
@@ -168,6 +168,7 @@ fn cases() -> Vec<(String, OptimConfig, DType)> {
             (DType::F32, Dtype::F32, false),
             (DType::BF16, Dtype::F32, true),
             (DType::F32, Dtype::BF16, false),
+            (DType::F32, Dtype::Q8, false),
         ] {
             let mut config = OptimConfig::new(Config {
                 rounding: if stochastic {
@@ -195,7 +196,8 @@ fn every_rule_on_the_gpu_has_the_cpu_bits_after_every_step() {
     let Some(gpu) = cuda() else { return };
     let mut checked = 0;
     for (label, config, dtype) in cases() {
-        if config.core.validate().is_err() {
+        let state_ok = config.core.check_state_dtype(config.state_dtype).is_ok();
+        if config.core.validate().is_err() || !state_ok {
             continue;
         }
         let cpu = cpu_run(&config, dtype);
