@@ -1,53 +1,121 @@
 #!/usr/bin/env bash
-# The GPU checks of the host, on a machine with an NVIDIA GPU and no Rust toolchain.
+# The GPU checks, on a machine with an NVIDIA GPU, PyTorch and no Rust toolchain.
 #
-#   scripts/gpu-check.sh BUNDLE_DIR [OUT_DIR]
+#   scripts/gpu-check.sh [--dry-run] BUNDLE_DIR [OUT_DIR]
 #
 # BUNDLE_DIR holds the binaries `cargo xtask gpu-bundle` builds on any Linux x86-64 machine
-# (gzipped): homeadam (the host with its `cuda` feature) and the test binaries cuda-gpu
-# (homeadam-cuda's kernels against the core), candle-gpu (VarOptimizer on CUDA against the
-# CPU) and host-resume (kill and resume). The CUDA 13 libraries come from LD_LIBRARY_PATH, or
-# else from the Python environment's `nvidia` packages (PyTorch's CUDA wheels). Each check
-# prints its exit status and wall time; the script fails when any check failed.
+# (gzipped): homeadam (the host with its `cuda` feature) and the test binaries cuda-gpu and
+# jetson-gpu (homeadam-cuda's kernels and the Jetson path against the core), candle-gpu
+# (VarOptimizer on CUDA against the CPU) and host-resume (kill and resume). The CUDA 13
+# libraries come from LD_LIBRARY_PATH, or else from the Python environment's `nvidia` packages
+# (PyTorch's CUDA wheels).
+#
+# In this order, each check with a time limit, so that the whole script stays within BUDGET
+# seconds (default 480; a check that would start after it is reported as not run):
+#   1. training speed: `homeadam bench-train` and host/benches/torch_train.py on VGG16 (batch
+#      64 and 128), ResNet34 and the paper's WikiText-2 Transformer, then their table
+#      (host/benches/compare.py) in OUT_DIR/bench.md;
+#   2. the GPU test binaries;
+#   3. short training runs of each experiment on the device;
+#   4. compute-sanitizer's memcheck over a short training run of each model.
+# CHECKS picks the sections (default "speed tests train"; "speed tests train memcheck" for all).
+# Each check prints its exit status and wall time; the script fails when any check failed.
+# --dry-run prints the checks' commands instead of running them (no GPU needed).
 set -uo pipefail
-bundle=${1:?usage: gpu-check.sh BUNDLE_DIR [OUT_DIR]}
-out=${2:-$(mktemp -d)}
-bin="$out/bin"
-mkdir -p "$bin"
-for f in "$bundle"/*; do
-    name=$(basename "$f" .gz)
-    if [[ $f == *.gz ]]; then gunzip -c "$f" >"$bin/$name"; else cp "$f" "$bin/$name"; fi
-    chmod +x "$bin/$name"
-done
-lib=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null)
-if [[ -n $lib && -d $lib ]]; then
-    export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-
-failed=0
-check() {
-    local what=$1
+dry=0
+if [[ ${1:-} == --dry-run ]]; then
+    dry=1
     shift
+fi
+bundle=${1:?usage: gpu-check.sh [--dry-run] BUNDLE_DIR [OUT_DIR]}
+out=${2:-$(mktemp -d)}
+budget=${BUDGET:-480}
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin="$out/bin"
+bench="$out/bench"
+mkdir -p "$bin" "$bench"
+if [[ $dry -eq 0 ]]; then
+    for f in "$bundle"/*; do
+        name=$(basename "$f" .gz)
+        if [[ $f == *.gz ]]; then gunzip -c "$f" >"$bin/$name"; else cp "$f" "$bin/$name"; fi
+        chmod +x "$bin/$name"
+    done
+    lib=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null)
+    if [[ -n $lib && -d $lib ]]; then
+        export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())'
+fi
+
+checks=" ${CHECKS:-speed tests train} "
+failed=0
+started=$SECONDS
+# check NAME LIMIT COMMAND…: runs COMMAND for at most LIMIT seconds (never past the budget).
+check() {
+    local what=$1 limit=$2
+    shift 2
+    local left=$((budget - (SECONDS - started)))
+    if [[ $dry -eq 1 ]]; then
+        echo "== $what (≤ ${limit} s): $*"
+        return
+    fi
+    if ((left < 10)); then
+        echo "== $what: not run (the budget of $budget s is spent)"
+        failed=1
+        return
+    fi
+    ((limit > left)) && limit=$left
     echo "== $what"
     local start=$EPOCHREALTIME
-    "$@"
+    timeout "$limit" "$@"
     local rc=$?
     echo "== $what: exit $rc, $(python3 -c "print(f'{$EPOCHREALTIME - $start:.1f}')") s"
     [[ $rc -eq 0 ]] || failed=1
 }
 
-# Stand-ins for the datasets these machines cannot download: WikiText-2 trains on its
-# valid split (tests on test); CIFAR-10-shaped random images for speed only.
+# 1. Training speed, ours and PyTorch's on the same card, in one run.
+speed() {
+    local experiment=$1 batch=$2 optimizer=$3
+    local tag="$experiment-b$batch"
+    check "bench-train $tag $optimizer" 120 "$bin/homeadam" bench-train --experiment "$experiment" \
+        --batch-size "$batch" --optimizer "$optimizer" --device cuda --json "$bench/ours-$tag-$optimizer.json"
+    if [[ $optimizer == adamw ]]; then
+        check "torch_train.py $tag" 120 python3 "$here/host/benches/torch_train.py" --experiment "$experiment" \
+            --batch-size "$batch" --device cuda --json "$bench/torch-$tag.json"
+    fi
+}
+if [[ $checks == *" speed "* ]]; then
+    speed cifar10-vgg16 64 adamw
+    speed cifar10-vgg16 128 adamw
+    speed tinyimagenet-resnet34 64 adamw
+    speed wikitext2-transformer 32 adamw
+    speed cifar10-vgg16 64 homeadamw
+    speed wikitext2-transformer 32 homeadamw
+    if [[ $dry -eq 0 ]]; then
+        python3 "$here/host/benches/compare.py" "$bench" | tee "$out/bench.md"
+    fi
+fi
+
+# 2. The GPU test binaries.
+if [[ $checks == *" tests "* ]]; then
+check "homeadam-cuda: every rule and q8 state = the core's scalar reference" 150 "$bin/cuda-gpu" --test-threads 1
+check "homeadam-jetson: mapped memory = the core" 60 "$bin/jetson-gpu" --test-threads 1
+check "homeadam-candle: VarOptimizer on CUDA = on the CPU" 150 "$bin/candle-gpu" --test-threads 1
+check "kill and resume on the GPU" 120 env HOMEADAM_TEST_BIN="$bin/homeadam" HOMEADAM_TEST_DEVICE=cuda \
+    "$bin/host-resume" --test-threads 1
+fi
+
+# 3. Short training runs. Stand-ins for the datasets these machines cannot download:
+# WikiText-2 trains on its valid split (tests on test); CIFAR-10-shaped random images.
 wt2="$out/data/wikitext-2"
-mkdir -p "$wt2"
-cp data/wikitext-2/valid.txt "$wt2/train.txt"
-cp data/wikitext-2/test.txt "$wt2/test.txt"
 cifar="$out/data/cifar-10"
-mkdir -p "$cifar"
-python3 - "$cifar" <<'PY'
-import os, random, sys
-random.seed(0)
+if [[ $dry -eq 0 && $checks == *" train "* ]]; then
+    mkdir -p "$wt2" "$cifar"
+    cp "$here/data/wikitext-2/valid.txt" "$wt2/train.txt"
+    cp "$here/data/wikitext-2/test.txt" "$wt2/test.txt"
+    python3 - "$cifar" <<'PY'
+import os, sys
 def batch(path, n):
     with open(path, "wb") as f:
         for i in range(n):
@@ -56,22 +124,27 @@ for k in range(1, 6):
     batch(os.path.join(sys.argv[1], f"data_batch_{k}.bin"), 1000)
 batch(os.path.join(sys.argv[1], "test_batch.bin"), 1000)
 PY
-
-if [[ -x $bin/cuda-gpu ]]; then
-    check "homeadam-cuda: every rule = the core's scalar reference" "$bin/cuda-gpu" --test-threads 1
 fi
-check "homeadam-candle: VarOptimizer on CUDA = on the CPU" timeout 200 "$bin/candle-gpu" --nocapture --test-threads 1
-check "kill and resume on the GPU" timeout 200 env HOMEADAM_TEST_BIN="$bin/homeadam" HOMEADAM_TEST_DEVICE=cuda \
-    "$bin/host-resume" --test-threads 1
-run() {
+train() {
     local name=$1
     shift
-    check "$name" timeout 150 "$bin/homeadam" train "$@" --device cuda --quiet --out "$out/runs/$name"
-    tail -n 3 "$out/runs/$name"/*/metrics.csv 2>/dev/null
+    check "train $name" 90 "$bin/homeadam" train "$@" --device cuda --quiet --out "$out/runs/$name"
+    [[ $dry -eq 1 ]] || tail -n 2 "$out/runs/$name"/*/metrics.csv 2>/dev/null
 }
-run digits-mlp digits-mlp --optimizers adamw-srf,homeadamw-ew --epochs 5
-run wikitext2-quick wikitext2-quick --optimizers adamw,homeadamw-ew --epochs 1
-run wikitext2-transformer wikitext2-transformer --optimizers homeadamw --data-dir "$wt2" \
-    --epochs 1 --max-batches 100
-run cifar10-vgg16 cifar10-vgg16 --optimizers homeadamw --data-dir "$cifar" --epochs 1 --max-batches 20
+if [[ $checks == *" train "* ]]; then
+    train digits-mlp digits-mlp --optimizers adamw-srf,homeadamw-ew --epochs 3
+    train wikitext2-quick wikitext2-quick --optimizers adamw,homeadamw-ew-q8 --epochs 1
+    train wikitext2-transformer wikitext2-transformer --optimizers homeadamw --data-dir "$wt2" \
+        --epochs 1 --max-batches 50
+    train cifar10-vgg16 cifar10-vgg16 --optimizers homeadamw --data-dir "$cifar" --epochs 1 --max-batches 20
+fi
+
+# 4. Memory errors in a short training run of each model.
+if [[ $checks == *" memcheck "* ]]; then
+    for e in cifar10-vgg16 tinyimagenet-resnet34 wikitext2-transformer; do
+        check "memcheck bench-train $e" 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
+            "$bin/homeadam" bench-train --experiment "$e" --batch-size 8 --warmup 0 --steps 2 --device cuda
+    done
+fi
+echo "== gpu-check: $((SECONDS - started)) s, $([[ $failed -eq 0 ]] && echo passed || echo FAILED)"
 exit $failed

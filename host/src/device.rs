@@ -9,6 +9,8 @@ use std::str::FromStr;
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, DeviceLocation};
 
+use crate::cuda_libraries::{CudaLibrary, CUDA_LIBRARIES};
+
 /// A parsed `--device` value.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DeviceSpec {
@@ -63,10 +65,55 @@ impl DeviceSpec {
                  with `cargo xtask build-cuda` on a machine without one"
             ),
             DeviceSpec::Cuda(n) => {
+                let missing = missing_libraries();
+                if !missing.is_empty() {
+                    bail!("--device {self}: {}", missing_message(&missing));
+                }
                 Device::new_cuda(n).with_context(|| format!("--device {self}: cannot open CUDA device {n}"))
             }
         }
     }
+}
+
+/// The CUDA libraries that do not load here (each is opened and left open: CUDA needs it next).
+fn missing_libraries() -> Vec<&'static CudaLibrary> {
+    CUDA_LIBRARIES
+        .iter()
+        .filter(|lib| {
+            let name = std::ffi::CString::new(lib.soname).expect("a soname without NUL");
+            // SAFETY: `name` is a NUL-terminated string; loading a CUDA library runs no code
+            // that depends on this process's state.
+            unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_GLOBAL) }.is_null()
+        })
+        .collect()
+}
+
+/// What is missing and how to install it.
+fn missing_message(missing: &[&CudaLibrary]) -> String {
+    let names: Vec<String> = missing
+        .iter()
+        .map(|lib| format!("{} ({})", lib.soname, lib.provides))
+        .collect();
+    let mut fixes = Vec::new();
+    if missing.iter().any(|lib| lib.link == "cuda") {
+        fixes.push(
+            "install the NVIDIA driver for your GPU (CUDA 13.0 or newer; `nvidia-smi` shows it)".to_string(),
+        );
+    }
+    if missing.iter().any(|lib| lib.link != "cuda") {
+        fixes.push(
+            "put the CUDA 13 libraries on the loader path: a CUDA 13 toolkit's lib64, or the \
+             `nvidia/cu13/lib` folder of a Python environment with PyTorch for CUDA 13 (or `pip \
+             install nvidia-cublas nvidia-curand nvidia-cuda-nvrtc`), in LD_LIBRARY_PATH"
+                .to_string(),
+        );
+    }
+    format!(
+        "this machine cannot run CUDA: {} {} not load; {}",
+        names.join(", "),
+        if missing.len() == 1 { "does" } else { "do" },
+        fixes.join("; ")
+    )
 }
 
 /// The name of `device` in the `--device` syntax (`cpu`, `cuda:0`), for logs and checkpoints.
@@ -116,6 +163,29 @@ mod tests {
         let device = DeviceSpec::Cpu.open().unwrap();
         assert!(device.is_cpu());
         assert_eq!(name(&device), "cpu");
+    }
+
+    #[test]
+    fn missing_cuda_libraries_are_named_with_their_fix() {
+        let driver = &CUDA_LIBRARIES[0];
+        let message = missing_message(&[driver]);
+        assert!(
+            message.contains("libcuda.so.1 (the NVIDIA driver) does not load"),
+            "{message}"
+        );
+        assert!(message.contains("install the NVIDIA driver") && !message.contains("LD_LIBRARY_PATH"));
+        let all: Vec<&CudaLibrary> = CUDA_LIBRARIES.iter().collect();
+        let message = missing_message(&all);
+        assert!(
+            message.contains("libnvrtc.so.13 (CUDA 13's NVRTC) do not load"),
+            "{message}"
+        );
+        assert!(
+            message.contains("NVIDIA driver") && message.contains("LD_LIBRARY_PATH"),
+            "{message}"
+        );
+        let message = missing_message(&all[1..2]);
+        assert!(!message.contains("install the NVIDIA driver"), "{message}");
     }
 
     #[cfg(not(feature = "cuda"))]

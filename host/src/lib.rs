@@ -3,6 +3,7 @@
 //! optimizer it trains with is the `homeadam-candle` crate's `VarOptimizer`.
 #![deny(missing_docs)]
 
+pub mod cuda_libraries;
 pub mod data;
 pub mod device;
 pub mod models;

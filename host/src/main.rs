@@ -3,13 +3,14 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use candle_core::Device;
 use clap::{Args, Parser, Subcommand};
 use homeadam_host::device::DeviceSpec;
 use homeadam_host::models::VggVariant;
 use homeadam_host::preset::{departures_markdown, DecayMask, Preset, ALL_OPTIMIZERS};
 use homeadam_host::report::StabilityRecord;
+use homeadam_host::train::bench::{bench_train, BenchOptions};
 use homeadam_host::train::experiments::{BuildOptions, Experiment};
 use homeadam_host::train::run::RunSettings;
 use homeadam_host::train::runner::{outcome, run_experiment, ExperimentRun, Outcome};
@@ -117,6 +118,38 @@ enum Command {
         /// Passes over the set (the board saves to flash after each).
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
         passes: u32,
+    },
+    /// The training step's speed on synthetic data of an experiment's shapes (no download):
+    /// images or tokens per second and the time per phase (data, forward, backward,
+    /// optimizer), to compare with `host/benches/torch_train.py`.
+    BenchTrain {
+        /// cifar10-vgg16, tinyimagenet-resnet34, wikitext2-transformer or
+        /// wikitext103-transformer.
+        #[arg(long)]
+        experiment: String,
+        /// Timed steps.
+        #[arg(long, default_value_t = 20, value_parser = positive)]
+        steps: usize,
+        /// Untimed steps before them.
+        #[arg(long, default_value_t = 5)]
+        warmup: usize,
+        /// Minibatch size (default: the preset's).
+        #[arg(long, value_parser = positive)]
+        batch_size: Option<usize>,
+        /// The optimizer, by preset name (adamw is PyTorch's fused AdamW's peer).
+        #[arg(long, default_value = "adamw")]
+        optimizer: String,
+        /// A CPU-sized model (CNN widths / 16, a 2-layer Transformer).
+        #[arg(long)]
+        small: bool,
+        /// Seed of the model and the synthetic data.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Also write the result as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        #[command(flatten)]
+        device: DeviceArg,
     },
     /// Print every preset's protocol: each choice, its value and its source (the paper's line,
     /// or our reason).
@@ -428,6 +461,16 @@ fn train(a: TrainArgs) -> Result<()> {
     Ok(())
 }
 
+fn bench(options: &BenchOptions, json: Option<PathBuf>, device: Device) -> Result<()> {
+    let result = bench_train(options, &device)?;
+    println!("{}", result.summary());
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&result)?;
+        std::fs::write(&path, text + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -474,6 +517,28 @@ fn main() -> ExitCode {
                 progress: !quiet,
                 device: device.open()?,
             })
+        }),
+        Command::BenchTrain {
+            experiment,
+            steps,
+            warmup,
+            batch_size,
+            optimizer,
+            small,
+            seed,
+            json,
+            device,
+        } => Experiment::from_name(&experiment).and_then(|experiment| {
+            let options = BenchOptions {
+                experiment,
+                batch_size,
+                optimizer,
+                warmup,
+                steps,
+                small,
+                seed,
+            };
+            bench(&options, json, device.open()?)
         }),
         Command::Presets { departures } => presets(departures),
         Command::SendSamples {

@@ -4,7 +4,7 @@
 //! ratios to PyTorch, then the firmware's instruction counts on the Cortex-M4F in QEMU.
 //!
 //! PyTorch is the one `python3` imports; without one, [`TORCH`] from PyPI is installed into
-//! `target/bench-venv` first (about 3 GB with the CUDA libraries PyPI's Linux wheel needs even
+//! `target/bench-venv` (or the build cache's) first (about 3 GB with the CUDA libraries PyPI's Linux wheel needs even
 //! on the CPU; the table says so when it cannot be installed).
 
 use std::path::{Path, PathBuf};
@@ -113,8 +113,11 @@ fn mcu_table(lines: &[String]) -> String {
 /// The PyTorch wheel installed when `python3` has none: the version of BENCHMARKS.md's runs.
 const TORCH: &str = "torch==2.15.0";
 
-/// Where [`TORCH`] is installed when `python3` has no PyTorch.
-const VENV: &str = "target/bench-venv";
+/// Where [`TORCH`] is installed when `python3` has no PyTorch: `bench-venv` in the build root
+/// (`target/`, or `cargo xtask test`'s cache).
+fn venv() -> PathBuf {
+    crate::cache::build_root().join("bench-venv")
+}
 
 /// Whether `python` imports torch.
 fn imports_torch(python: &Path) -> bool {
@@ -124,27 +127,29 @@ fn imports_torch(python: &Path) -> bool {
         .is_ok_and(|out| out.status.success())
 }
 
-/// A Python that imports torch: `python3`, else [`VENV`]'s, created and filled with [`TORCH`].
-fn python_with_torch() -> Result<PathBuf, String> {
+/// A Python that imports torch: `python3`, else [`venv`]'s, created and filled with [`TORCH`].
+pub(crate) fn python_with_torch() -> Result<PathBuf, String> {
     let system = PathBuf::from("python3");
     if imports_torch(&system) {
         return Ok(system);
     }
-    let venv_python = Path::new(VENV).join("bin/python");
+    let venv = venv();
+    let shown = venv.display();
+    let venv_python = venv.join("bin/python");
     if !venv_python.is_file() {
-        println!("\n== xtask: PyTorch: python3 -m venv {VENV}");
-        let made = Command::new("python3").args(["-m", "venv", VENV]).status();
+        println!("\n== xtask: PyTorch: python3 -m venv {shown}");
+        let made = Command::new("python3").arg("-m").arg("venv").arg(&venv).status();
         if !made.is_ok_and(|s| s.success()) {
-            return Err(format!("cannot create {VENV}"));
+            return Err(format!("cannot create {shown}"));
         }
     }
     if !imports_torch(&venv_python) {
-        println!("== xtask: PyTorch: pip install {TORCH} into {VENV} (about 3 GB)");
+        println!("== xtask: PyTorch: pip install {TORCH} into {shown} (about 3 GB)");
         let installed = Command::new(&venv_python)
             .args(["-m", "pip", "install", "--quiet", TORCH])
             .status();
         if !installed.is_ok_and(|s| s.success()) || !imports_torch(&venv_python) {
-            return Err(format!("pip could not install {TORCH} into {VENV}"));
+            return Err(format!("pip could not install {TORCH} into {shown}"));
         }
     }
     Ok(venv_python)

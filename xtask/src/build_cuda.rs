@@ -4,9 +4,10 @@
 //! 1. The CUDA 13.0 compiler from PyPI into `target/cuda-toolkit`, whose `nvidia/cu13` is a
 //!    toolkit tree (`bin`, `include`, `lib`, `nvvm`). The wheels are pinned: unpinned, pip mixes
 //!    in newer parts whose PTX a CUDA 13.0 driver rejects.
-//! 2. Link-only stubs in its `lib/stubs` of the libraries the GPU machine provides
-//!    ([`cuda_stubs`]). libcudart is the wheel's own: candle's kernel library calls runtime
-//!    internals that cudarc does not bind.
+//! 2. Lazy bindings in its `lib/stubs` of the libraries the GPU machine provides
+//!    ([`cuda_stubs`]), and the wheel's static CUDA runtime for `-lcudart` (candle's kernel
+//!    library calls runtime internals that cudarc does not bind): the binary needs none of them
+//!    to start.
 //! 3. `cargo build --release -p homeadam-host --features cuda` in `target/cuda/sm_XX`: candle's
 //!    cudarc binds CUDA 13.0 and links these libraries, the workspace's loads NVRTC 12.9 at run
 //!    time (homeadam-cuda's tests), and one build takes one cudarc; its own target dir also keeps
@@ -14,9 +15,9 @@
 //!    pass ([`check`]).
 //!
 //! `CUDA_COMPUTE_CAP` (default 89, the RTX 4090; 90 for H100/H200) picks the architecture of
-//! candle's kernels. Steps 1 and 2 are skipped when done. At run time the binary needs the
-//! driver's libcuda.so.1 and the CUDA 13 libraries on the loader path (README, "Training on a
-//! GPU").
+//! candle's kernels. Steps 1 and 2 are skipped when done. The binary runs every CPU command
+//! anywhere; on CUDA it needs the driver's libcuda.so.1 and the CUDA 13 libraries on the loader
+//! path (README, "Training on a GPU").
 
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
@@ -96,6 +97,74 @@ pub(crate) fn check() {
         );
         status.success()
     });
+}
+
+/// What the CUDA build must do on a machine without a GPU (CI's): run a CPU command (the
+/// digits in `quick`), and, where the driver does not load, refuse `--device cuda` with an
+/// error naming it. Runs the dev binary [`check`] built.
+pub(crate) fn runs_without_a_driver() {
+    let name = "CUDA host: runs on the CPU without a driver";
+    let start = std::time::Instant::now();
+    let binary = target_dir().join("debug/homeadam");
+    let out = target_dir().join("no-driver-quick");
+    // A leftover run directory from an earlier run would be reused, not rewritten.
+    if out.exists() {
+        std::fs::remove_dir_all(&out).unwrap_or_else(|e| fail(&format!("{}: {e}", out.display())));
+    }
+    let out = out.to_string_lossy();
+    let root = crate::root();
+    let quick = [
+        "quick",
+        "--epochs",
+        "1",
+        "--no-lm",
+        "--optimizers",
+        "adamw,homeadamw-ew-q8",
+        "--out",
+        &out,
+    ];
+    let output = |args: &[&str]| {
+        Command::new(&binary)
+            .current_dir(&root)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", binary.display())))
+    };
+    let ran = output(&quick);
+    if !ran.status.success() {
+        fail(&format!(
+            "{name}: `homeadam {}` failed:\n{}",
+            quick.join(" "),
+            String::from_utf8_lossy(&ran.stderr)
+        ));
+    }
+    let driver = Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("libcuda.so.1"));
+    if !driver {
+        let refused = output(&[
+            "train",
+            "digits-mlp",
+            "--epochs",
+            "1",
+            "--device",
+            "cuda",
+            "--out",
+            &out,
+        ]);
+        let err = String::from_utf8_lossy(&refused.stderr);
+        let named =
+            err.contains("libcuda.so.1 (the NVIDIA driver)") && err.contains("install the NVIDIA driver");
+        if refused.status.code() != Some(2) || !named {
+            fail(&format!(
+                "{name}: `--device cuda` without a driver should name libcuda.so.1 and exit 2, got {:?}:\n{err}",
+                refused.status.code()
+            ));
+        }
+    }
+    stages::record(name, start.elapsed().as_secs_f64());
+    println!("== xtask: {name}: ok ({:.0} s)", start.elapsed().as_secs_f64());
 }
 
 /// The absolute path of the toolchain's `clippy-driver` (a path that stays the same from run
@@ -178,9 +247,11 @@ fn cargo_with_toolkit(name: &str, args: &[&str]) {
 }
 
 /// `cargo xtask gpu-bundle`: what `scripts/gpu-check.sh` runs on a GPU machine without Rust,
-/// stripped and gzipped into `target/gpu-bundle` (returned): the CUDA host `homeadam`, and the
-/// test binaries `candle-gpu` (homeadam-candle's `gpu`) and `host-resume` (homeadam-host's
-/// `resume`), built with the same features as the host so that candle's kernels build once.
+/// stripped and gzipped into `target/gpu-bundle` (returned): the CUDA host `homeadam`; the test
+/// binaries `candle-gpu` (homeadam-candle's `gpu`) and `host-resume` (homeadam-host's
+/// `resume`), built with the same features as the host so that candle's kernels build once;
+/// and `cuda-gpu` and `jetson-gpu` (homeadam-cuda's and homeadam-jetson's `gpu`), which need no
+/// toolkit (the driver and NVRTC are loaded at run time) and build in the workspace.
 pub(crate) fn bundle() -> PathBuf {
     let host = build();
     let args = [
@@ -197,21 +268,27 @@ pub(crate) fn bundle() -> PathBuf {
         ],
     ]
     .concat();
-    let out = toolkit_cargo("GPU test binaries", &args)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
-    if !out.status.success() {
-        fail(&format!("GPU test binaries failed ({})", out.status));
-    }
-    let executable = |package: &str, test: &str| -> PathBuf {
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .find(|m| {
-                m["target"]["name"] == test && m["package_id"].as_str().is_some_and(|id| id.contains(package))
-            })
-            .and_then(|m| m["executable"].as_str().map(PathBuf::from))
+    let toolkit_tests = test_binaries(toolkit_cargo("GPU test binaries", &args));
+    let mut workspace = Command::new("cargo");
+    workspace.current_dir(crate::root()).args([
+        "test",
+        "--release",
+        "-p",
+        "homeadam-cuda",
+        "-p",
+        "homeadam-jetson",
+        "--test",
+        "gpu",
+        "--no-run",
+        "--message-format",
+        "json",
+    ]);
+    let workspace_tests = test_binaries(workspace);
+    let executable = |tests: &[crate::BuiltTest], package: &str, test: &str| -> PathBuf {
+        tests
+            .iter()
+            .find(|t| t.package == package && t.target == test)
+            .map(|t| t.executable.clone())
             .unwrap_or_else(|| fail(&format!("no test binary {package}/{test} in cargo's output")))
     };
     let dir = crate::root().join("target/gpu-bundle");
@@ -221,8 +298,16 @@ pub(crate) fn bundle() -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| fail(&format!("{}: {e}", dir.display())));
     for (name, binary) in [
         ("homeadam", host),
-        ("candle-gpu", executable("homeadam-candle", "gpu")),
-        ("host-resume", executable("homeadam-host", "resume")),
+        ("candle-gpu", executable(&toolkit_tests, "homeadam-candle", "gpu")),
+        (
+            "host-resume",
+            executable(&toolkit_tests, "homeadam-host", "resume"),
+        ),
+        ("cuda-gpu", executable(&workspace_tests, "homeadam-cuda", "gpu")),
+        (
+            "jetson-gpu",
+            executable(&workspace_tests, "homeadam-jetson", "gpu"),
+        ),
     ] {
         let copy = dir.join(name);
         std::fs::copy(&binary, &copy).unwrap_or_else(|e| fail(&format!("{}: {e}", binary.display())));
@@ -231,6 +316,18 @@ pub(crate) fn bundle() -> PathBuf {
         run(&format!("gzip {name}"), "gzip", &["-6", &copy]);
     }
     dir
+}
+
+/// Runs `cargo test --no-run --message-format json …` and returns the test binaries it built.
+fn test_binaries(mut cargo: Command) -> Vec<crate::BuiltTest> {
+    let out = cargo
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
+    if !out.status.success() {
+        fail(&format!("building the GPU test binaries failed ({})", out.status));
+    }
+    crate::built_tests(&out.stdout)
 }
 
 /// The source folder of the cudarc that candle's `cuda` feature resolves to.
@@ -267,12 +364,12 @@ fn cudarc_source(root: &Path) -> PathBuf {
 fn install(prefix: &Path, cuda: &Path, cudarc: &Path) {
     let record = prefix.join("installed.txt");
     let expected = format!(
-        "{}\nstubs from {}: {}\n",
+        "{}\nlazy bindings from {}: {}\nstatic cudart\n",
         WHEELS.join("\n"),
         cudarc.display(),
-        cuda_stubs::STUBS
+        cuda_stubs::CUDA_LIBRARIES
             .iter()
-            .map(|s| s.soname)
+            .map(|lib| lib.soname)
             .collect::<Vec<_>>()
             .join(" ")
     );
@@ -304,14 +401,15 @@ fn install(prefix: &Path, cuda: &Path, cudarc: &Path) {
         .concat(),
     );
     let lib = cuda.join("lib");
-    // The name the linker looks for (`-lcudart`); the wheel has only the soname.
-    std::os::unix::fs::symlink("libcudart.so.13", lib.join("libcudart.so"))
-        .unwrap_or_else(|e| fail(&format!("libcudart.so link: {e}")));
+    // What the linker takes for `-lcudart` (candle's kernel library asks for it): a script
+    // naming the static runtime, which opens the driver at its first call, not at start.
+    std::fs::write(lib.join("libcudart.so"), "INPUT(libcudart_static.a)\n")
+        .unwrap_or_else(|e| fail(&format!("libcudart.so: {e}")));
     let stubs = lib.join("stubs");
     std::fs::create_dir_all(&stubs)
         .unwrap_or_else(|e| fail(&format!("cannot create {}: {e}", stubs.display())));
-    for stub in cuda_stubs::STUBS {
-        cuda_stubs::build(stub, &stubs, cudarc);
+    for library in &cuda_stubs::CUDA_LIBRARIES {
+        cuda_stubs::build(library, &stubs, cudarc);
     }
     std::fs::write(&record, expected)
         .unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", record.display())));

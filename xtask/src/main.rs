@@ -2,7 +2,8 @@
 //!
 //! - `cargo xtask test`: every check of the project, as CI runs it (`.ci/run` calls this). It
 //!   installs what it needs (rustfmt, clippy, the no_std targets of the firmware's boards, the
-//!   aarch64 target, QEMU and the cross linker, the CUDA wheels), builds in the cache of
+//!   aarch64 target, QEMU and the cross linker, the CUDA wheels, PyTorch for
+//!   `host/benches/torch_train.py`), builds in the cache of
 //!   [`cache`], runs every test once in the `ci` profile (optimized, overflow checks and debug
 //!   assertions on), runs the CUDA host's, the firmware's and the aarch64 checks as background
 //!   [`lanes`], stops at the first failing check with its name, and ends with the [`stages`]
@@ -157,6 +158,8 @@ fn test() {
     }
     setup();
     let packages = system::install_in_background();
+    // The peer of `homeadam bench-train` (host/tests/bench_train.rs) runs on PyTorch.
+    let torch = std::thread::spawn(bench::python_with_torch);
     let cuda = lanes::spawn("cuda");
     run("format", "cargo", &["fmt", "--all", "--", "--check"]);
     run(
@@ -209,6 +212,14 @@ fn test() {
     packages.join();
     let firmware = lanes::spawn("firmware");
     let aarch64 = lanes::spawn("aarch64");
+    match torch.join() {
+        Ok(Ok(python)) => std::env::set_var("HOMEADAM_TORCH_PYTHON", python),
+        Ok(Err(e)) => fail_exit(&format!("PyTorch for host/benches/torch_train.py: {e}"), 1),
+        Err(_) => fail_exit(
+            "PyTorch for host/benches/torch_train.py: the installer panicked",
+            1,
+        ),
+    }
     // homeadam-cuda and homeadam-jetson run with NVRTC and their output shown (cuda::test).
     let tests = [
         "test",
@@ -286,18 +297,44 @@ pub(crate) fn test_executables(packages: &[&str]) -> Vec<(PathBuf, PathBuf)> {
     if !out.status.success() {
         fail_exit("cargo test --no-run failed", 1);
     }
-    String::from_utf8_lossy(&out.stdout)
+    built_tests(&out.stdout)
+        .into_iter()
+        .filter(|t| packages.contains(&t.package.as_str()))
+        .map(|t| (t.manifest_dir, t.executable))
+        .collect()
+}
+
+/// A test executable that `cargo test --no-run --message-format json` built.
+pub(crate) struct BuiltTest {
+    /// Its package's name.
+    pub(crate) package: String,
+    /// The test target's name (`gpu` for `tests/gpu.rs`; the crate's for its unit tests).
+    pub(crate) target: String,
+    pub(crate) executable: PathBuf,
+    /// The folder of its package's Cargo.toml (the directory cargo runs it in).
+    pub(crate) manifest_dir: PathBuf,
+}
+
+/// The test executables in cargo's JSON messages.
+pub(crate) fn built_tests(json: &[u8]) -> Vec<BuiltTest> {
+    String::from_utf8_lossy(json)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| {
-            let id = m["package_id"].as_str().unwrap_or("");
-            packages.iter().any(|p| id.contains(&format!("#{p}@")))
-        })
         .filter(|m| m["profile"]["test"] == true)
         .filter_map(|m| {
-            let exe = PathBuf::from(m["executable"].as_str()?);
-            let dir = Path::new(m["manifest_path"].as_str()?).parent()?.to_path_buf();
-            Some((dir, exe))
+            // `path+file:///…/folder#name@version`, or `…/name#version` when the folder has
+            // the package's name.
+            let (url, tail) = m["package_id"].as_str()?.rsplit_once('#')?;
+            let package = match tail.split_once('@') {
+                Some((name, _)) => name,
+                None => url.rsplit('/').next()?,
+            };
+            Some(BuiltTest {
+                package: package.to_string(),
+                target: m["target"]["name"].as_str()?.to_string(),
+                executable: PathBuf::from(m["executable"].as_str()?),
+                manifest_dir: Path::new(m["manifest_path"].as_str()?).parent()?.to_path_buf(),
+            })
         })
         .collect()
 }
@@ -347,7 +384,10 @@ fn main() {
         Some("lane") => {
             lanes::watch_parent();
             match std::env::args().nth(2).as_deref() {
-                Some("cuda") => build_cuda::check(),
+                Some("cuda") => {
+                    build_cuda::check();
+                    build_cuda::runs_without_a_driver();
+                }
                 Some("firmware") => firmware::boards(),
                 Some("aarch64") => aarch64::test(),
                 _ => usage(),

@@ -1,5 +1,6 @@
 //! The experiment runner: training loops, checkpoints and the experiments of the paper.
 
+pub mod bench;
 pub mod checkpoint;
 pub mod data;
 pub mod experiments;
