@@ -4,7 +4,11 @@
 //! draw from this generator; its whole state is one `u64`, which checkpoints store so that a
 //! resumed run continues the same stream.
 
-/// SplitMix64 (Steele, Lea & Flood, 2014): `state += 0x9e3779b97f4a7c15`, then a 64-bit mix.
+/// SplitMix64's increment (the golden ratio's fraction, 2⁶⁴ / φ).
+pub const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// SplitMix64 (Steele, Lea & Flood, 2014): `state += GAMMA`, then a 64-bit mix; draw `i` is
+/// thus a pure function of the state and `i` ([`Rng::draw`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rng {
     /// The whole state; save it to resume the stream.
@@ -26,11 +30,23 @@ impl Rng {
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
+        let bits = Rng::draw(self.state, 0);
+        self.skip(1);
+        bits
+    }
+
+    /// Draw `i` (0-based) of the generator whose state is `state`: what the `i + 1`-th
+    /// [`Rng::next_u64`] from that state returns, computed without the draws before it.
+    pub fn draw(state: u64, i: u64) -> u64 {
+        let mut z = state.wrapping_add(GAMMA.wrapping_mul(i.wrapping_add(1)));
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+
+    /// Advances the state past `draws` draws, as that many [`Rng::next_u64`] calls would.
+    pub fn skip(&mut self, draws: u64) {
+        self.state = self.state.wrapping_add(GAMMA.wrapping_mul(draws));
     }
 
     /// Uniform in [0, 1) with 24 random bits.
@@ -70,6 +86,20 @@ mod tests {
         assert_eq!(first, (0..5).map(|_| b.next_u64()).collect::<Vec<_>>());
         let mut resumed = Rng { state: a.state };
         assert_eq!(a.next_u64(), resumed.next_u64());
+    }
+
+    #[test]
+    fn draws_are_a_function_of_the_state_and_their_index() {
+        let start = Rng::new(0xdead_beef);
+        let mut r = start;
+        for i in 0..10 {
+            assert_eq!(r.next_u64(), Rng::draw(start.state, i));
+        }
+        let mut skipped = start;
+        skipped.skip(10);
+        assert_eq!(skipped, r);
+        // The stream's first values from seed 0 (SplitMix64's reference sequence).
+        assert_eq!(Rng::draw(0, 0), 0xe220_a839_7b1d_cdaf);
     }
 
     #[test]

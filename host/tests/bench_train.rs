@@ -134,7 +134,7 @@ fn the_gpu_script_lists_every_check_in_a_dry_run() {
             );
         }
     }
-    for binary in ["cuda-gpu", "jetson-gpu", "candle-gpu", "host-resume"] {
+    for binary in ["cuda-gpu", "jetson-gpu", "candle-gpu", "host-gpu", "host-resume"] {
         assert!(text.contains(&format!("/{binary} ")), "{binary}:\n{text}");
     }
 }

@@ -248,8 +248,8 @@ fn cargo_with_toolkit(name: &str, args: &[&str]) {
 
 /// `cargo xtask gpu-bundle`: what `scripts/gpu-check.sh` runs on a GPU machine without Rust,
 /// stripped and gzipped into `target/gpu-bundle` (returned): the CUDA host `homeadam`; the test
-/// binaries `candle-gpu` (homeadam-candle's `gpu`) and `host-resume` (homeadam-host's
-/// `resume`), built with the same features as the host so that candle's kernels build once;
+/// binaries `candle-gpu` (homeadam-candle's `gpu`), `host-resume` and `host-gpu` (homeadam-host's
+/// `resume` and `gpu`), built with the same features as the host so that candle's kernels build once;
 /// and `cuda-gpu` and `jetson-gpu` (homeadam-cuda's and homeadam-jetson's `gpu`), which need no
 /// toolkit (the driver and NVRTC are loaded at run time) and build in the workspace.
 pub(crate) fn bundle() -> PathBuf {
@@ -303,6 +303,7 @@ pub(crate) fn bundle() -> PathBuf {
             "host-resume",
             executable(&toolkit_tests, "homeadam-host", "resume"),
         ),
+        ("host-gpu", executable(&toolkit_tests, "homeadam-host", "gpu")),
         ("cuda-gpu", executable(&workspace_tests, "homeadam-cuda", "gpu")),
         (
             "jetson-gpu",

@@ -1,5 +1,5 @@
 //! Building blocks shared by the models: a parameter builder that draws every initial value from
-//! the project's [`Rng`], and the layers (linear, convolution, batch norm, layer norm, dropout).
+//! the project's [`Rng`], and the layers (linear, convolution, batch norm, layer norm).
 //!
 //! The layers are written from candle primitives that all have a backward pass: candle's fused
 //! `layer_norm` and `softmax_last_dim` do not, and its `Dropout` draws from the unseedable device
@@ -305,29 +305,4 @@ impl LayerNorm {
             1e-5,
         )?)
     }
-}
-
-/// Inverted dropout with a mask drawn from `rng`: each element is kept with probability `1 − p`
-/// and scaled by `1/(1 − p)`.
-///
-/// Each `u64` from the generator decides two elements (its two 32-bit halves compared with
-/// `p·2³²`), halving the host-side cost of large masks; `p` is thus resolved to 2⁻³².
-pub(crate) fn dropout(x: &Tensor, p: f32, rng: &mut Rng) -> Result<Tensor> {
-    ensure!((0.0..1.0).contains(&p), "dropout probability {p} not in [0, 1)");
-    if p == 0.0 {
-        return Ok(x.clone());
-    }
-    let n = x.elem_count();
-    let threshold = (f64::from(p) * 4_294_967_296.0) as u64;
-    let scale = 1.0 / (1.0 - p);
-    let mut mask = Vec::with_capacity(n + 1);
-    while mask.len() < n {
-        let bits = rng.next_u64();
-        for half in [bits >> 32, bits & 0xffff_ffff] {
-            mask.push(if half >= threshold { scale } else { 0.0 });
-        }
-    }
-    mask.truncate(n);
-    let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
-    Ok(x.mul(&mask)?)
 }

@@ -16,6 +16,7 @@ use candle_core::{Device, Tensor, Var};
 
 use crate::rng::Rng;
 
+pub mod dropout;
 mod layers;
 pub mod mlp;
 pub mod resnet;

@@ -24,18 +24,22 @@
 //!
 //! Layer norm is `candle_nn::ops::layer_norm_slow` and softmax `candle_nn::ops::softmax`, the
 //! variants with a backward pass. Dropout masks come from the model's own [`Rng`], exposed by
-//! [`Model::rng`] / [`Model::set_rng`].
+//! [`Model::rng`] / [`Model::set_rng`], and are computed where the activations live
+//! ([`super::dropout`]); the positional encoding and the causal mask are built once per sequence
+//! length and device.
 //!
 //! Variables: `encoder.weight`, `layers.{l}.self_attn.in_proj_{weight,bias}`,
 //! `layers.{l}.self_attn.out_proj.{weight,bias}`, `layers.{l}.linear{1,2}.{weight,bias}`,
 //! `layers.{l}.norm{1,2}.{weight,bias}`, `decoder.{weight,bias}`.
 
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{anyhow, ensure, Result};
-use candle_core::{DType, Device, Tensor, Var, D};
+use candle_core::{DType, Device, DeviceLocation, Tensor, Var, D};
 
-use super::layers::{dropout, Init, LayerNorm, Linear, ParamBuilder, Params};
+use super::dropout::dropout;
+use super::layers::{Init, LayerNorm, Linear, ParamBuilder, Params};
 use super::Model;
 use crate::rng::Rng;
 
@@ -190,6 +194,15 @@ pub struct TransformerLm {
     // A Mutex (not a Cell) keeps the model Sync; forward holds it for the whole pass so that
     // masks are drawn in one fixed order.
     rng: Mutex<Rng>,
+    /// The positional encoding and causal mask of each (sequence length, device), built once.
+    tables: Mutex<HashMap<(usize, DeviceLocation), Tables>>,
+}
+
+/// The `[seq, d]` positional encoding and the `[seq, seq]` causal mask of one sequence length.
+#[derive(Clone)]
+struct Tables {
+    encoding: Tensor,
+    mask: Tensor,
 }
 
 impl TransformerLm {
@@ -219,12 +232,32 @@ impl TransformerLm {
             params: p.finish(),
             // Stream u64::MAX is never a parameter index, so masks do not repeat any init draw.
             rng: Mutex::new(Rng::new(seed).fork(u64::MAX)),
+            tables: Mutex::new(HashMap::new()),
         })
     }
 
     /// The sizes it was built with.
     pub fn config(&self) -> TransformerConfig {
         self.config
+    }
+
+    /// The tables of sequence length `seq` on `device`, built at its first use: a forward pass
+    /// uploads nothing but its token ids.
+    fn tables(&self, seq: usize, device: &Device) -> Result<Tables> {
+        let mut tables = self
+            .tables
+            .lock()
+            .map_err(|_| anyhow!("transformer: table cache poisoned by a panic"))?;
+        let key = (seq, device.location());
+        if let Some(t) = tables.get(&key) {
+            return Ok(t.clone());
+        }
+        let built = Tables {
+            encoding: positional_encoding(seq, self.config.d_model, device)?,
+            mask: causal_mask(seq, device)?,
+        };
+        tables.insert(key, built.clone());
+        Ok(built)
     }
 
     fn lock_rng(&self) -> Result<MutexGuard<'_, Rng>> {
@@ -279,9 +312,9 @@ impl Model for TransformerLm {
             .as_tensor()
             .index_select(&x.flatten_all()?, 0)?
             .reshape((b, t, d))?;
-        let h = (emb * (d as f64).sqrt())?.broadcast_add(&positional_encoding(t, d, device)?)?;
+        let Tables { encoding, mask } = self.tables(t, device)?;
+        let h = (emb * (d as f64).sqrt())?.broadcast_add(&encoding)?;
         let mut h = maybe_dropout(h, c, &mut rng)?;
-        let mask = causal_mask(t, device)?;
         for layer in &self.layers {
             h = layer.forward(&h, &mask, c, &mut rng)?;
         }

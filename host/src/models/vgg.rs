@@ -30,9 +30,8 @@ use anyhow::{anyhow, ensure, Result};
 use candle_core::{Device, Tensor, Var};
 use serde::Deserialize;
 
-use super::layers::{
-    dropout, expect_f32, scaled, BatchNorm2d, Conv2d, ConvSpec, Init, Linear, ParamBuilder, Params,
-};
+use super::dropout::dropout;
+use super::layers::{expect_f32, scaled, BatchNorm2d, Conv2d, ConvSpec, Init, Linear, ParamBuilder, Params};
 use super::Model;
 use crate::rng::Rng;
 
