@@ -1,5 +1,5 @@
 //! One optimizer step over 16 M parameters (8 tensors of 2 M), on one thread (and a few rows on
-//! two: `_t2`; and issue 16's rows with each x86 instruction set, `simd16M`), plus the copy and
+//! two: `_t2`; and the speed goals' rows with each x86 instruction set, `simd16M`), plus the copy and
 //! triad bandwidth of this machine. `cargo xtask bench` runs this next to PyTorch's fused
 //! AdamW and writes the table of BENCHMARKS.md.
 
@@ -113,11 +113,11 @@ fn steps(c: &mut Criterion) {
     bench_rule::<bf16, bf16, f32>(c, "homeadamw_ew_bf16p_f32s", config(ew, SkipStep));
     bench_rule::<bf16, bf16, bf16>(c, "homeadamw_ew_bf16p_bf16s", config(ew, SkipStep));
     bench_rule::<bf16, bf16, bf16>(c, "adamw_bf16p_bf16s", config(Rule::AdamW, SkipStep));
-    // The half-precision rows of issue 16: f32 gradients (as mixed-precision training keeps them).
+    // The half-precision rows: f32 gradients (as mixed-precision training keeps them).
     bench_rule::<bf16, f32, bf16>(c, "homeadamw_ew_bf16p_bf16s_g32", config(ew, SkipStep));
     bench_rule::<bf16, f32, f32>(c, "adamw_bf16p_f32s_g32", config(Rule::AdamW, SkipStep));
     bench_rule::<f16, f16, f32>(c, "homeadamw_ew_f16p_f32s", config(ew, SkipStep));
-    // 8-bit state (issue 17): the ratio to the f32-state rows above is its price.
+    // 8-bit state: the ratio to the f32-state rows above is its price.
     bench_rule::<f32, f32, Q8Block>(c, "adamw_q8s", config(Rule::AdamW, SkipStep));
     bench_rule::<f32, f32, Q8Block>(c, "homeadamw_ew_q8s", config(ew, SkipStep));
     // The parallel step on 2 threads (the rows above are its 1-thread baseline).
@@ -126,7 +126,7 @@ fn steps(c: &mut Criterion) {
     bench_threads::<bf16, f32, bf16>(c, "homeadamw_ew_bf16p_bf16s_g32_t2", config(ew, SkipStep), 2);
 }
 
-/// Issue 16's rows with AVX2 and with AVX-512.
+/// The speed goals' rows with AVX2 and with AVX-512.
 fn simd(c: &mut Criterion) {
     use FiniteCheck::{SkipStep, Trust};
     let ew = Rule::HomeAdamW(Switch::Element);

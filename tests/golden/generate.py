@@ -83,7 +83,7 @@ the tolerance self-check); after each step the parameters are rounded
 float64 -> float32 -> param_dtype (nearest-even, or stochastic rounding as
 specified in the README) and every state tensor float64 -> float32 ->
 state_dtype (nearest-even; stochastic-rounding cases keep f32 state; q8: block-quantized with
-stochastic rounding as issue 17 specifies (store_q8), then held as the dequantized f32 values).
+stochastic rounding as docs/DESIGN.md specifies (store_q8), then held as the dequantized f32 values).
 The stochastic-rounding hash uses t = the step counter of the step being
 taken (1-based), tensor_index as above and element_index = flat index.
 """
@@ -235,7 +235,7 @@ def store_param(cfg: dict, x, t: int, tensor_index: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------
-# q8 state (issue 17): 8-bit codes in blocks of 256 elements, one f32 scale per block
+# q8 state: 8-bit codes in blocks of 256 elements, one f32 scale per block
 # ---------------------------------------------------------------------------
 
 Q8_BLOCK = 256

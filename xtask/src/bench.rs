@@ -1,6 +1,6 @@
 //! `cargo xtask bench`: runs the criterion benches of one step over 16 M parameters (one thread,
 //! and the `_t2` rows on two), then PyTorch's fused AdamW on the same sizes, and prints the
-//! table of BENCHMARKS.md (also written to `target/bench-table.md`), with issue 16's goals as
+//! table of BENCHMARKS.md (also written to `target/bench-table.md`), with the speed goals as
 //! ratios to PyTorch, then the firmware's instruction counts on the Cortex-M4F in QEMU.
 //!
 //! PyTorch is the one `python3` imports; without one, [`TORCH`] from PyPI is installed into
@@ -17,7 +17,7 @@ use crate::run;
 
 const PARAMS: f64 = (16 << 20) as f64;
 
-/// Issue 16's goals: the bench row, what it measures, and the least torch time / ours.
+/// The speed goals: the bench row, what it measures, and the least torch time / ours.
 const GOALS: &[(&str, &str, f64)] = &[
     ("adamw_f32_trust", "AdamW f32, `Trust`", 1.0),
     ("homeadamw_ew_f32_trust", "HomeAdamW-ew f32, `Trust`", 1.0),
@@ -78,7 +78,7 @@ fn measured(group: &str, since: SystemTime) -> Vec<Measured> {
     out
 }
 
-/// Issue 16's goals on the Cortex-M4F: the start of a `cost` line and the most instructions per
+/// The speed goals on the Cortex-M4F: the start of a `cost` line and the most instructions per
 /// parameter per step.
 const MCU_GOALS: &[(&str, f64)] = &[
     ("homeadamw-ew state f32 (Trust)", 30.0),
@@ -86,7 +86,7 @@ const MCU_GOALS: &[(&str, f64)] = &[
     ("homeadamw-ew state bf16 (SkipStep)", 50.0),
 ];
 
-/// The M4F's `cost` lines as a table, with issue 16's goals where it has one.
+/// The M4F's `cost` lines as a table, with the speed goals where it has one.
 fn mcu_table(lines: &[String]) -> String {
     let mut table = String::from(
         "\nCortex-M4F (QEMU netduinoplus2, `cost`): instructions per parameter per step.\n\n\
@@ -230,7 +230,7 @@ pub(crate) fn bench(filter: Option<&str>) {
     }
     let find = |name: &str| steps.iter().find(|m| m.name == name).map(|m| m.ms);
     if let Ok((torch, _)) = &torch {
-        table.push_str("\n| path (issue 16) | torch time / ours | goal |\n|---|---|---|\n");
+        table.push_str("\n| path | torch time / ours | goal |\n|---|---|---|\n");
         for &(name, what, goal) in GOALS {
             let Some(ours) = find(name) else { continue };
             let ratio = torch / ours;
