@@ -498,6 +498,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(homeadam_unoptimized, ignore = "a minute unoptimized; runs optimized")]
     fn many_additions_normalize_without_overflow() {
         let mut s = ExactSum::new();
         let n = (ExactSum::MAX_PENDING as u64) * 2 + 5;

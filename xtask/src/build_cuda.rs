@@ -80,7 +80,19 @@ const CUDA_PACKAGES: &[&str] = &[
 /// binary).
 pub(crate) fn check() {
     let driver = clippy_driver();
-    let args = [&["test", "--no-run"], CUDA_PACKAGES, &["--all-targets"]].concat();
+    // Dependencies unoptimized, unlike in the everyday `cargo test`: this lane builds them to
+    // lint and link (and runs one short CPU command), and candle optimized takes minutes longer.
+    let args = [
+        &[
+            "test",
+            "--no-run",
+            "--config",
+            "profile.dev.package.\"*\".opt-level=0",
+        ],
+        CUDA_PACKAGES,
+        &["--all-targets"],
+    ]
+    .concat();
     let name = "CUDA host: clippy, build and link (dev profile)";
     stage_retrying(name, &target_dir(), || {
         let start = std::time::Instant::now();

@@ -11,8 +11,9 @@
 //! used. Needs g++ only (no GPU); skipped with a message when g++ is missing.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 use homeadam_core::backend::{
     goes_home, home_calibration_pass, home_first_pass, mix64, Histogram, SecondMomentMin, StepScalars,
@@ -67,30 +68,69 @@ impl Rng {
     }
 }
 
-fn harness(test: &str) -> Option<PathBuf> {
+/// The g++ build of `tests/gxx/harness.cpp`, compiled once per content: its path in cargo's
+/// scratch directory is named after a hash of the sources, the defines and the flags, so the
+/// tests of one run and later runs share one compile (a third of a minute).
+fn harness() -> Option<PathBuf> {
+    static HARNESS: OnceLock<Option<PathBuf>> = OnceLock::new();
+    HARNESS.get_or_init(compile_harness).clone()
+}
+
+fn compile_harness() -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let out = std::env::temp_dir().join(format!("homeadam_gxx_{test}_{}", std::process::id()));
     // The metadata comes from kernels.rs, not from the generated homeadam_defs.h.
-    let defines = kernels::defines().into_iter().map(|(k, v)| format!("-D{k}={v}"));
+    let defines: Vec<String> = kernels::defines()
+        .into_iter()
+        .map(|(k, v)| format!("-D{k}={v}"))
+        .collect();
+    let flags = [
+        "-O2",
+        "-std=c++14",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-ffp-contract=off",
+        "-fno-fast-math",
+    ];
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut feed = |bytes: &[u8]| {
+        for &b in bytes.iter().chain(&[0xff]) {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(dir.join("kernels"))
+        .expect("kernels/")
+        .map(|e| e.expect("kernels/ entry").path())
+        .collect();
+    sources.sort();
+    sources.push(dir.join("tests/gxx/harness.cpp"));
+    for path in &sources {
+        feed(&std::fs::read(path).expect("a kernel source"));
+    }
+    for arg in flags.iter().map(|f| f.to_string()).chain(defines.iter().cloned()) {
+        feed(arg.as_bytes());
+    }
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("homeadam_gxx_{hash:016x}"));
+    if out.is_file() {
+        return Some(out);
+    }
+    // Written under a name of this process, then renamed: another test process may be
+    // compiling the same harness.
+    let partial = out.with_extension(format!("{}.partial", std::process::id()));
     let status = Command::new("g++")
-        .args([
-            "-O2",
-            "-std=c++14",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-ffp-contract=off",
-            "-fno-fast-math",
-        ])
-        .args(defines)
+        .args(flags)
+        .args(&defines)
         .arg("-I")
         .arg(dir.join("kernels"))
         .arg(dir.join("tests/gxx/harness.cpp"))
         .arg("-o")
-        .arg(&out)
+        .arg(&partial)
         .status();
     match status {
-        Ok(s) if s.success() => Some(out),
+        Ok(s) if s.success() => {
+            std::fs::rename(&partial, &out).expect("the harness moves into place");
+            Some(out)
+        }
         Ok(s) => panic!("g++ failed to compile homeadam_math.h ({s})"),
         Err(e) => {
             eprintln!("SKIPPED parity_gxx: cannot run g++ ({e})");
@@ -676,13 +716,12 @@ fn combos_g<P: Storage, G: Storage>(exe: &PathBuf, n: usize, steps: u64, counts:
 
 #[test]
 fn element_math_matches_the_core_bit_for_bit() {
-    let Some(exe) = harness("steps") else { return };
+    let Some(exe) = harness() else { return };
     let n = if cfg!(homeadam_unoptimized) { 64 } else { 1024 };
     let mut counts = Counts::default();
     combos_p::<f32>(&exe, n, 8, &mut counts);
     combos_p::<f16>(&exe, n, 8, &mut counts);
     combos_p::<bf16>(&exe, n, 8, &mut counts);
-    let _ = std::fs::remove_file(&exe);
     println!(
         "parity_gxx: {} element updates in {} steps ({} skipped steps not counted, {} SWATS SGD-phase steps, {} home elements, {} at η_h ≠ η, {} steps calibrating τ, {} where ρ over the active elements decided otherwise): all bit-identical",
         counts.elements,
@@ -701,12 +740,11 @@ fn element_math_matches_the_core_bit_for_bit() {
 
 #[test]
 fn q8_state_matches_the_core_bit_for_bit() {
-    let Some(exe) = harness("q8") else { return };
+    let Some(exe) = harness() else { return };
     // Tensors of n/2, 3, n/4 and n/4 + 1 elements: partial last blocks, and several blocks.
     let n = if cfg!(homeadam_unoptimized) { 600 } else { 1200 };
     let mut counts = Counts::default();
     for_each_pg::<Q8Block>(&exe, n, 6, &mut counts);
-    let _ = std::fs::remove_file(&exe);
     println!(
         "parity_gxx: q8 state, {} element updates in {} steps ({} skipped, {} SWATS SGD-phase steps, {} home elements, {} steps calibrating τ): all bit-identical",
         counts.elements, counts.steps, counts.skipped, counts.swats_sgd_steps, counts.home, counts.calibrated
@@ -728,7 +766,7 @@ fn for_each_pg<S: HarnessState>(exe: &PathBuf, n: usize, steps: u64, counts: &mu
 
 #[test]
 fn conversions_match_the_core_bit_for_bit() {
-    let Some(exe) = harness("conversions") else { return };
+    let Some(exe) = harness() else { return };
     let count: u64 = if cfg!(homeadam_unoptimized) {
         1 << 18
     } else {
@@ -751,7 +789,6 @@ fn conversions_match_the_core_bit_for_bit() {
         input.extend_from_slice(&r.to_le_bytes());
     }
     let out = run_harness(&exe, &input);
-    let _ = std::fs::remove_file(&exe);
     let mut rd = Reader(&out);
     for &(bits, r24) in &xs {
         let x = f32::from_bits(bits);
@@ -792,7 +829,7 @@ fn conversions_match_the_core_bit_for_bit() {
 
 #[test]
 fn exact_sums_match_the_core_bit_for_bit() {
-    let Some(exe) = harness("exact") else { return };
+    let Some(exe) = harness() else { return };
     let mut rng = Rng(5);
     let mut input = Vec::new();
     let mut expected = Vec::new();
@@ -819,7 +856,6 @@ fn exact_sums_match_the_core_bit_for_bit() {
         expected.push(sum);
     }
     let out = run_harness(&exe, &input);
-    let _ = std::fs::remove_file(&exe);
     let words: Vec<u64> = out
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
