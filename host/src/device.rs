@@ -75,10 +75,17 @@ impl DeviceSpec {
     }
 }
 
+/// Whether this binary binds the CUDA libraries of [`CUDA_LIBRARIES`] lazily: `cargo xtask
+/// build-cuda` sets the variable when it builds. A build against a local toolkit links that
+/// toolkit's libraries (another CUDA version's sonames, maybe), which the loader has opened
+/// before `main`; only the driver is then worth checking.
+const LAZY_LIBRARIES: bool = option_env!("HOMEADAM_LAZY_CUDA_LIBRARIES").is_some();
+
 /// The CUDA libraries that do not load here (each is opened and left open: CUDA needs it next).
 fn missing_libraries() -> Vec<&'static CudaLibrary> {
     CUDA_LIBRARIES
         .iter()
+        .filter(|lib| LAZY_LIBRARIES || lib.link == "cuda")
         .filter(|lib| {
             let name = std::ffi::CString::new(lib.soname).expect("a soname without NUL");
             // SAFETY: `name` is a NUL-terminated string; loading a CUDA library runs no code

@@ -234,7 +234,9 @@ fn toolkit_cargo(name: &str, args: &[&str]) -> Command {
         .env("CUDA_HOME", &cuda)
         .env("NVCC", cuda.join("bin/nvcc"))
         .env("CUDARC_CUDA_VERSION", CUDARC_CUDA_VERSION)
-        .env("CUDA_COMPUTE_CAP", &compute_cap);
+        .env("CUDA_COMPUTE_CAP", &compute_cap)
+        // The host's `--device` check: the libraries of `cuda_stubs` are bound lazily.
+        .env("HOMEADAM_LAZY_CUDA_LIBRARIES", "1");
     for var in OTHER_ROOT_VARS {
         cargo.env_remove(var);
     }
