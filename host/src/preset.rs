@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{anyhow, bail, Context, Result};
+use homeadam_candle::OptimConfig;
 use homeadam_core::{Config, Dtype};
 use homeadam_replay::HyperParams;
 use serde::Deserialize;
@@ -411,6 +412,16 @@ impl Preset {
             .check_state_dtype(dtype)
             .map_err(|e| anyhow!("preset {}, optimizer {name}: {e}", self.experiment))?;
         Ok(dtype)
+    }
+
+    /// The candle optimizer's settings for optimizer `name`: [`Preset::config`],
+    /// [`Preset::state_dtype`], and weight decay on the parameters `decay` selects.
+    pub fn optim_config(&self, name: &str, steps_per_epoch: u64, decay: DecayMask) -> Result<OptimConfig> {
+        Ok(OptimConfig {
+            decay_all: decay.decay_all(),
+            state_dtype: self.state_dtype(name, steps_per_epoch)?,
+            ..OptimConfig::new(self.config(name, steps_per_epoch)?)
+        })
     }
 
     /// Every protocol choice as written, by key.

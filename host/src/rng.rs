@@ -38,10 +38,7 @@ impl Rng {
     /// Draw `i` (0-based) of the generator whose state is `state`: what the `i + 1`-th
     /// [`Rng::next_u64`] from that state returns, computed without the draws before it.
     pub fn draw(state: u64, i: u64) -> u64 {
-        let mut z = state.wrapping_add(GAMMA.wrapping_mul(i.wrapping_add(1)));
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        homeadam_core::backend::mix64(state.wrapping_add(GAMMA.wrapping_mul(i.wrapping_add(1))))
     }
 
     /// Advances the state past `draws` draws, as that many [`Rng::next_u64`] calls would.

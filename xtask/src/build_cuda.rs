@@ -271,18 +271,10 @@ pub(crate) fn bundle() -> PathBuf {
     let args = [
         &["test", "--release"],
         CUDA_PACKAGES,
-        &[
-            "--test",
-            "gpu",
-            "--test",
-            "resume",
-            "--no-run",
-            "--message-format",
-            "json",
-        ],
+        &["--test", "gpu", "--test", "resume", "--no-run"],
     ]
     .concat();
-    let toolkit_tests = test_binaries(toolkit_cargo("GPU test binaries", &args));
+    let toolkit_tests = crate::built_tests(toolkit_cargo("GPU test binaries", &args));
     let mut workspace = Command::new("cargo");
     workspace.current_dir(crate::root()).args([
         "test",
@@ -294,10 +286,8 @@ pub(crate) fn bundle() -> PathBuf {
         "--test",
         "gpu",
         "--no-run",
-        "--message-format",
-        "json",
     ]);
-    let workspace_tests = test_binaries(workspace);
+    let workspace_tests = crate::built_tests(workspace);
     let executable = |tests: &[crate::BuiltTest], package: &str, test: &str| -> PathBuf {
         tests
             .iter()
@@ -331,18 +321,6 @@ pub(crate) fn bundle() -> PathBuf {
         run(&format!("gzip {name}"), "gzip", &["-6", &copy]);
     }
     dir
-}
-
-/// Runs `cargo test --no-run --message-format json …` and returns the test binaries it built.
-fn test_binaries(mut cargo: Command) -> Vec<crate::BuiltTest> {
-    let out = cargo
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
-    if !out.status.success() {
-        fail(&format!("building the GPU test binaries failed ({})", out.status));
-    }
-    crate::built_tests(&out.stdout)
 }
 
 /// The source folder of the cudarc that candle's `cuda` feature resolves to.

@@ -288,16 +288,9 @@ pub(crate) fn run_counting(name: &str, mut command: Command) -> bool {
 /// them directly keeps cargo from resolving those packages' features alone, which would build
 /// the core and its dependencies once more.
 pub(crate) fn test_executables(packages: &[&str]) -> Vec<(PathBuf, PathBuf)> {
-    let out = Command::new("cargo")
-        .args(["test", "--workspace", "--profile", PROFILE, "--no-run"])
-        .args(["--message-format", "json"])
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| fail_exit(&format!("cannot run cargo: {e}"), 1));
-    if !out.status.success() {
-        fail_exit("cargo test --no-run failed", 1);
-    }
-    built_tests(&out.stdout)
+    let mut cargo = Command::new("cargo");
+    cargo.args(["test", "--workspace", "--profile", PROFILE, "--no-run"]);
+    built_tests(cargo)
         .into_iter()
         .filter(|t| packages.contains(&t.package.as_str()))
         .map(|t| (t.manifest_dir, t.executable))
@@ -315,9 +308,18 @@ pub(crate) struct BuiltTest {
     pub(crate) manifest_dir: PathBuf,
 }
 
-/// The test executables in cargo's JSON messages.
-pub(crate) fn built_tests(json: &[u8]) -> Vec<BuiltTest> {
-    String::from_utf8_lossy(json)
+/// Runs `cargo` (a `cargo test --no-run …`) with JSON messages and returns the test executables
+/// it built; exits if it fails.
+pub(crate) fn built_tests(mut cargo: Command) -> Vec<BuiltTest> {
+    let out = cargo
+        .args(["--message-format", "json"])
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| fail_exit(&format!("cannot run cargo: {e}"), 1));
+    if !out.status.success() {
+        fail_exit(&format!("{cargo:?} failed ({})", out.status), 1);
+    }
+    String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|m| m["profile"]["test"] == true)

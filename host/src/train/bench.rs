@@ -22,8 +22,9 @@ use crate::data::batches::Images;
 use crate::data::{cifar10, ImageSet, Normalize};
 use crate::models::{Model, ResNet, ResNetConfig, TransformerConfig, TransformerLm, Vgg, VggConfig};
 use crate::preset::{Augmentation, Preset};
+use crate::report::Task;
 use crate::rng::Rng;
-use homeadam_candle::{OptimConfig, VarOptimizer};
+use homeadam_candle::VarOptimizer;
 
 /// WikiText-2's vocabulary (words of its training split, `<eos>` and `<unk>` included).
 pub const WIKITEXT2_VOCAB: usize = 33_278;
@@ -96,6 +97,8 @@ struct Bench {
     model: Box<dyn Model>,
     data: Box<dyn TrainData>,
     preset: Preset,
+    /// Examples per minibatch.
+    batch: usize,
 }
 
 /// The network, its synthetic data and the optimizer's preset of `o`, on `device`.
@@ -175,19 +178,25 @@ fn setup(o: &BenchOptions, device: &Device) -> Result<Bench> {
             other.name()
         ),
     };
-    Ok(Bench { model, data, preset })
+    Ok(Bench {
+        model,
+        data,
+        preset,
+        batch,
+    })
 }
 
 /// Runs the benchmark on `device`.
 pub fn bench_train(o: &BenchOptions, device: &Device) -> Result<BenchResult> {
     ensure!(o.steps > 0, "bench-train: --steps must be at least 1");
-    let Bench { model, data, preset } = setup(o, device)?;
+    let Bench {
+        model,
+        data,
+        preset,
+        batch,
+    } = setup(o, device)?;
     let steps_per_epoch = data.train_batches() as u64;
-    let config = OptimConfig {
-        decay_all: preset.protocol.decay_mask.value.decay_all(),
-        state_dtype: preset.state_dtype(&o.optimizer, steps_per_epoch)?,
-        ..OptimConfig::new(preset.config(&o.optimizer, steps_per_epoch)?)
-    };
+    let config = preset.optim_config(&o.optimizer, steps_per_epoch, preset.protocol.decay_mask.value)?;
     let mut opt = VarOptimizer::from_named(model.vars(), config)?;
     let clock = Clock::new(device)?;
     let mut phases = Phases::default();
@@ -218,16 +227,15 @@ pub fn bench_train(o: &BenchOptions, device: &Device) -> Result<BenchResult> {
     }
     device.synchronize()?;
     let seconds = start.elapsed().as_secs_f64();
-    let batch_size = o.batch_size.unwrap_or(preset.batch_size);
     Ok(BenchResult {
         implementation: "homeadam",
         experiment: o.experiment.name().to_string(),
         device: crate::device::name(device),
         optimizer: o.optimizer.clone(),
-        batch_size,
-        unit: match o.experiment {
-            Experiment::WikiText2Transformer | Experiment::WikiText103Transformer => "tokens",
-            _ => "images",
+        batch_size: batch,
+        unit: match data.task() {
+            Task::LanguageModel => "tokens",
+            Task::Classification => "images",
         },
         units_per_step: units,
         parameters: model.param_count(),
@@ -257,7 +265,7 @@ impl BenchResult {
             self.device,
             self.batch_size,
             self.units_per_step / self.batch_size.max(1),
-            if self.unit == "tokens" { "tokens" } else { "images" },
+            self.unit,
             self.parameters,
             self.optimizer,
             self.throughput,

@@ -9,7 +9,7 @@ use super::experiments::{BuildOptions, Experiment, Setup};
 use super::run::{train, RunOptions, RunSettings};
 use crate::preset::DecayMask;
 use crate::report::{draw_figures, load_run, SummaryTable};
-use homeadam_candle::{OptimConfig, VarOptimizer};
+use homeadam_candle::VarOptimizer;
 
 /// One experiment, several optimizers, one or more seeds.
 #[derive(Clone, Debug)]
@@ -89,11 +89,7 @@ pub fn run_experiment(r: &ExperimentRun) -> Result<Outcome> {
         options.resume = options.resume && has_checkpoint(&options);
         let name = &options.optimizer;
         let model = new_model(options.seed)?;
-        let config = OptimConfig {
-            decay_all: decay.decay_all(),
-            state_dtype: preset.state_dtype(name, steps_per_epoch)?,
-            ..OptimConfig::new(preset.config(name, steps_per_epoch)?)
-        };
+        let config = preset.optim_config(name, steps_per_epoch, decay)?;
         let mut opt = VarOptimizer::from_named(model.vars(), config)?;
         train(model.as_ref(), data.as_ref(), &mut opt, &options)
             .with_context(|| format!("{} with {name}, seed {}", r.experiment.name(), options.seed))?;

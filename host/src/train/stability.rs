@@ -38,7 +38,7 @@ use crate::models::{Mlp, MlpConfig, Model, Vgg, VggConfig, VggVariant};
 use crate::preset::{Augmentation, DecayMask, Preset};
 use crate::progress::bar;
 use crate::report::{draw_figures, StabilityRecord, StabilityWriter};
-use homeadam_candle::{OptimConfig, VarOptimizer};
+use homeadam_candle::VarOptimizer;
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -242,11 +242,7 @@ fn lockstep<E: Examples + Clone>(
     let decay = o.decay_mask.unwrap_or(preset.protocol.decay_mask.value);
     for name in &o.optimizers {
         let steps_per_epoch = on_s.train_batches() as u64;
-        let config = OptimConfig {
-            decay_all: decay.decay_all(),
-            state_dtype: preset.state_dtype(name, steps_per_epoch)?,
-            ..OptimConfig::new(preset.config(name, steps_per_epoch)?)
-        };
+        let config = preset.optim_config(name, steps_per_epoch, decay)?;
         let models = [new_model(o.seed)?, new_model(o.seed)?];
         let initial = new_model(o.seed)?;
         let mut opts = [
