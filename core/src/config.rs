@@ -89,6 +89,9 @@ pub enum Rule {
     MiAdam,
 }
 
+/// ε of [`Config::new`] for the rules with the srf step (see there).
+const SRF_EPS: f64 = 1e-3;
+
 /// The config name of SGD with momentum.
 const SGDM: &str = "sgdm";
 
@@ -269,12 +272,19 @@ pub struct Config {
 
 impl Config {
     /// The rule with the defaults of its peer package (PyTorch, adabelief-pytorch 0.2.1,
-    /// pytorch-optimizer 4.1.0, official MIAdam); for the paper's rules, AdamW's defaults and
-    /// τ = 1e-12 (the paper's CIFAR-10 HomeAdam setting).
+    /// pytorch-optimizer 4.1.0, official MIAdam); for the paper's rules, AdamW's defaults but
+    /// ε = 1e-3, and τ = 1e-12 (the paper's CIFAR-10 HomeAdam setting).
+    ///
+    /// ε = 1e-3, not Adam's 1e-8, because the srf step η · m̂ / (v̂ + ε) reaches η / (2√ε) per
+    /// element: 5000 η with ε = 1e-8 (weights jump by 5 at η = 1e-3 and a typical model
+    /// diverges), 16 η with ε = 1e-3. Tune ε with η (the crate's front page, "Choosing
+    /// hyper-parameters"); the paper pairs ε = 1e-7 with η = 1e-6.
     pub const fn new(rule: Rule) -> Self {
         let (lr, beta2, eps, weight_decay, momentum, weight_decouple) = match rule {
             Rule::Sgd => (1e-3, 0.999, 1e-8, 0.0, 0.0, false),
-            Rule::AdamW | Rule::AdamWSrf | Rule::HomeAdamW(_) => (1e-3, 0.999, 1e-8, 1e-2, 0.0, true),
+            Rule::AdamW => (1e-3, 0.999, 1e-8, 1e-2, 0.0, true),
+            Rule::AdamWSrf | Rule::HomeAdamW(_) => (1e-3, 0.999, SRF_EPS, 1e-2, 0.0, true),
+            Rule::AdamSrf | Rule::HomeAdam(_) => (1e-3, 0.999, SRF_EPS, 0.0, 0.0, false),
             Rule::AdaBelief => (1e-3, 0.999, 1e-16, 0.0, 0.0, true),
             Rule::Swats => (1e-3, 0.999, 1e-6, 0.0, 0.0, false),
             _ => (1e-3, 0.999, 1e-8, 0.0, 0.0, false),
@@ -336,14 +346,51 @@ impl Config {
         }
     }
 
-    /// The config a tensor of `group` steps with: η · lr_scale, and λ = 0 without decay.
+    /// The config a tensor of `group` steps with: η · lr_scale; the group's λ, ε, β1 and β2
+    /// where it sets them; λ = 0 without decay.
     pub fn for_group(&self, group: Group) -> Config {
         let mut c = *self;
         c.lr *= group.lr_scale;
+        c.weight_decay = group.weight_decay.unwrap_or(c.weight_decay);
         if !group.decay {
             c.weight_decay = 0.0;
         }
+        c.eps = group.eps.unwrap_or(c.eps);
+        c.beta1 = group.beta1.unwrap_or(c.beta1);
+        c.beta2 = group.beta2.unwrap_or(c.beta2);
         c
+    }
+
+    /// Checks `group` for this config: its η scale and the config it steps with
+    /// ([`Config::for_group`]), and refuses a group β2 (or SWATS's ε) where one value must hold
+    /// for the whole model (see [`Group`]).
+    pub fn check_group(&self, group: Group) -> Result<(), Error> {
+        check(group.lr_scale, "lr_scale", "a finite value >= 0", |x| x >= 0.0)?;
+        let first_pass = matches!(self.rule.switch(), Some(Switch::Global | Switch::Layer))
+            || (self.rule.switch().is_some() && self.tau_calibration.is_some());
+        let model_wide = [
+            (
+                "beta2 (of a group)",
+                group.beta2.is_some() && (first_pass || self.rule == Rule::Swats),
+                "ρ, τ calibration and SWATS's switch compare v̂ = v / (1 − β2^t) over the whole \
+                 model: one β2 for every group",
+            ),
+            (
+                "eps (of a group)",
+                group.eps.is_some() && self.rule == Rule::Swats,
+                "SWATS switches the whole model on one test that reads ε: one ε for every group",
+            ),
+        ];
+        for (name, refused, hint) in model_wide {
+            if refused {
+                return Err(Error::NotForRule {
+                    name,
+                    rule: self.name(),
+                    hint,
+                });
+            }
+        }
+        self.for_group(group).validate()
     }
 
     /// Number of state slots (each one element per parameter) the rule keeps.
@@ -429,13 +476,6 @@ impl Config {
                 c.validate()?;
             }
         }
-        if self.weight_decay != 0.0 && !self.rule.takes_weight_decay() {
-            return Err(Error::NotForRule {
-                name: "weight_decay",
-                rule: self.name(),
-                hint: "λ = 0 by definition (Alg. 1/2); use the W variant for weight decay",
-            });
-        }
         if self.rule.decoupled_decay(self.weight_decouple) {
             let shrink = if self.fixed_decay {
                 self.weight_decay
@@ -463,117 +503,314 @@ impl Config {
     /// Refuses a knob the rule does not read, set to anything but [`Config::new`]'s default:
     /// it would be silently ignored.
     fn check_knobs(&self) -> Result<(), Error> {
-        let d = Config::new(self.rule);
-        let rule = self.rule;
-        let sgd = rule == Rule::Sgd;
-        let swats = rule == Rule::Swats;
-        let adabelief = rule == Rule::AdaBelief;
-        let same = |a: f64, b: f64| a.to_bits() == b.to_bits();
-        let home = rule.switch().is_some();
-        let decides_on_rho = matches!(rule.switch(), Some(Switch::Global | Switch::Layer));
-        let knobs: [(&'static str, bool, bool, &'static str); 15] = [
-            (
-                "beta1",
-                same(self.beta1, d.beta1),
-                !sgd,
-                "SGD has momentum, not betas",
-            ),
-            (
-                "beta2",
-                same(self.beta2, d.beta2),
-                !sgd,
-                "SGD keeps no second moment",
-            ),
-            (
-                "eps",
-                same(self.eps, d.eps),
-                !sgd,
-                "SGD divides by no second moment",
-            ),
-            (
-                "tau",
-                same(self.tau, d.tau),
-                rule.switch().is_some(),
-                "τ is the HomeAdam(W) threshold",
-            ),
-            (
-                "rho_over",
-                self.rho_over == d.rho_over,
-                decides_on_rho,
-                "ρ decides the global and per-layer HomeAdam(W) rules only",
-            ),
-            (
-                "tau (calibrated)",
-                self.tau_calibration == d.tau_calibration,
-                home,
-                "τ is the HomeAdam(W) threshold",
-            ),
-            (
-                "home_lr_scale",
-                same(self.home_lr_scale, d.home_lr_scale),
-                home,
-                "the home branch is HomeAdam(W)'s",
-            ),
-            (
-                "momentum",
-                same(self.momentum, d.momentum),
-                sgd,
-                "momentum is SGD's (Adam-like rules use beta1)",
-            ),
-            (
-                "dampening",
-                same(self.dampening, d.dampening),
-                sgd,
-                "dampening is SGD's",
-            ),
-            (
-                "nesterov",
-                self.nesterov == d.nesterov,
-                sgd || swats,
-                "Nesterov momentum is SGD's and SWATS's",
-            ),
-            (
-                "weight_decouple",
-                self.weight_decouple == d.weight_decouple,
-                adabelief || swats,
-                "the rule fixes how λ applies (the W variants decouple it)",
-            ),
-            (
-                "fixed_decay",
-                self.fixed_decay == d.fixed_decay,
-                (adabelief || swats) && self.weight_decouple,
-                "fixed_decay applies to AdaBelief / SWATS with weight_decouple",
-            ),
-            (
-                "rectify",
-                self.rectify == d.rectify,
-                adabelief,
-                "rectification is AdaBelief's",
-            ),
-            (
-                "amsgrad",
-                self.amsgrad == d.amsgrad,
-                adabelief,
-                "AMSGrad is offered for AdaBelief only",
-            ),
-            (
-                "kappa / switch_step",
-                same(self.kappa, d.kappa) && self.switch_step == d.switch_step,
-                rule == Rule::MiAdam,
-                "κ and the switch step are MIAdam's",
-            ),
-        ];
-        for (name, is_default, read, hint) in knobs {
-            if !is_default && !read {
+        let default = Config::new(self.rule);
+        for knob in &KNOBS {
+            if !(knob.reads)(self) && !(knob.get)(self).same((knob.get)(&default)) {
                 return Err(Error::NotForRule {
-                    name,
+                    name: knob.name,
                     rule: self.name(),
-                    hint,
+                    hint: knob.hint,
                 });
             }
         }
         Ok(())
     }
+
+    /// The hyper-parameters the rule reads, with their values, in a fixed order (η first; a
+    /// knob the rule ignores is not listed; rounding and its seed last). What a saved state
+    /// records, to refuse a resume under other settings.
+    pub fn knobs(&self) -> impl Iterator<Item = (&'static str, Knob)> + '_ {
+        KNOBS
+            .iter()
+            .filter(|knob| (knob.reads)(self))
+            .map(|knob| (knob.name, (knob.get)(self)))
+    }
+
+    /// Sets the knob `name` ([`Config::knobs`]) to `text`, a value as [`Knob`]'s `Display`
+    /// writes it; `None` (nothing changed) for an unknown name or a value of another kind.
+    /// The caller validates the result.
+    pub fn set_knob(&mut self, name: &str, text: &str) -> Option<()> {
+        let knob = KNOBS.iter().find(|knob| knob.name == name)?;
+        let value = (knob.get)(self).parse_like(text)?;
+        (knob.set)(self, value);
+        Some(())
+    }
+}
+
+/// A hyper-parameter's value, as [`Config::knobs`] lists it. Its `Display` is exact: a real
+/// is written as the shortest text that parses back to the same bits (`0.999`, `1e-8`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Knob {
+    /// A real number.
+    Real(f64),
+    /// A switch.
+    Flag(bool),
+    /// A whole number.
+    Count(u64),
+    /// One of a knob's named values.
+    Choice(&'static str),
+}
+
+impl Knob {
+    /// The value of `text` (as [`Knob`]'s `Display` writes it) of the same kind as `self`.
+    pub fn parse_like(self, text: &str) -> Option<Knob> {
+        match self {
+            Knob::Real(_) => text.parse().ok().map(Knob::Real),
+            Knob::Flag(_) => text.parse().ok().map(Knob::Flag),
+            Knob::Count(_) => text.parse().ok().map(Knob::Count),
+            Knob::Choice(_) => Some(Knob::Choice(
+                ROUNDING
+                    .into_iter()
+                    .chain(RhoOver::NAMES)
+                    .find(|&name| name == text)?,
+            )),
+        }
+    }
+
+    fn real(self) -> f64 {
+        match self {
+            Knob::Real(x) => x,
+            _ => f64::NAN,
+        }
+    }
+
+    fn flag(self) -> bool {
+        matches!(self, Knob::Flag(true))
+    }
+
+    fn count(self) -> u64 {
+        match self {
+            Knob::Count(n) => n,
+            _ => 0,
+        }
+    }
+
+    fn choice<T>(self, of: impl Fn(&str) -> Option<T>) -> Option<T> {
+        match self {
+            Knob::Choice(name) => of(name),
+            _ => None,
+        }
+    }
+
+    /// Whether two values are the same bits (NaN equals itself, 0 differs from −0).
+    pub fn same(self, other: Knob) -> bool {
+        match (self, other) {
+            (Knob::Real(a), Knob::Real(b)) => a.to_bits() == b.to_bits(),
+            (a, b) => a == b,
+        }
+    }
+}
+
+impl core::fmt::Display for Knob {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Knob::Real(x) => write!(f, "{x:?}"),
+            Knob::Flag(b) => write!(f, "{b}"),
+            Knob::Count(n) => write!(f, "{n}"),
+            Knob::Choice(name) => f.write_str(name),
+        }
+    }
+}
+
+/// The config names of [`Rounding`]'s values.
+const ROUNDING: [&str; 2] = ["nearest", "stochastic"];
+
+/// One knob: how to read and set it on a config, whether the config's rule reads it, and
+/// why not where it does not. A table of functions in flash, so that validation on a
+/// microcontroller costs no stack for it.
+struct KnobSpec {
+    name: &'static str,
+    get: fn(&Config) -> Knob,
+    set: fn(&mut Config, Knob),
+    reads: fn(&Config) -> bool,
+    hint: &'static str,
+}
+
+/// Whether the rule is SGD.
+fn sgd(c: &Config) -> bool {
+    c.rule == Rule::Sgd
+}
+
+/// Whether the rule is HomeAdam(W).
+fn home(c: &Config) -> bool {
+    c.rule.switch().is_some()
+}
+
+/// Whether the rule is AdaBelief or SWATS, which choose how λ applies.
+fn decouple_choice(c: &Config) -> bool {
+    matches!(c.rule, Rule::AdaBelief | Rule::Swats)
+}
+
+/// Every knob, in the order [`Config::knobs`] lists them.
+const KNOBS: [KnobSpec; 21] = [
+    KnobSpec {
+        name: "lr",
+        get: |c| Knob::Real(c.lr),
+        set: |c, k| c.lr = k.real(),
+        reads: |_| true,
+        hint: "",
+    },
+    KnobSpec {
+        name: "beta1",
+        get: |c| Knob::Real(c.beta1),
+        set: |c, k| c.beta1 = k.real(),
+        reads: |c| !sgd(c),
+        hint: "SGD has momentum, not betas",
+    },
+    KnobSpec {
+        name: "beta2",
+        get: |c| Knob::Real(c.beta2),
+        set: |c, k| c.beta2 = k.real(),
+        reads: |c| !sgd(c),
+        hint: "SGD keeps no second moment",
+    },
+    KnobSpec {
+        name: "eps",
+        get: |c| Knob::Real(c.eps),
+        set: |c, k| c.eps = k.real(),
+        reads: |c| !sgd(c),
+        hint: "SGD divides by no second moment",
+    },
+    KnobSpec {
+        name: "weight_decay",
+        get: |c| Knob::Real(c.weight_decay),
+        set: |c, k| c.weight_decay = k.real(),
+        reads: |c| c.rule.takes_weight_decay(),
+        hint: "λ = 0 by definition (Alg. 1/2); use the W variant for weight decay",
+    },
+    KnobSpec {
+        name: "tau",
+        get: |c| Knob::Real(c.tau),
+        set: |c, k| c.tau = k.real(),
+        reads: home,
+        hint: "τ is the HomeAdam(W) threshold",
+    },
+    KnobSpec {
+        name: "rho_over",
+        get: |c| Knob::Choice(c.rho_over.name()),
+        set: |c, k| c.rho_over = k.choice(RhoOver::from_name).unwrap_or(c.rho_over),
+        reads: |c| matches!(c.rule.switch(), Some(Switch::Global | Switch::Layer)),
+        hint: "ρ decides the global and per-layer HomeAdam(W) rules only",
+    },
+    KnobSpec {
+        name: "tau.home_share",
+        get: |c| Knob::Real(c.tau_calibration.map_or(0.0, |t| t.home_share)),
+        set: |c, k| c.tau_calibration = calibration(c, Some(k.real()), None),
+        reads: home,
+        hint: "τ is the HomeAdam(W) threshold",
+    },
+    KnobSpec {
+        name: "tau.every",
+        get: |c| Knob::Count(c.tau_calibration.map_or(0, |t| t.every as u64)),
+        set: |c, k| c.tau_calibration = calibration(c, None, Some(k.count())),
+        reads: home,
+        hint: "τ is the HomeAdam(W) threshold",
+    },
+    KnobSpec {
+        name: "home_lr_scale",
+        get: |c| Knob::Real(c.home_lr_scale),
+        set: |c, k| c.home_lr_scale = k.real(),
+        reads: home,
+        hint: "the home branch is HomeAdam(W)'s",
+    },
+    KnobSpec {
+        name: "momentum",
+        get: |c| Knob::Real(c.momentum),
+        set: |c, k| c.momentum = k.real(),
+        reads: sgd,
+        hint: "momentum is SGD's (Adam-like rules use beta1)",
+    },
+    KnobSpec {
+        name: "dampening",
+        get: |c| Knob::Real(c.dampening),
+        set: |c, k| c.dampening = k.real(),
+        reads: sgd,
+        hint: "dampening is SGD's",
+    },
+    KnobSpec {
+        name: "nesterov",
+        get: |c| Knob::Flag(c.nesterov),
+        set: |c, k| c.nesterov = k.flag(),
+        reads: |c| matches!(c.rule, Rule::Sgd | Rule::Swats),
+        hint: "Nesterov momentum is SGD's and SWATS's",
+    },
+    KnobSpec {
+        name: "weight_decouple",
+        get: |c| Knob::Flag(c.weight_decouple),
+        set: |c, k| c.weight_decouple = k.flag(),
+        reads: decouple_choice,
+        hint: "the rule fixes how λ applies (the W variants decouple it)",
+    },
+    KnobSpec {
+        name: "fixed_decay",
+        get: |c| Knob::Flag(c.fixed_decay),
+        set: |c, k| c.fixed_decay = k.flag(),
+        reads: |c| decouple_choice(c) && c.weight_decouple,
+        hint: "fixed_decay applies to AdaBelief / SWATS with weight_decouple",
+    },
+    KnobSpec {
+        name: "rectify",
+        get: |c| Knob::Flag(c.rectify),
+        set: |c, k| c.rectify = k.flag(),
+        reads: |c| c.rule == Rule::AdaBelief,
+        hint: "rectification is AdaBelief's",
+    },
+    KnobSpec {
+        name: "amsgrad",
+        get: |c| Knob::Flag(c.amsgrad),
+        set: |c, k| c.amsgrad = k.flag(),
+        reads: |c| c.rule == Rule::AdaBelief,
+        hint: "AMSGrad is offered for AdaBelief only",
+    },
+    KnobSpec {
+        name: "kappa",
+        get: |c| Knob::Real(c.kappa),
+        set: |c, k| c.kappa = k.real(),
+        reads: |c| c.rule == Rule::MiAdam,
+        hint: "κ is MIAdam's",
+    },
+    KnobSpec {
+        name: "switch_step",
+        get: |c| Knob::Count(c.switch_step),
+        set: |c, k| c.switch_step = k.count(),
+        reads: |c| c.rule == Rule::MiAdam,
+        hint: "the switch step is MIAdam's",
+    },
+    KnobSpec {
+        name: "rounding",
+        get: |c| {
+            Knob::Choice(match c.rounding {
+                Rounding::Nearest => ROUNDING[0],
+                Rounding::Stochastic => ROUNDING[1],
+            })
+        },
+        set: |c, k| {
+            c.rounding = match k.choice(|name| ROUNDING.iter().position(|&r| r == name)) {
+                Some(1) => Rounding::Stochastic,
+                _ => Rounding::Nearest,
+            }
+        },
+        reads: |_| true,
+        hint: "",
+    },
+    KnobSpec {
+        name: "seed",
+        get: |c| Knob::Count(c.seed),
+        set: |c, k| c.seed = k.count(),
+        reads: |_| true,
+        hint: "",
+    },
+];
+
+/// `c`'s τ calibration with its share or period replaced (the other from `c`, or defaults
+/// that validation refuses until both are set).
+fn calibration(c: &Config, share: Option<f64>, every: Option<u64>) -> Option<TauCalibration> {
+    let old = c.tau_calibration;
+    let home_share = share.or(old.map(|o| o.home_share)).unwrap_or(0.0);
+    let every = every.map_or(old.map_or(0, |o| o.every), |e| {
+        u32::try_from(e).unwrap_or(u32::MAX)
+    });
+    (home_share != 0.0 || every != 0).then_some(TauCalibration { home_share, every })
 }
 
 fn check(
@@ -627,6 +864,7 @@ mod tests {
         refused(Rule::AdamW, |c| c.tau = 1e-3, "tau");
         refused(Rule::Sgd, |c| c.beta2 = 0.99, "beta2");
         refused(Rule::MiAdam, |c| c.momentum = 0.9, "momentum");
+        refused(Rule::AdamSrf, |c| c.weight_decay = 1e-4, "weight_decay");
         refused(Rule::AdamW, |c| c.kappa = 0.5, "kappa");
         refused(
             Rule::AdaBelief,
@@ -639,6 +877,92 @@ mod tests {
         let mut c = Config::new(Rule::MiAdam);
         (c.kappa, c.switch_step) = (0.5, 100);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn knobs_list_what_the_rule_reads_and_set_back() {
+        let names = |c: &Config| c.knobs().map(|(name, _)| name).collect::<Vec<_>>();
+        assert_eq!(
+            names(&Config::new(Rule::AdamW)),
+            ["lr", "beta1", "beta2", "eps", "weight_decay", "rounding", "seed"]
+        );
+        assert!(names(&Config::new(Rule::HomeAdamW(Switch::Global))).contains(&"rho_over"));
+        assert!(!names(&Config::new(Rule::HomeAdamW(Switch::Element))).contains(&"rho_over"));
+        assert!(!names(&Config::new(Rule::AdamSrf)).contains(&"weight_decay"));
+        for rule in ALL_RULES {
+            let mut saved = Config::new(rule);
+            (saved.lr, saved.seed, saved.rounding) = (0.0123, 7, Rounding::Stochastic);
+            if rule.switch().is_some() {
+                saved.tau = 3e-9;
+                saved.tau_calibration = Some(TauCalibration {
+                    home_share: 0.25,
+                    every: 3,
+                });
+            }
+            if rule == Rule::MiAdam {
+                (saved.kappa, saved.switch_step) = (0.5, 40);
+            }
+            let mut fresh = Config::new(rule);
+            for (name, value) in saved.knobs() {
+                assert_eq!(fresh.set_knob(name, &value.to_string()), Some(()), "{name}");
+            }
+            assert_eq!(fresh, saved, "{rule:?}");
+        }
+        assert_eq!(Config::new(Rule::AdamW).set_knob("beta1", "yes"), None);
+        assert_eq!(Config::new(Rule::AdamW).set_knob("nothing", "1"), None);
+    }
+
+    #[test]
+    fn group_overrides_apply_and_model_wide_ones_are_refused() {
+        let config = Config::new(Rule::AdamW);
+        let group = Group {
+            weight_decay: Some(0.5),
+            eps: Some(1e-3),
+            beta1: Some(0.8),
+            beta2: Some(0.99),
+            ..Group::DEFAULT
+        };
+        let c = config.for_group(group);
+        assert_eq!((c.weight_decay, c.eps, c.beta1, c.beta2), (0.5, 1e-3, 0.8, 0.99));
+        assert_eq!(
+            config
+                .for_group(Group {
+                    decay: false,
+                    ..group
+                })
+                .weight_decay,
+            0.0
+        );
+        assert_eq!(config.for_group(Group::DEFAULT), config);
+        config.check_group(group).unwrap();
+        Config::new(Rule::HomeAdamW(Switch::Element))
+            .check_group(group)
+            .unwrap();
+        for rule in [
+            Rule::HomeAdamW(Switch::Global),
+            Rule::HomeAdam(Switch::Layer),
+            Rule::Swats,
+        ] {
+            let err = Config::new(rule).check_group(Group {
+                weight_decay: None,
+                ..group
+            });
+            assert!(matches!(err, Err(Error::NotForRule { .. })), "{rule:?}: {err:?}");
+        }
+        let mut calibrated = Config::new(Rule::HomeAdamW(Switch::Element));
+        calibrated.tau_calibration = Some(TauCalibration {
+            home_share: 0.1,
+            every: 1,
+        });
+        assert!(calibrated.check_group(group).is_err());
+        let bad = Group {
+            beta1: Some(1.0),
+            ..Group::DEFAULT
+        };
+        assert!(matches!(
+            config.check_group(bad),
+            Err(Error::InvalidHyper { name: "beta1", .. })
+        ));
     }
 
     #[test]

@@ -30,7 +30,7 @@ mod tensor;
 
 pub use calibration::TauCalibration;
 pub use checkpoint::{ByteSink, SliceSink, TensorState, TensorStateMut};
-pub use config::{Config, FiniteCheck, RhoOver, Rule, Switch, ALL_RULES};
+pub use config::{Config, FiniteCheck, Knob, RhoOver, Rule, Switch, ALL_RULES};
 pub use error::{CheckpointError, Error};
 pub use exact::ExactSum;
 pub use optimizer::{Optimizer, Step};

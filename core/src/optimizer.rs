@@ -735,7 +735,7 @@ impl<F: RuleSet> Step<'_, F> {
                 if !(scale.is_finite() && scale >= 0.0) {
                     return Err(Error::InvalidLrScale { tensor, value: scale });
                 }
-                config.for_group(t.group).validate()?;
+                config.check_group(t.group)?;
                 last_group = t.group;
             }
         }

@@ -20,8 +20,14 @@ pub struct TensorAux {
 /// step still shares the step counter, the finite check and (global HomeAdam) one decision.
 ///
 /// The tensor steps with η · `lr_scale` in place of η (schedules set η, so they scale every
-/// group), and with λ, or with λ = 0 when `decay` is false (biases and normalisation
-/// parameters are usually not decayed).
+/// group), with λ (or the group's own `weight_decay`), or with λ = 0 when `decay` is false
+/// (biases and normalisation parameters are usually not decayed), and with the group's own ε
+/// and β where set ([`Config::for_group`](crate::Config::for_group)). A group with every
+/// override `None` steps exactly as the config says.
+///
+/// β2 may differ between groups only where nothing compares v̂ across tensors: not for the
+/// global and per-layer HomeAdam(W) rules, nor with a calibrated τ, nor for SWATS (whose one
+/// switch test reads β2 and ε), which refuse such a group when a step reaches it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Group {
@@ -29,6 +35,14 @@ pub struct Group {
     pub lr_scale: f64,
     /// Whether λ applies to this tensor.
     pub decay: bool,
+    /// λ for this tensor in place of the config's (when `decay` is true).
+    pub weight_decay: Option<f64>,
+    /// ε for this tensor in place of the config's.
+    pub eps: Option<f64>,
+    /// β1 for this tensor in place of the config's.
+    pub beta1: Option<f64>,
+    /// β2 for this tensor in place of the config's.
+    pub beta2: Option<f64>,
 }
 
 impl Group {
@@ -36,11 +50,15 @@ impl Group {
     pub const DEFAULT: Group = Group {
         lr_scale: 1.0,
         decay: true,
+        weight_decay: None,
+        eps: None,
+        beta1: None,
+        beta2: None,
     };
     /// η as configured, no weight decay.
     pub const NO_DECAY: Group = Group {
-        lr_scale: 1.0,
         decay: false,
+        ..Group::DEFAULT
     };
 }
 

@@ -52,13 +52,21 @@ fn tensors(seed: u64) -> Vec<Vec<f32>> {
         .collect()
 }
 
-/// Tensor k's group: the default, a scaled rate, or no decay.
-fn group(k: usize) -> Group {
+/// Tensor k's group: the default, a scaled rate with its own β1 and λ (where `config`'s rule
+/// reads them), or no decay.
+fn group(k: usize, config: &homeadam_core::Config) -> Group {
+    let own = Group {
+        lr_scale: 0.5,
+        beta1: Some(0.8),
+        weight_decay: Some(0.05),
+        ..Group::DEFAULT
+    };
     match k % 3 {
         0 => Group::DEFAULT,
+        1 if config.check_group(own).is_ok() => own,
         1 => Group {
             lr_scale: 0.5,
-            decay: true,
+            ..Group::DEFAULT
         },
         _ => Group::NO_DECAY,
     }
@@ -73,7 +81,7 @@ fn same<P: Storage, G: Storage, S: StateBits>() {
             config.seed = 7;
             let mut ref_opt = Optimizer::new(config).unwrap();
             let mut reference = Model::<P, G, S>::new(&ref_opt, &params);
-            reference.groups = (0..params.len()).map(group).collect();
+            reference.groups = (0..params.len()).map(|k| group(k, &config)).collect();
             let mut fast: Vec<_> = fast_paths()
                 .into_iter()
                 .map(|path| (path, ref_opt.clone(), reference.clone()))

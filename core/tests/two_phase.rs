@@ -59,7 +59,7 @@ fn two_slices_step_as_one_model() {
         a.groups[2] = Group::NO_DECAY;
         a.groups[3] = Group {
             lr_scale: 0.25,
-            decay: true,
+            ..Group::DEFAULT
         };
         let mut b = a.clone();
         for t in 1..=4 {
@@ -103,7 +103,7 @@ fn slices_of_different_storage_share_one_global_decision() {
 fn a_group_steps_as_its_own_config() {
     let group = Group {
         lr_scale: 0.5,
-        decay: false,
+        ..Group::NO_DECAY
     };
     for config in configs() {
         let mut grouped = Optimizer::new(config).unwrap();
@@ -132,6 +132,7 @@ fn bad_groups_are_refused() {
         let group = Group {
             lr_scale: scale,
             decay,
+            ..Group::DEFAULT
         };
         let err = opt
             .step(
@@ -144,7 +145,7 @@ fn bad_groups_are_refused() {
     // η·scale·λ = 1e-3 · 4000 · 0.5 ≥ 1: decoupled decay would flip the sign.
     let group = Group {
         lr_scale: 4000.0,
-        decay: true,
+        ..Group::DEFAULT
     };
     let err = opt
         .step(

@@ -17,10 +17,11 @@ pub const BATCH: usize = 10;
 /// the kernel of [`config`]'s rule only.
 pub type Model = Trainer<State, PARAMS, { 2 * slot_items(PARAMS) }, only::HomeAdamWEw>;
 
-/// HomeAdamW-ew, η = 2e-3, λ = 1e-4.
+/// HomeAdamW-ew, η = 2e-3, ε = 1e-8, λ = 1e-4.
 pub fn config() -> Config {
     let mut c = Config::new(Rule::HomeAdamW(Switch::Element));
     c.lr = 2e-3;
+    c.eps = 1e-8;
     c.weight_decay = 1e-4;
     c
 }

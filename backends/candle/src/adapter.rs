@@ -4,13 +4,13 @@ use candle_core::backprop::GradStore;
 use candle_core::{bail, DType, Result, Tensor, Var};
 use candle_nn::VarMap;
 use homeadam_core::{
-    bf16, f16, Config, Dtype, ExactSum, Group, Optimizer, Q8Block, StateStorage, Step, StepReport, Storage,
-    TensorAux,
+    Config, Dtype, ExactSum, Group, Optimizer, StateStorage, Step, StepReport, Storage, TensorAux,
 };
 
 use super::clip::{check_max_norm, clip_scale};
-use super::groups::{check_multipliers, group};
+use super::groups::{check_groups, group, GroupSettings};
 use super::lend::{add_grad_squares, check_distinct, with_slices, Visit};
+use super::placement::{OnStatesMut, Param, Placement, States};
 use super::schedule::Schedule;
 
 /// Everything [`VarOptimizer`] needs besides the variables.
@@ -25,26 +25,52 @@ pub struct OptimConfig {
     /// Decay every variable; by default biases and normalisation parameters are not decayed
     /// (see [`crate::is_no_decay`]).
     pub decay_all: bool,
-    /// Learning-rate multipliers: `(name prefix, factor)`, the first matching prefix wins.
-    pub lr_multipliers: Vec<(String, f64)>,
+    /// Parameter groups by name: `(name prefix, settings)`, the first matching prefix wins;
+    /// a variable no prefix matches steps with [`GroupSettings::DEFAULT`]. Groups can also be
+    /// added after construction ([`VarOptimizer::add_group`]).
+    pub groups: Vec<(String, GroupSettings)>,
     /// c of global-norm clipping (see [`crate::clip_grad_norm`]); `None`: no clipping.
     pub max_grad_norm: Option<f64>,
-    /// η as a function of the schedule position.
+    /// η as a function of the schedule position (after the warm-up).
     pub schedule: Schedule,
+    /// W, positions of linear warm-up before the schedule ([`Schedule::lr_after_warmup`]);
+    /// 0: none.
+    pub warmup: u64,
+    /// What a step does when a gradient holds NaN or ±∞.
+    pub on_skip: SkipPolicy,
 }
 
 impl OptimConfig {
-    /// `core` with f32 state, the default decay exemptions, no clipping, a constant rate.
+    /// `core` with f32 state, the default decay exemptions, no clipping, a constant rate, and
+    /// skipped steps counted.
     pub fn new(core: Config) -> Self {
         OptimConfig {
             core,
             state_dtype: Dtype::F32,
             decay_all: false,
-            lr_multipliers: Vec::new(),
+            groups: Vec::new(),
             max_grad_norm: None,
             schedule: Schedule::Constant,
+            warmup: 0,
+            on_skip: SkipPolicy::Count,
         }
     }
+}
+
+/// What a step does when a gradient holds NaN or ±∞. The step is skipped in every case:
+/// nothing changes, the step counter t included, and [`VarOptimizer::skipped_steps`] counts it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SkipPolicy {
+    /// Skip and count: [`VarOptimizer::skipped_steps`] and the step's report
+    /// (`report.skipped`) say so, nothing else does.
+    #[default]
+    Count,
+    /// Skip, count, and warn once per optimizer through its warning hook (standard error
+    /// unless [`VarOptimizer::set_warning_hook`] sets another).
+    Warn,
+    /// Skip, count, and return an error from the step (also from the
+    /// [`candle_nn::Optimizer`] trait's `step` and `backward_step`).
+    Error,
 }
 
 /// What one step did.
@@ -66,32 +92,6 @@ impl StepOutcome {
     }
 }
 
-/// A variable and what the adapter knows of it.
-#[derive(Clone, Debug)]
-pub(crate) struct Param {
-    pub(crate) name: String,
-    pub(crate) var: Var,
-    pub(crate) group: Group,
-}
-
-/// Where the optimizer state lives: with the variables.
-pub(crate) enum Placement {
-    /// CPU variables: the state in host memory, stepped by the core.
-    Host(States),
-    /// CUDA variables: the state on their device, stepped by homeadam-cuda.
-    #[cfg(feature = "cuda")]
-    Device(Box<crate::cuda::DeviceState>),
-}
-
-/// Per-variable optimizer state in the chosen storage type.
-#[derive(Clone, Debug)]
-pub(crate) enum States {
-    F32(Vec<Vec<f32>>),
-    BF16(Vec<Vec<bf16>>),
-    F16(Vec<Vec<f16>>),
-    Q8(Vec<Vec<Q8Block>>),
-}
-
 /// An optimizer over candle `Var`s that updates them in place: on the CPU with
 /// `homeadam-core`, on a CUDA device (feature `cuda`) with `homeadam-cuda`'s kernels on
 /// candle's own buffers; every rule of [`homeadam_core::ALL_RULES`], the same bits on both.
@@ -106,7 +106,12 @@ pub(crate) enum States {
 /// are left out. Variables may be f32, bf16 or f16, mixed in one model.
 ///
 /// Parameter groups: each variable steps in its [`homeadam_core::Group`]: η times its
-/// learning-rate multiplier, and λ = 0 for the variables exempt from decay.
+/// group's `lr_scale`, the group's λ, ε and β where it sets them, and λ = 0 for the variables
+/// exempt from decay ([`OptimConfig::groups`], [`VarOptimizer::add_group`]).
+///
+/// A step with a gradient that holds NaN or ±∞ is skipped (nothing changes); the
+/// configuration's [`SkipPolicy`] says whether that is only counted, also warned about once,
+/// or an error.
 ///
 /// On a CUDA device every variable of one optimizer must be on that device and of one dtype;
 /// the state stays on the device (checkpoints copy it), and a step reads the device back once
@@ -123,25 +128,20 @@ pub struct VarOptimizer {
     /// a valid rate is set.
     pub(crate) refused_lr: Option<String>,
     last: Option<StepOutcome>,
+    /// Steps skipped since construction (and before, for a loaded state).
+    pub(crate) skipped: u64,
+    warned: bool,
+    warn: Box<dyn FnMut(&str) + Send>,
 }
 
-fn core_err(e: homeadam_core::Error) -> candle_core::Error {
+/// A core error as a candle error.
+pub(crate) fn core_err(e: homeadam_core::Error) -> candle_core::Error {
     candle_core::Error::Msg(format!("homeadam: {e}"))
 }
 
-/// Zeroed state of `slots` slots for variables of `numels` elements.
-pub(crate) fn fresh_states(dtype: Dtype, slots: usize, numels: impl Iterator<Item = usize>) -> States {
-    fn fresh<S: StateStorage>(slots: usize, numels: impl Iterator<Item = usize>) -> Vec<Vec<S>> {
-        numels
-            .map(|n| vec![S::default(); slots * S::slot_len(n)])
-            .collect()
-    }
-    match dtype {
-        Dtype::F32 => States::F32(fresh(slots, numels)),
-        Dtype::BF16 => States::BF16(fresh::<bf16>(slots, numels)),
-        Dtype::F16 => States::F16(fresh::<f16>(slots, numels)),
-        Dtype::Q8 => States::Q8(fresh(slots, numels)),
-    }
+/// The warning hook of a new optimizer: standard error.
+fn warn_on_stderr(message: &str) {
+    eprintln!("warning: {message}");
 }
 
 impl VarOptimizer {
@@ -157,25 +157,18 @@ impl VarOptimizer {
         if let Some(c) = config.max_grad_norm {
             check_max_norm(c)?;
         }
-        check_multipliers(&config.lr_multipliers)?;
-        let mut seen = std::collections::HashSet::new();
-        let mut params = Vec::with_capacity(vars.len());
-        for (name, var) in vars.into_iter().filter(|(_, v)| v.elem_count() > 0) {
-            if !matches!(var.dtype(), DType::F32 | DType::BF16 | DType::F16) {
-                bail!(
-                    "homeadam: {name} has dtype {:?}: expected f32, bf16 or f16",
-                    var.dtype()
-                );
-            }
-            if !seen.insert(var.id()) {
-                bail!("homeadam: variable {name} is given twice");
-            }
-            let group = group(&name, var.rank(), config.decay_all, &config.lr_multipliers);
-            params.push(Param { name, var, group });
-        }
+        check_groups(&config.groups)?;
+        let params = new_params(vars, &[], |name, rank| {
+            let settings = config
+                .groups
+                .iter()
+                .find(|(prefix, _)| name.starts_with(prefix.as_str()))
+                .map_or(GroupSettings::DEFAULT, |&(_, s)| s);
+            group(name, rank, config.decay_all, settings)
+        })?;
         let slots = config.core.state_slots();
         let placement = if params.iter().all(|p| p.var.device().is_cpu()) {
-            Placement::Host(fresh_states(
+            Placement::Host(States::fresh(
                 config.state_dtype,
                 slots,
                 params.iter().map(|p| p.var.elem_count()),
@@ -193,9 +186,57 @@ impl VarOptimizer {
             position: 0,
             refused_lr: None,
             last: None,
+            skipped: 0,
+            warned: false,
+            warn: Box::new(warn_on_stderr),
         };
         opt.apply_lr()?;
         Ok(opt)
+    }
+
+    /// Adds the variables `vars` as a parameter group with `settings` (PyTorch's
+    /// `add_param_group`): they step after the variables already held, from zeroed state, at
+    /// the next step; the decay exemptions apply to them as to the others. A saved state
+    /// holds them: the optimizer that loads it must have the same groups, added in the same
+    /// order. Nothing changes on error.
+    pub fn add_group(&mut self, vars: Vec<(String, Var)>, settings: GroupSettings) -> Result<()> {
+        check_groups(&[(String::new(), settings)])?;
+        let decay_all = self.config.decay_all;
+        let added = new_params(vars, &self.params, |name, rank| {
+            group(name, rank, decay_all, settings)
+        })?;
+        if let Some(why) = self.refuse_groups(self.base_lr, &added) {
+            bail!("homeadam: {why}");
+        }
+        let slots = self.config.core.state_slots();
+        match &mut self.placement {
+            Placement::Host(_) if added.iter().any(|p| !p.var.device().is_cpu()) => {
+                bail!("homeadam: add_group: this optimizer steps CPU variables; give CPU variables")
+            }
+            Placement::Host(states) => states.push_fresh(slots, added.iter().map(|p| p.var.elem_count())),
+            #[cfg(feature = "cuda")]
+            Placement::Device(d) => d.add(&self.params, &added)?,
+        }
+        self.aux.extend(added.iter().map(|_| TensorAux::default()));
+        self.params.extend(added);
+        Ok(())
+    }
+
+    /// Sets the function [`SkipPolicy::Warn`] sends its one warning to (standard error by
+    /// default), e.g. a `log` or `tracing` macro.
+    pub fn set_warning_hook(&mut self, hook: impl FnMut(&str) + Send + 'static) {
+        self.warn = Box::new(hook);
+    }
+
+    /// Steps skipped because a gradient held NaN or ±∞, since construction (a loaded state
+    /// brings the count it was saved with).
+    pub fn skipped_steps(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Each variable's name and parameter group, in stepping order.
+    pub fn groups(&self) -> impl Iterator<Item = (&str, Group)> {
+        self.params.iter().map(|p| (p.name.as_str(), p.group))
     }
 
     /// Every variable of `varmap`, sorted by name, so that the order (and so checkpoints and
@@ -241,14 +282,24 @@ impl VarOptimizer {
         self.last
     }
 
-    /// The current rate η = schedule(η₀, position) (before group multipliers).
+    /// The current rate η = schedule(η₀, position) after the warm-up (before group
+    /// multipliers); also [`candle_nn::Optimizer::learning_rate`].
     pub fn current_lr(&self) -> f64 {
-        self.config.schedule.lr(self.base_lr, self.position)
+        self.config
+            .schedule
+            .lr_after_warmup(self.base_lr, self.position, self.config.warmup)
     }
 
-    /// Sets η₀ and applies schedule(η₀, position); refused like a bad config (η₀ not finite
-    /// and ≥ 0, or ηλ ≥ 1 for decoupled decay in some variable's group), leaving everything
-    /// unchanged.
+    /// The base rate η₀ that the schedule and warm-up scale.
+    pub fn base_learning_rate(&self) -> f64 {
+        self.base_lr
+    }
+
+    /// Sets the base rate η₀ and applies schedule(η₀, position): the schedule goes on from
+    /// its position with the new base, so after a cosine decay to its floor the rate stays at
+    /// the floor ([`VarOptimizer::current_lr`] reports it). Refused like a bad config (η₀ not
+    /// finite and ≥ 0, or ηλ ≥ 1 for decoupled decay in some variable's group), leaving
+    /// everything unchanged.
     pub fn try_set_learning_rate(&mut self, base_lr: f64) -> Result<()> {
         if let Some(why) = self.refuse_rate(base_lr) {
             bail!("homeadam: {why}");
@@ -281,13 +332,22 @@ impl VarOptimizer {
         if !(base_lr.is_finite() && base_lr >= 0.0) {
             return Some(format!("learning rate {base_lr}: expected a finite value >= 0"));
         }
+        self.refuse_groups(base_lr, &self.params)
+    }
+
+    /// Why η₀ = `base_lr` cannot be used at the current position in the groups of `params`,
+    /// if it cannot.
+    fn refuse_groups(&self, base_lr: f64, params: &[Param]) -> Option<String> {
         let mut config = *self.opt.config();
-        config.lr = self.config.schedule.lr(base_lr, self.position);
+        config.lr = self
+            .config
+            .schedule
+            .lr_after_warmup(base_lr, self.position, self.config.warmup);
         if let Err(e) = config.validate() {
             return Some(e.to_string());
         }
-        self.params.iter().find_map(|p| {
-            let e = config.for_group(p.group).validate().err()?;
+        params.iter().find_map(|p| {
+            let e = config.check_group(p.group).err()?;
             Some(format!("{} (lr × {}): {e}", p.name, p.group.lr_scale))
         })
     }
@@ -353,8 +413,60 @@ impl VarOptimizer {
             elements,
         };
         self.last = Some(outcome);
+        if report.skipped {
+            self.skipped += 1;
+            return self.skipped_step(outcome);
+        }
         Ok(outcome)
     }
+
+    /// What [`SkipPolicy`] makes of a skipped step.
+    fn skipped_step(&mut self, outcome: StepOutcome) -> Result<StepOutcome> {
+        let message = || {
+            format!(
+                "homeadam: step skipped: a gradient holds NaN or ±∞ ({} steps taken, {} skipped); \
+                 nothing changed",
+                outcome.report.step, self.skipped
+            )
+        };
+        match self.config.on_skip {
+            SkipPolicy::Count => Ok(outcome),
+            SkipPolicy::Warn => {
+                if !self.warned {
+                    self.warned = true;
+                    let text = message() + " (warned once; skipped_steps() counts the rest)";
+                    (self.warn)(&text);
+                }
+                Ok(outcome)
+            }
+            SkipPolicy::Error => bail!("{} (SkipPolicy::Error)", message()),
+        }
+    }
+}
+
+/// The variables of `vars` with elements, checked (dtype, given twice here or among `held`),
+/// each in the group `group(name, rank)` gives it.
+fn new_params(
+    vars: Vec<(String, Var)>,
+    held: &[Param],
+    group: impl Fn(&str, usize) -> Group,
+) -> Result<Vec<Param>> {
+    let mut seen: std::collections::HashSet<_> = held.iter().map(|p| p.var.id()).collect();
+    let mut params = Vec::with_capacity(vars.len());
+    for (name, var) in vars.into_iter().filter(|(_, v)| v.elem_count() > 0) {
+        if !matches!(var.dtype(), DType::F32 | DType::BF16 | DType::F16) {
+            bail!(
+                "homeadam: {name} has dtype {:?}: expected f32, bf16 or f16",
+                var.dtype()
+            );
+        }
+        if !seen.insert(var.id()) {
+            bail!("homeadam: variable {name} is given twice");
+        }
+        let group = group(&name, var.rank());
+        params.push(Param { name, var, group });
+    }
+    Ok(params)
 }
 
 /// The placement of variables that are not all on the CPU.
@@ -401,13 +513,37 @@ fn step_host(
         (Some(c), Some(norm)) => clip_scale(norm, c),
         _ => 1.0,
     };
-    let report = match states {
-        States::F32(s) => step_all(opt, params, active, s, aux, grad_scale),
-        States::BF16(s) => step_all(opt, params, active, s, aux, grad_scale),
-        States::F16(s) => step_all(opt, params, active, s, aux, grad_scale),
-        States::Q8(s) => step_all(opt, params, active, s, aux, grad_scale),
-    }?;
+    let report = states.visit_mut(StepAll {
+        opt,
+        params,
+        active,
+        aux,
+        grad_scale,
+    })?;
     Ok((report, grad_norm))
+}
+
+/// [`step_all`] for the state type of the states.
+struct StepAll<'a> {
+    opt: &'a mut Optimizer,
+    params: &'a [Param],
+    active: &'a [(usize, Tensor)],
+    aux: &'a mut [TensorAux],
+    grad_scale: f64,
+}
+
+impl OnStatesMut for StepAll<'_> {
+    type Out = Result<StepReport>;
+    fn on<S: StateStorage>(self, states: &mut Vec<Vec<S>>) -> Result<StepReport> {
+        step_all(
+            self.opt,
+            self.params,
+            self.active,
+            states,
+            self.aux,
+            self.grad_scale,
+        )
+    }
 }
 
 /// One core step over the variables `active` (index, contiguous gradient): every variable is
@@ -472,19 +608,23 @@ impl candle_nn::Optimizer for VarOptimizer {
     }
 
     /// [`VarOptimizer::step_with_report`]; its outcome is kept for
-    /// [`VarOptimizer::last_report`].
+    /// [`VarOptimizer::last_report`]. A skipped step is an error under [`SkipPolicy::Error`].
     fn step(&mut self, grads: &GradStore) -> Result<()> {
         self.step_with_report(grads).map(|_| ())
     }
 
-    /// η = schedule(η₀, position).
+    /// The current η = schedule(η₀, position) after the warm-up
+    /// ([`VarOptimizer::current_lr`]); the base rate η₀ is
+    /// [`VarOptimizer::base_learning_rate`].
     fn learning_rate(&self) -> f64 {
         self.current_lr()
     }
 
-    /// Sets η₀ as [`VarOptimizer::try_set_learning_rate`] does. The trait's setter cannot
-    /// return an error: an invalid rate (negative, not finite, or ηλ ≥ 1) leaves η unchanged
-    /// and every later step fails, naming the refused rate, until a valid rate is set.
+    /// Sets the base rate η₀ as [`VarOptimizer::try_set_learning_rate`] does: under a
+    /// schedule, [`candle_nn::Optimizer::learning_rate`] then reports schedule(η₀, position),
+    /// not `lr`. The trait's setter cannot return an error: an invalid rate (negative, not
+    /// finite, or ηλ ≥ 1) leaves η unchanged and every later step fails, naming the refused
+    /// rate, until a valid rate is set.
     fn set_learning_rate(&mut self, lr: f64) {
         self.refused_lr = match self.refuse_rate(lr) {
             Some(why) => Some(format!("set_learning_rate({lr}) was refused ({why})")),

@@ -15,11 +15,11 @@ use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use candle_core::cuda::CudaStorageSlice;
 use candle_core::{bail, Result, Storage as Stored, Tensor};
 use homeadam_core::q8::BLOCK_BYTES;
-use homeadam_core::{Dtype, Optimizer, Q8Block, StepReport, Storage, TensorAux};
+use homeadam_core::{Dtype, Optimizer, Q8Block, StateStorage, StepReport, Storage, TensorAux};
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes};
 
-use super::adapter::{Param, States};
 use super::clip::clip_scale;
+use super::placement::{OnStates, Param, States};
 use super::state::write_core;
 
 /// An error of homeadam-cuda, the core or the CUDA driver, as candle's.
@@ -93,6 +93,25 @@ impl DeviceState {
                 first.name
             );
         };
+        let mut placed = DeviceState {
+            stream,
+            dtypes: Dtypes {
+                param,
+                grad: param,
+                state,
+            },
+            slots,
+            buffers: Vec::with_capacity(params.len()),
+            table: None,
+        };
+        placed.buffers = placed.alloc(params, first)?;
+        Ok(placed)
+    }
+
+    /// Zeroed state buffers for `params`, which must be on the device and of the dtype of
+    /// `first` (the optimizer's first variable).
+    fn alloc(&self, params: &[Param], first: &Param) -> Result<Vec<CudaSlice<u8>>> {
+        let (device, dtype) = (first.var.device(), first.var.dtype());
         let mut buffers = Vec::with_capacity(params.len());
         for p in params {
             if !p.var.device().same_device(device) {
@@ -114,22 +133,23 @@ impl DeviceState {
                     p.var.dtype()
                 );
             }
-            let bytes = slots * state.slot_bytes(p.var.elem_count());
-            buffers.push(stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| {
+            let bytes = self.slots * self.dtypes.state.slot_bytes(p.var.elem_count());
+            buffers.push(self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| {
                 candle_core::Error::Msg(format!("homeadam: optimizer state of {}: {e}", p.name))
             })?);
         }
-        Ok(DeviceState {
-            stream,
-            dtypes: Dtypes {
-                param,
-                grad: param,
-                state,
-            },
-            slots,
-            buffers,
-            table: None,
-        })
+        Ok(buffers)
+    }
+
+    /// Adds zeroed state for `added`, variables after those of `held` (not empty): the next
+    /// step builds the table again over them.
+    pub(crate) fn add(&mut self, held: &[Param], added: &[Param]) -> Result<()> {
+        let Some(first) = held.first() else {
+            bail!("homeadam: no variable to add a group to on a CUDA device");
+        };
+        let buffers = self.alloc(added, first)?;
+        self.buffers.extend(buffers);
+        Ok(())
     }
 
     /// The core optimizer of the table (t, the config), once built.
@@ -296,15 +316,27 @@ fn checkpoint(
     aux: &[TensorAux],
     active: &[usize],
 ) -> Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    let which = active.iter().copied();
-    match states {
-        States::F32(s) => write_core(core, params, s, aux, which, &mut bytes),
-        States::BF16(s) => write_core(core, params, s, aux, which, &mut bytes),
-        States::F16(s) => write_core(core, params, s, aux, which, &mut bytes),
-        States::Q8(s) => write_core(core, params, s, aux, which, &mut bytes),
-    }?;
-    Ok(bytes)
+    struct Write<'a> {
+        core: &'a Optimizer,
+        params: &'a [Param],
+        aux: &'a [TensorAux],
+        active: &'a [usize],
+    }
+    impl OnStates for Write<'_> {
+        type Out = Result<Vec<u8>>;
+        fn on<S: StateStorage>(self, states: &[Vec<S>]) -> Result<Vec<u8>> {
+            let mut bytes = Vec::new();
+            let which = self.active.iter().copied();
+            write_core(self.core, self.params, states, self.aux, which, &mut bytes)?;
+            Ok(bytes)
+        }
+    }
+    states.visit(Write {
+        core,
+        params,
+        aux,
+        active,
+    })
 }
 
 fn from_bytes<S: Storage>(bytes: &[u8]) -> Vec<S> {

@@ -1,4 +1,5 @@
-//! Parameter groups: which variables are decayed and their learning-rate multipliers.
+//! Parameter groups: which variables are decayed, and what each group changes of the rule's
+//! hyper-parameters.
 
 use candle_core::{bail, Result};
 use homeadam_core::Group;
@@ -26,31 +27,78 @@ pub fn is_no_decay(name: &str, rank: usize) -> bool {
     exempt
 }
 
-/// The learning-rate multiplier of a variable: the first rule whose prefix starts its name,
-/// else 1.
-fn lr_multiplier(name: &str, rules: &[(String, f64)]) -> f64 {
-    rules
-        .iter()
-        .find(|(prefix, _)| name.starts_with(prefix.as_str()))
-        .map_or(1.0, |&(_, m)| m)
+/// What a parameter group changes, as PyTorch's per-group options: η times `lr_scale`, and
+/// the group's own λ, ε, β1, β2 where set (`None`: the config's). The decay exemptions
+/// ([`is_no_decay`]) hold inside every group: an exempt variable has λ = 0 whatever its group.
+///
+/// ```
+/// use homeadam_candle::GroupSettings;
+///
+/// // The head at a tenth of η and without weight decay; everything else as configured.
+/// let head = GroupSettings {
+///     lr_scale: 0.1,
+///     weight_decay: Some(0.0),
+///     ..GroupSettings::DEFAULT
+/// };
+/// # assert_eq!(head.eps, None);
+/// ```
+///
+/// β2 (and SWATS's ε) must be one value for the whole model where v̂ is compared across
+/// variables (global and per-layer HomeAdam(W), a calibrated τ, SWATS): a group that sets it
+/// there is refused (see [`homeadam_core::Group`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GroupSettings {
+    /// Multiplies η (finite, ≥ 0).
+    pub lr_scale: f64,
+    /// λ in place of the config's.
+    pub weight_decay: Option<f64>,
+    /// ε in place of the config's.
+    pub eps: Option<f64>,
+    /// β1 in place of the config's.
+    pub beta1: Option<f64>,
+    /// β2 in place of the config's.
+    pub beta2: Option<f64>,
 }
 
-/// Refuses a multiplier that is not finite and ≥ 0.
-pub(crate) fn check_multipliers(rules: &[(String, f64)]) -> Result<()> {
-    for (prefix, m) in rules {
-        if !(m.is_finite() && *m >= 0.0) {
-            bail!("homeadam: lr multiplier {m} for {prefix:?}: expected a finite value >= 0");
+impl GroupSettings {
+    /// η and every hyper-parameter as configured.
+    pub const DEFAULT: GroupSettings = GroupSettings {
+        lr_scale: 1.0,
+        weight_decay: None,
+        eps: None,
+        beta1: None,
+        beta2: None,
+    };
+}
+
+impl Default for GroupSettings {
+    fn default() -> Self {
+        GroupSettings::DEFAULT
+    }
+}
+
+/// Refuses a group whose `lr_scale` is not finite and ≥ 0 (the other settings are checked
+/// against the rule when the variables are placed).
+pub(crate) fn check_groups(groups: &[(String, GroupSettings)]) -> Result<()> {
+    for (prefix, g) in groups {
+        let m = g.lr_scale;
+        if !(m.is_finite() && m >= 0.0) {
+            bail!("homeadam: group {prefix:?}: lr_scale = {m}, expected a finite value >= 0");
         }
     }
     Ok(())
 }
 
-/// The core parameter group of a variable: its learning-rate multiplier, and decay unless
-/// [`is_no_decay`] exempts it (and `decay_all` is off).
-pub(crate) fn group(name: &str, rank: usize, decay_all: bool, rules: &[(String, f64)]) -> Group {
+/// The core parameter group of a variable: `settings`, and decay unless [`is_no_decay`]
+/// exempts it (and `decay_all` is off).
+pub(crate) fn group(name: &str, rank: usize, decay_all: bool, settings: GroupSettings) -> Group {
     Group {
-        lr_scale: lr_multiplier(name, rules),
+        lr_scale: settings.lr_scale,
         decay: decay_all || !is_no_decay(name, rank),
+        weight_decay: settings.weight_decay,
+        eps: settings.eps,
+        beta1: settings.beta1,
+        beta2: settings.beta2,
     }
 }
 
@@ -86,17 +134,30 @@ mod tests {
     }
 
     #[test]
-    fn multipliers() {
-        let rules = vec![("head.".to_string(), 10.0), ("".to_string(), 0.5)];
-        assert_eq!(lr_multiplier("head.weight", &rules), 10.0);
-        assert_eq!(lr_multiplier("body.weight", &rules), 0.5);
-        assert_eq!(lr_multiplier("body.weight", &[]), 1.0);
-        let g = group("head.weight", 2, false, &rules);
-        assert_eq!((g.lr_scale, g.decay), (10.0, true));
-        assert!(!group("head.bias", 1, false, &rules).decay);
-        assert!(group("head.bias", 1, true, &rules).decay);
-        assert!(check_multipliers(&rules).is_ok());
-        assert!(check_multipliers(&[("x".into(), f64::NAN)]).is_err());
-        assert!(check_multipliers(&[("x".into(), -1.0)]).is_err());
+    fn settings_make_the_group() {
+        let head = GroupSettings {
+            lr_scale: 10.0,
+            eps: Some(1e-4),
+            ..GroupSettings::DEFAULT
+        };
+        let g = group("head.weight", 2, false, head);
+        assert_eq!(
+            (g.lr_scale, g.decay, g.eps, g.beta1),
+            (10.0, true, Some(1e-4), None)
+        );
+        assert!(!group("head.bias", 1, false, head).decay);
+        assert!(group("head.bias", 1, true, head).decay);
+        assert_eq!(
+            group("x.weight", 2, false, GroupSettings::DEFAULT),
+            Group::DEFAULT
+        );
+        assert!(check_groups(&[("x".into(), head)]).is_ok());
+        for bad in [f64::NAN, -1.0] {
+            let g = GroupSettings {
+                lr_scale: bad,
+                ..GroupSettings::DEFAULT
+            };
+            assert!(check_groups(&[("x".into(), g)]).is_err());
+        }
     }
 }

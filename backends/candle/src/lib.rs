@@ -6,16 +6,19 @@ mod clip;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod groups;
+mod inspect;
 mod lend;
+mod placement;
 mod schedule;
 mod state;
 #[cfg(test)]
 mod tests;
 
-pub use adapter::{OptimConfig, StepOutcome, VarOptimizer};
+pub use adapter::{OptimConfig, SkipPolicy, StepOutcome, VarOptimizer};
 pub use clip::{clip_grad_norm, global_grad_norm};
-pub use groups::is_no_decay;
+pub use groups::{is_no_decay, GroupSettings};
 pub use schedule::Schedule;
+pub use state::Adopted;
 
 /// The core crate, re-exported: [`homeadam_core::Config`], [`homeadam_core::Rule`] and the
 /// other types a configuration names.

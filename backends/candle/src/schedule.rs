@@ -2,7 +2,9 @@
 //!
 //! The position counts whatever the caller advances it by (steps or epochs, see
 //! [`crate::VarOptimizer::advance_schedule`]); it is saved with the optimizer state so a
-//! resumed run continues on the same curve.
+//! resumed run continues on the same curve. A linear warm-up
+//! ([`crate::OptimConfig::warmup`]) composes with every schedule
+//! ([`Schedule::lr_after_warmup`]).
 
 /// A learning-rate schedule.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -42,6 +44,18 @@ impl Schedule {
                 "step schedule: gamma = {gamma}, expected a finite value >= 0"
             )),
             _ => Ok(()),
+        }
+    }
+
+    /// η at position `k` for base rate `base` after `warmup` = W positions of linear warm-up:
+    /// η_k = schedule(η₀, 0) · (k + 1) / W for k < W (the rate reaches the schedule's start at
+    /// the last warm-up position; no position steps at 0), then η_k = schedule(η₀, k − W), so
+    /// the schedule runs its whole course after the warm-up. W = 0 is the schedule alone.
+    pub fn lr_after_warmup(&self, base: f64, k: u64, warmup: u64) -> f64 {
+        if k < warmup {
+            self.lr(base, 0) * (k + 1) as f64 / warmup as f64
+        } else {
+            self.lr(base, k - warmup)
         }
     }
 
@@ -103,6 +117,21 @@ mod tests {
         assert_eq!(s.lr(1.0, 60), 0.1 * 0.1);
         let half = Schedule::Step { every: 2, gamma: 0.5 };
         assert_eq!(half.lr(0.8, 5), 0.2);
+    }
+
+    #[test]
+    fn warmup_then_the_whole_schedule() {
+        let cosine = Schedule::Cosine {
+            total: 4,
+            min_lr: 0.0,
+        };
+        let lr: Vec<f64> = (0..8).map(|k| cosine.lr_after_warmup(1.0, k, 4)).collect();
+        assert_eq!(lr[..4], [0.25, 0.5, 0.75, 1.0]);
+        assert_eq!(lr[4..], (0..4).map(|k| cosine.lr(1.0, k)).collect::<Vec<_>>());
+        assert_eq!(Schedule::Constant.lr_after_warmup(0.1, 0, 0), 0.1);
+        let step = Schedule::Step { every: 2, gamma: 0.5 };
+        assert_eq!(step.lr_after_warmup(0.8, 1, 2), 0.8);
+        assert_eq!(step.lr_after_warmup(0.8, 4, 2), 0.4);
     }
 
     #[test]

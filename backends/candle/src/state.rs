@@ -1,58 +1,114 @@
 //! [`VarOptimizer`]'s state as bytes: one core checkpoint of the whole model, in an envelope
-//! that names the variables and holds their groups and the schedule.
+//! that describes it (the rule, the hyper-parameters it reads, the state type, each variable's
+//! name, shape, dtype and group) and holds the schedule's place.
 //!
 //! ```text
 //! offset  size  field
 //!      0     8  magic "HACANDLE"
-//!      8     2  format version (2)
+//!      8     2  format version (3)
 //!     10     2  reserved, 0
 //!     12     4  variable count V
 //!     16     8  schedule position k
 //!     24     8  base learning rate η₀ (f64 bits)
+//!     32     8  skipped steps
+//! then, each text as 1 length byte and UTF-8:
+//!                 rule name (`Rule::name`), state dtype name (`Dtype::name`)
+//!              2  hyper-parameter count H, then H × (name text, value text): the rule's knobs
+//!                 as `Config::knobs` lists them (η = η₀) and `Knob`'s `Display` writes them
 //! per variable, in stepping order:
 //!              2  name length, then the UTF-8 name
 //!              1  rank r, then r dimensions of 8 bytes
+//!                 dtype name text (`f32`, `bf16`, `f16`)
 //!              8  group learning-rate multiplier (f64 bits)
 //!              1  group decay (0 or 1)
+//!         4 × 9  the group's λ, ε, β1, β2: 1 byte set (0 or 1), then the value (f64 bits)
 //! then:
 //!              8  length L, then L bytes in the core's checkpoint format (core/src/checkpoint.rs)
 //!                 with every variable in stepping order
 //! end          4  CRC-32 (IEEE) of every byte before it
 //! ```
-//! All integers little-endian. Version 1 held one core checkpoint per parameter group; it is
-//! refused by name. Loading checks everything before it changes anything.
+//! All integers little-endian. Version 2 (homeadam-candle before the self-describing state)
+//! has no skipped count, texts, dtypes or group overrides: it still loads, with only η₀
+//! checked (its one hyper-parameter). Version 1 held one core checkpoint per parameter group;
+//! it is refused by name. Loading checks everything before it changes anything.
 
-use candle_core::{bail, Result};
+use candle_core::{bail, DType, Result};
 use homeadam_core::backend::Crc32;
-use homeadam_core::{Group, Optimizer, SliceSink, StateStorage, TensorAux, TensorState, TensorStateMut};
+use homeadam_core::{
+    Config, Group, Optimizer, SliceSink, StateStorage, TensorAux, TensorState, TensorStateMut,
+};
 
 use std::borrow::Cow;
 
-#[cfg(feature = "cuda")]
-use super::adapter::fresh_states;
-use super::adapter::{Param, Placement, States, VarOptimizer};
+use super::adapter::{core_err, VarOptimizer};
+use super::placement::{OnStates, OnStatesMut, Param, Placement, States};
 
 const MAGIC: &[u8; 8] = b"HACANDLE";
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
+/// The format before the envelope described its state.
+const VERSION_2: u16 = 2;
 
-fn core_err(e: homeadam_core::Error) -> candle_core::Error {
-    candle_core::Error::Msg(format!("homeadam optimizer state: {e}"))
+/// A hyper-parameter that [`VarOptimizer::load_state_adopting`] took from the saved state,
+/// with the value it replaced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Adopted {
+    /// The knob's name, as [`homeadam_core::Config::knobs`] lists it (`lr` is η₀).
+    pub name: String,
+    /// The optimizer's value before the load.
+    pub was: String,
+    /// The saved value, now the optimizer's.
+    pub now: String,
+}
+
+/// The name of a variable's dtype in the envelope.
+fn dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        _ => "f32",
+    }
+}
+
+/// Appends a text of at most 255 bytes after its length.
+fn put_text(out: &mut Vec<u8>, text: &str) -> Result<()> {
+    let Ok(len) = u8::try_from(text.len()) else {
+        bail!("homeadam optimizer state: {text:?} is longer than 255 bytes");
+    };
+    out.push(len);
+    out.extend_from_slice(text.as_bytes());
+    Ok(())
+}
+
+/// The group's overrides in envelope order.
+fn overrides(g: Group) -> [Option<f64>; 4] {
+    [g.weight_decay, g.eps, g.beta1, g.beta2]
 }
 
 /// Appends the core checkpoint of every variable, lent as it is (no copy), after its length.
-fn save_core<S: StateStorage>(
-    opt: &Optimizer,
-    params: &[Param],
-    states: &[Vec<S>],
-    aux: &[TensorAux],
-    out: &mut Vec<u8>,
-) -> Result<()> {
-    let at = out.len();
-    out.extend_from_slice(&[0; 8]);
-    write_core(opt, params, states, aux, 0..params.len(), out)?;
-    let len = (out.len() - at - 8) as u64;
-    out[at..at + 8].copy_from_slice(&len.to_le_bytes());
-    Ok(())
+struct SaveCore<'a> {
+    opt: &'a Optimizer,
+    params: &'a [Param],
+    aux: &'a [TensorAux],
+    out: &'a mut Vec<u8>,
+}
+
+impl OnStates for SaveCore<'_> {
+    type Out = Result<()>;
+    fn on<S: StateStorage>(self, states: &[Vec<S>]) -> Result<()> {
+        let at = self.out.len();
+        self.out.extend_from_slice(&[0; 8]);
+        write_core(
+            self.opt,
+            self.params,
+            states,
+            self.aux,
+            0..self.params.len(),
+            self.out,
+        )?;
+        let len = (self.out.len() - at - 8) as u64;
+        self.out[at..at + 8].copy_from_slice(&len.to_le_bytes());
+        Ok(())
+    }
 }
 
 /// Appends the core checkpoint of the variables `which` (indices into `params`, in order).
@@ -86,23 +142,28 @@ pub(crate) fn write_core<S: StateStorage>(
 }
 
 /// Loads the core checkpoint into the variables' state; the core changes nothing on error.
-fn load_core<S: StateStorage>(
-    opt: &mut Optimizer,
-    params: &[Param],
-    states: &mut [Vec<S>],
-    aux: &mut [TensorAux],
-    bytes: &[u8],
-) -> Result<()> {
-    let mut views: Vec<_> = params
-        .iter()
-        .zip(states.iter_mut().zip(aux.iter_mut()))
-        .map(|(p, (state, aux))| TensorStateMut {
-            numel: p.var.elem_count(),
-            state,
-            aux,
-        })
-        .collect();
-    opt.load_state(bytes, &mut views).map_err(core_err)
+struct LoadCore<'a> {
+    opt: &'a mut Optimizer,
+    params: &'a [Param],
+    aux: &'a mut [TensorAux],
+    bytes: &'a [u8],
+}
+
+impl OnStatesMut for LoadCore<'_> {
+    type Out = Result<()>;
+    fn on<S: StateStorage>(self, states: &mut Vec<Vec<S>>) -> Result<()> {
+        let mut views: Vec<_> = self
+            .params
+            .iter()
+            .zip(states.iter_mut().zip(self.aux.iter_mut()))
+            .map(|(p, (state, aux))| TensorStateMut {
+                numel: p.var.elem_count(),
+                state,
+                aux,
+            })
+            .collect();
+        self.opt.load_state(self.bytes, &mut views).map_err(core_err)
+    }
 }
 
 struct Reader<'a> {
@@ -141,15 +202,41 @@ impl<'a> Reader<'a> {
     fn u8(&mut self) -> Result<u8> {
         self.array().map(|[b]| b)
     }
+    fn text(&mut self) -> Result<String> {
+        let len = self.u8()? as usize;
+        match std::str::from_utf8(self.take(len)?) {
+            Ok(text) => Ok(text.to_string()),
+            Err(_) => bail!("homeadam optimizer state: a text is not UTF-8"),
+        }
+    }
+    fn f64(&mut self) -> Result<f64> {
+        self.u64().map(f64::from_bits)
+    }
 }
 
 /// A group as the envelope shows it in errors.
 fn describe(g: Group) -> String {
-    format!(
+    let mut text = format!(
         "lr × {}, {}",
         g.lr_scale,
         if g.decay { "decayed" } else { "not decayed" }
-    )
+    );
+    for (name, value) in ["weight_decay", "eps", "beta1", "beta2"]
+        .into_iter()
+        .zip(overrides(g))
+    {
+        if let Some(value) = value {
+            text += &format!(", {name} {value:e}");
+        }
+    }
+    text
+}
+
+/// The settings a saved state records, compared on load.
+struct Saved {
+    skipped: u64,
+    /// `(name, value)` of each hyper-parameter; η₀ only for version 2.
+    knobs: Vec<(String, String)>,
 }
 
 impl VarOptimizer {
@@ -165,6 +252,16 @@ impl VarOptimizer {
         out.extend_from_slice(&count.to_le_bytes());
         out.extend_from_slice(&self.position.to_le_bytes());
         out.extend_from_slice(&self.base_lr.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.skipped.to_le_bytes());
+        let config = self.knob_config();
+        put_text(&mut out, config.rule.name())?;
+        put_text(&mut out, self.config.state_dtype.name())?;
+        let knobs: Vec<_> = config.knobs().collect();
+        out.extend_from_slice(&(knobs.len() as u16).to_le_bytes());
+        for (name, value) in knobs {
+            put_text(&mut out, name)?;
+            put_text(&mut out, &value.to_string())?;
+        }
         for p in &self.params {
             let name = p.name.as_bytes();
             let Ok(len) = u16::try_from(name.len()) else {
@@ -183,17 +280,21 @@ impl VarOptimizer {
             for &d in dims {
                 out.extend_from_slice(&(d as u64).to_le_bytes());
             }
+            put_text(&mut out, dtype_name(p.var.dtype()))?;
             out.extend_from_slice(&p.group.lr_scale.to_bits().to_le_bytes());
             out.push(p.group.decay as u8);
+            for value in overrides(p.group) {
+                out.push(value.is_some() as u8);
+                out.extend_from_slice(&value.unwrap_or(0.0).to_bits().to_le_bytes());
+            }
         }
         let (states, aux) = self.host_state()?;
-        let (core, params) = (self.core(), &self.params);
-        match &*states {
-            States::F32(s) => save_core(core, params, s, &aux, &mut out)?,
-            States::BF16(s) => save_core(core, params, s, &aux, &mut out)?,
-            States::F16(s) => save_core(core, params, s, &aux, &mut out)?,
-            States::Q8(s) => save_core(core, params, s, &aux, &mut out)?,
-        }
+        states.visit(SaveCore {
+            opt: self.core(),
+            params: &self.params,
+            aux: &aux,
+            out: &mut out,
+        })?;
         let mut crc = Crc32::default();
         crc.update(&out);
         out.extend_from_slice(&crc.finish().to_le_bytes());
@@ -201,17 +302,38 @@ impl VarOptimizer {
     }
 
     /// Restores state saved by [`VarOptimizer::save_state`] for the same variables (names,
-    /// shapes, order, groups), rule and state type; on any error nothing changes.
+    /// shapes, dtypes, order, groups), rule, hyper-parameters and state type; a difference is
+    /// refused, naming the field and both values. On any error nothing changes.
     pub fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
+        self.load(bytes, false).map(|_| ())
+    }
+
+    /// [`VarOptimizer::load_state`], but the saved hyper-parameters (η₀ included) replace the
+    /// optimizer's where they differ, as PyTorch's `load_state_dict` does; returns what was
+    /// adopted. The variables, the rule and the state type must still match.
+    pub fn load_state_adopting(&mut self, bytes: &[u8]) -> Result<Vec<Adopted>> {
+        self.load(bytes, true)
+    }
+
+    /// The config whose knobs a state records: the rule's, with η = η₀.
+    fn knob_config(&self) -> Config {
+        Config {
+            lr: self.base_lr,
+            ..*self.opt.config()
+        }
+    }
+
+    fn load(&mut self, bytes: &[u8], adopt: bool) -> Result<Vec<Adopted>> {
         if bytes.len() < MAGIC.len() || &bytes[..8] != MAGIC {
             bail!("homeadam optimizer state: bad magic (not a VarOptimizer state)");
         }
         let mut r = Reader { bytes, at: 8 };
         let version = r.u16()?;
-        if version != VERSION {
+        if version != VERSION && version != VERSION_2 {
             bail!(
-                "homeadam optimizer state: format version {version}, but this build reads version \
-                 {VERSION} only (version 1 kept one core optimizer per parameter group); retrain"
+                "homeadam optimizer state: format version {version}, but this build reads versions \
+                 {VERSION_2} and {VERSION} only (version 1 kept one core optimizer per parameter \
+                 group); retrain"
             );
         }
         let Some(body_len) = bytes.len().checked_sub(4) else {
@@ -233,58 +355,163 @@ impl VarOptimizer {
             );
         }
         let position = r.u64()?;
-        let base_lr = f64::from_bits(r.u64()?);
+        let base_lr = r.f64()?;
+        let saved = if version == VERSION {
+            self.read_settings(&mut r)?
+        } else {
+            Saved {
+                skipped: self.skipped,
+                knobs: vec![("lr".into(), homeadam_core::Knob::Real(base_lr).to_string())],
+            }
+        };
+        let (config, adopted) = self.settle_knobs(&saved.knobs, adopt)?;
         for p in &self.params {
-            let len = r.u16()? as usize;
-            let name = r.take(len)?;
-            if name != p.name.as_bytes() {
-                bail!(
-                    "homeadam optimizer state: variable {:?} where this optimizer has {:?}",
-                    String::from_utf8_lossy(name),
-                    p.name
-                );
-            }
-            let rank = r.u8()? as usize;
-            let mut dims = Vec::with_capacity(rank);
-            for _ in 0..rank {
-                dims.push(r.u64()?);
-            }
-            let here: Vec<u64> = p.var.dims().iter().map(|&d| d as u64).collect();
-            if dims != here {
-                bail!(
-                    "homeadam optimizer state: {} has shape {dims:?}, the variable {here:?}",
-                    p.name
-                );
-            }
-            let group = Group {
-                lr_scale: f64::from_bits(r.u64()?),
-                decay: match r.u8()? {
-                    0 => false,
-                    1 => true,
-                    b => bail!("homeadam optimizer state: {}: decay flag {b}", p.name),
-                },
-            };
-            if group != p.group {
-                bail!(
-                    "homeadam optimizer state: {} was in group ({}), here ({}): other decay or \
-                     lr-multiplier settings?",
-                    p.name,
-                    describe(group),
-                    describe(p.group)
-                );
-            }
+            self.check_variable(&mut r, p, version)?;
         }
         let len = usize::try_from(r.u64()?).unwrap_or(usize::MAX);
         let core = r.take(len)?;
         if r.at != body.len() {
             bail!("homeadam optimizer state: unexpected bytes after the core checkpoint");
         }
-        self.restore(position, base_lr, core)
+        self.restore(position, saved.skipped, config, core)?;
+        Ok(adopted)
+    }
+
+    /// The skipped count, rule, state type and hyper-parameters of a version 3 state; the
+    /// rule and state type must be this optimizer's.
+    fn read_settings(&self, r: &mut Reader<'_>) -> Result<Saved> {
+        let skipped = r.u64()?;
+        let (rule, state) = (r.text()?, r.text()?);
+        let here = self.opt.config().rule.name();
+        if rule != here {
+            bail!("homeadam optimizer state: saved by another rule ({rule}); this optimizer steps {here}");
+        }
+        let here = self.config.state_dtype.name();
+        if state != here {
+            bail!("homeadam optimizer state: the state storage type differs: saved {state}, here {here}");
+        }
+        let count = r.u16()?;
+        let mut knobs = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            knobs.push((r.text()?, r.text()?));
+        }
+        Ok(Saved { skipped, knobs })
+    }
+
+    /// The config to load with: this optimizer's if every saved knob has its value here; else
+    /// (when adopting) the saved values, listed; else an error naming the differences.
+    fn settle_knobs(&self, saved: &[(String, String)], adopt: bool) -> Result<(Config, Vec<Adopted>)> {
+        let ours = self.knob_config();
+        let here: Vec<(&str, String)> = ours.knobs().map(|(n, v)| (n, v.to_string())).collect();
+        let mut differences = Vec::new();
+        for (name, value) in saved {
+            let mine = here.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+            if mine != Some(value.as_str()) {
+                differences.push(Adopted {
+                    name: name.clone(),
+                    was: mine.unwrap_or("(not read by this rule)").to_string(),
+                    now: value.clone(),
+                });
+            }
+        }
+        if differences.is_empty() {
+            return Ok((ours, differences));
+        }
+        if !adopt {
+            let list: Vec<String> = differences
+                .iter()
+                .map(|d| format!("{} = {} (here {})", d.name, d.now, d.was))
+                .collect();
+            bail!(
+                "homeadam optimizer state: saved with {}; load_state_adopting takes the saved \
+                 values",
+                list.join(", ")
+            );
+        }
+        let mut config = ours;
+        for d in &differences {
+            if config.set_knob(&d.name, &d.now).is_none() {
+                bail!(
+                    "homeadam optimizer state: cannot adopt {} = {} for rule {}",
+                    d.name,
+                    d.now,
+                    config.rule.name()
+                );
+            }
+        }
+        config.validate().map_err(core_err)?;
+        Ok((config, differences))
+    }
+
+    /// Reads variable `p`'s entry and refuses one that is not `p` (name, shape, dtype, group).
+    fn check_variable(&self, r: &mut Reader<'_>, p: &Param, version: u16) -> Result<()> {
+        let len = r.u16()? as usize;
+        let name = r.take(len)?;
+        if name != p.name.as_bytes() {
+            bail!(
+                "homeadam optimizer state: variable {:?} where this optimizer has {:?}",
+                String::from_utf8_lossy(name),
+                p.name
+            );
+        }
+        let rank = r.u8()? as usize;
+        let mut dims = Vec::with_capacity(rank);
+        for _ in 0..rank {
+            dims.push(r.u64()?);
+        }
+        let here: Vec<u64> = p.var.dims().iter().map(|&d| d as u64).collect();
+        if dims != here {
+            bail!(
+                "homeadam optimizer state: {} has shape {dims:?}, the variable {here:?}",
+                p.name
+            );
+        }
+        if version == VERSION {
+            let (saved, here) = (r.text()?, dtype_name(p.var.dtype()));
+            if saved != here {
+                bail!(
+                    "homeadam optimizer state: {} was {saved}, the variable is {here}",
+                    p.name
+                );
+            }
+        }
+        let mut group = Group {
+            lr_scale: r.f64()?,
+            decay: match r.u8()? {
+                0 => false,
+                1 => true,
+                b => bail!("homeadam optimizer state: {}: decay flag {b}", p.name),
+            },
+            ..Group::DEFAULT
+        };
+        if version == VERSION {
+            let mut values = [None; 4];
+            for value in &mut values {
+                let set = r.u8()?;
+                let bits = r.f64()?;
+                *value = match set {
+                    0 => None,
+                    1 => Some(bits),
+                    b => bail!("homeadam optimizer state: {}: override flag {b}", p.name),
+                };
+            }
+            [group.weight_decay, group.eps, group.beta1, group.beta2] = values;
+        }
+        if group != p.group {
+            bail!(
+                "homeadam optimizer state: {} was in group ({}), here ({}): other group or decay \
+                 settings?",
+                p.name,
+                describe(group),
+                describe(p.group)
+            );
+        }
+        Ok(())
     }
 
     /// The state and telemetry of every variable in host memory: lent on the CPU, copied
     /// from a CUDA device.
-    fn host_state(&self) -> Result<(Cow<'_, States>, Cow<'_, [TensorAux]>)> {
+    pub(crate) fn host_state(&self) -> Result<(Cow<'_, States>, Cow<'_, [TensorAux]>)> {
         match &self.placement {
             Placement::Host(states) => Ok((Cow::Borrowed(states), Cow::Borrowed(&self.aux))),
             #[cfg(feature = "cuda")]
@@ -296,16 +523,32 @@ impl VarOptimizer {
         }
     }
 
-    /// Commits a checked envelope: the rate first (it may be refused), then the core's
-    /// checkpoint (refused without a change, or loaded whole).
-    fn restore(&mut self, position: u64, base_lr: f64, core: &[u8]) -> Result<()> {
-        let old = (self.position, self.base_lr, self.opt.clone());
-        (self.position, self.base_lr) = (position, base_lr);
+    /// Commits a checked envelope: the config and rate first (they may be refused), then the
+    /// core's checkpoint (refused without a change, or loaded whole).
+    fn restore(&mut self, position: u64, skipped: u64, config: Config, core: &[u8]) -> Result<()> {
+        let old = (
+            self.position,
+            self.base_lr,
+            self.opt.clone(),
+            self.config.core,
+            self.skipped,
+        );
+        if config != self.knob_config() {
+            self.opt = Optimizer::new(config).map_err(core_err)?;
+            self.config.core = config;
+        }
+        (self.position, self.base_lr, self.skipped) = (position, config.lr, skipped);
         let loaded = self.apply_lr().and_then(|()| self.load_states(core));
         match loaded {
             Ok(()) => self.refused_lr = None,
             Err(_) => {
-                (self.position, self.base_lr, self.opt) = old;
+                (
+                    self.position,
+                    self.base_lr,
+                    self.opt,
+                    self.config.core,
+                    self.skipped,
+                ) = old;
                 self.sync_device_lr()?;
             }
         }
@@ -321,7 +564,7 @@ impl VarOptimizer {
             Placement::Device(d) => {
                 let slots = opt.config().state_slots();
                 let sizes = params.iter().map(|p| p.var.elem_count());
-                let mut states = fresh_states(self.config.state_dtype, slots, sizes);
+                let mut states = States::fresh(self.config.state_dtype, slots, sizes);
                 let mut aux = self.aux.clone();
                 load_into(opt, params, &mut states, &mut aux, core)?;
                 d.upload(&states)?;
@@ -342,10 +585,10 @@ fn load_into(
     aux: &mut [TensorAux],
     core: &[u8],
 ) -> Result<()> {
-    match states {
-        States::F32(s) => load_core(opt, params, s, aux, core),
-        States::BF16(s) => load_core(opt, params, s, aux, core),
-        States::F16(s) => load_core(opt, params, s, aux, core),
-        States::Q8(s) => load_core(opt, params, s, aux, core),
-    }
+    states.visit_mut(LoadCore {
+        opt,
+        params,
+        aux,
+        bytes: core,
+    })
 }

@@ -6,6 +6,7 @@ use candle_nn::Optimizer as _;
 use homeadam_core::{bf16, f16, Config, Group, Rounding, Rule, Storage, Switch, TensorAux};
 
 use super::*;
+use crate::placement::OnStates;
 
 /// Deterministic values in [-1, 1) (splitmix64).
 fn values(seed: u64, n: usize) -> Vec<f32> {
@@ -141,6 +142,15 @@ fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
         .collect()
 }
 
+/// The group of the variables named `prefix…`, at η × `lr_scale`.
+fn scaled(prefix: &str, lr_scale: f64) -> (String, GroupSettings) {
+    let settings = GroupSettings {
+        lr_scale,
+        ..GroupSettings::DEFAULT
+    };
+    (prefix.into(), settings)
+}
+
 fn single_group(mut core: Config) -> OptimConfig {
     core.lr = 1e-2;
     let mut c = OptimConfig::new(core);
@@ -206,7 +216,7 @@ fn groups_are_one_core_step_with_one_global_decision() {
     core.weight_decay = 0.1;
     core.tau = 1e-6;
     let mut config = OptimConfig::new(core);
-    config.lr_multipliers = vec![("fc.".into(), 0.5)];
+    config.groups = vec![scaled("fc.", 0.5)];
     // tiny = 1e-4 puts ρ below τ in conv.weight only (v̂ ~ 1e-8): every tensor must go home.
     for (tiny, home) in [(1e-4f32, true), (1.0, false)] {
         let (got, opt) = adapter_run(config.clone(), 3, tiny, DType::F32);
@@ -444,7 +454,7 @@ fn save_load_continue_is_bit_identical() {
         total: 6,
         min_lr: 1e-3,
     };
-    config.lr_multipliers = vec![("fc.".into(), 0.5)];
+    config.groups = vec![scaled("fc.", 0.5)];
     assert_resumes(&config, 3, 6, false, "homeadamw, cosine");
 }
 
@@ -458,7 +468,7 @@ fn every_optimizer_resumes_to_the_same_bits() {
             core.tau = 1e-6;
         }
         let mut config = OptimConfig::new(core);
-        config.lr_multipliers = vec![("fc.".into(), 0.5)];
+        config.groups = vec![scaled("fc.", 0.5)];
         config.schedule = Schedule::Step { every: 2, gamma: 0.5 };
         assert_resumes(&config, 4, 8, false, name);
         let mut bf16_state = config.clone();
@@ -505,7 +515,7 @@ fn load_refuses_mismatches_and_changes_nothing() {
     version_1[8..10].copy_from_slice(&1u16.to_le_bytes());
     let e = err(&mut other, &version_1);
     assert!(
-        e.contains("format version 1") && e.contains("version 2 only"),
+        e.contains("format version 1") && e.contains("versions 2 and 3 only"),
         "{e}"
     );
     assert_eq!(other.save_state().unwrap(), before);
@@ -525,7 +535,7 @@ fn load_refuses_mismatches_and_changes_nothing() {
     assert!(err(&mut other_dtype, &bytes).contains("storage type"));
 
     let mut multiplied = OptimConfig::new(core);
-    multiplied.lr_multipliers = vec![("conv.".into(), 2.0)];
+    multiplied.groups = vec![scaled("conv.", 2.0)];
     let mut regrouped = VarOptimizer::from_named(model(DType::F32), multiplied).unwrap();
     let e = err(&mut regrouped, &bytes);
     assert!(
@@ -553,7 +563,7 @@ fn bad_inputs_are_errors() {
     bad_clip.max_grad_norm = Some(-1.0);
     assert!(VarOptimizer::from_named(vars.clone(), bad_clip).is_err());
     let mut bad_multiplier = OptimConfig::new(core);
-    bad_multiplier.lr_multipliers = vec![("nothing.".into(), f64::INFINITY)];
+    bad_multiplier.groups = vec![scaled("nothing.", f64::INFINITY)];
     assert!(VarOptimizer::from_named(vars.clone(), bad_multiplier).is_err());
 
     // A gradient in another variable's storage would be read after that variable's update.
@@ -606,4 +616,167 @@ fn a_refused_learning_rate_is_named_by_the_next_step() {
     assert_eq!(opt.learning_rate(), 2e-3);
     opt.step(&grads).unwrap();
     assert_eq!(opt.step_count(), 1);
+}
+
+/// Per-group λ, ε, β1 and β2 step as the core steps the same groups, and differ from the
+/// config's values.
+#[test]
+fn group_overrides_are_the_cores() {
+    let mut core = Config::new(Rule::AdamW);
+    core.lr = 1e-2;
+    let mut config = OptimConfig::new(core);
+    let head = GroupSettings {
+        lr_scale: 0.5,
+        weight_decay: Some(0.3),
+        eps: Some(1e-4),
+        beta1: Some(0.8),
+        beta2: Some(0.99),
+    };
+    config.groups = vec![("fc.".into(), head)];
+    let (got, opt) = adapter_run(config.clone(), 3, 1.0, DType::F32);
+    let g = groups(&opt);
+    assert_eq!(g[3].eps, Some(1e-4));
+    assert!(!g[4].decay && g[4].beta2 == Some(0.99));
+    let want = core_run::<f32>(*opt.opt.config(), &g, 3, 1.0, DType::F32);
+    assert_eq!(bits(&got), bits(&want));
+    let (plain, _) = adapter_run(OptimConfig::new(core), 3, 1.0, DType::F32);
+    assert_eq!(bits(&got[..3]), bits(&plain[..3]));
+    assert_ne!(bits(&got[3..]), bits(&plain[3..]));
+
+    let mut global = OptimConfig::new(Config::new(Rule::HomeAdamW(Switch::Global)));
+    global.groups = config.groups.clone();
+    let e = VarOptimizer::from_named(model(DType::F32), global)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("beta2 (of a group)"), "{e}");
+}
+
+/// A group added after some steps steps from zeroed state with its settings, is saved, and
+/// must be added again before a load.
+#[test]
+fn a_group_added_later() {
+    let vars = model(DType::F32);
+    let (first, later) = (vars[..3].to_vec(), vars[3..].to_vec());
+    let mut core = Config::new(Rule::AdamW);
+    core.lr = 1e-2;
+    let settings = GroupSettings {
+        lr_scale: 2.0,
+        eps: Some(1e-3),
+        ..GroupSettings::DEFAULT
+    };
+    let build = |steps_before: u64| {
+        let mut opt = VarOptimizer::from_named(first.clone(), OptimConfig::new(core)).unwrap();
+        for step in 0..steps_before {
+            opt.step(&grads_for(&vars, step, 1.0).0).unwrap();
+        }
+        opt.add_group(later.clone(), settings).unwrap();
+        opt
+    };
+    let mut opt = build(2);
+    let names: Vec<_> = opt
+        .groups()
+        .map(|(n, g)| (n.to_string(), g.lr_scale, g.eps))
+        .collect();
+    assert_eq!(names[3], ("fc.weight".to_string(), 2.0, Some(1e-3)));
+    let fresh = opt.state_of(&later[0].1).unwrap();
+    assert_eq!(
+        fresh[0]
+            .1
+            .abs()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap(),
+        0.0
+    );
+    opt.step(&grads_for(&vars, 2, 1.0).0).unwrap();
+    assert_eq!(opt.step_count(), 3);
+    let m = opt.state_of(&later[0].1).unwrap();
+    assert_eq!(m.iter().map(|(n, _)| *n).collect::<Vec<_>>(), ["m", "v"]);
+    assert!(m[1].1.sum_all().unwrap().to_scalar::<f32>().unwrap() > 0.0);
+
+    let bytes = opt.save_state().unwrap();
+    let mut again = build(0);
+    again.load_state(&bytes).unwrap();
+    assert_eq!(again.save_state().unwrap(), bytes);
+    let mut without = VarOptimizer::from_named(first.clone(), OptimConfig::new(core)).unwrap();
+    let e = without.load_state(&bytes).unwrap_err().to_string();
+    assert!(e.contains("holds 5 variables, this optimizer has 3"), "{e}");
+
+    let e = opt
+        .add_group(vars[..1].to_vec(), settings)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("given twice"), "{e}");
+    let mut global = VarOptimizer::from_named(
+        first,
+        OptimConfig::new(Config::new(Rule::HomeAdamW(Switch::Global))),
+    )
+    .unwrap();
+    let beta2 = GroupSettings {
+        beta2: Some(0.9),
+        ..GroupSettings::DEFAULT
+    };
+    assert!(global.add_group(later, beta2).is_err());
+    assert_eq!(global.groups().count(), 3);
+}
+
+/// `state_of` decodes every state type to the core's values.
+#[test]
+fn state_of_every_state_type() {
+    for dtype in [
+        homeadam_core::Dtype::F32,
+        homeadam_core::Dtype::BF16,
+        homeadam_core::Dtype::Q8,
+    ] {
+        let mut config = single_group(Config::new(Rule::AdamW));
+        config.state_dtype = dtype;
+        let (_, opt) = adapter_run(config, 2, 1.0, DType::F32);
+        let var = &opt.params[3].var;
+        let state = opt.state_of(var).unwrap();
+        assert_eq!(state.len(), 2);
+        assert_eq!(state[0].1.dims(), var.dims());
+        let (states, _) = opt.host_state().unwrap();
+        struct Read;
+        impl OnStates for Read {
+            type Out = Vec<f32>;
+            fn on<S: homeadam_core::StateStorage>(self, states: &[Vec<S>]) -> Vec<f32> {
+                let per_slot = S::slot_len(10);
+                let mut v = vec![0.0; 10];
+                S::read_slot(&states[3][per_slot..], homeadam_core::q8::Map::Unsigned, &mut v);
+                v
+            }
+        }
+        let v: Vec<f32> = state[1].1.flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(v, states.visit(Read), "{dtype:?}");
+        assert!(v.iter().all(|&x| x > 0.0), "{dtype:?}");
+    }
+    let (_, opt) = adapter_run(single_group(Config::new(Rule::AdamW)), 1, 1.0, DType::F32);
+    let stranger = Var::zeros(3, DType::F32, &Device::Cpu).unwrap();
+    assert!(opt.state_of(&stranger).is_err());
+}
+
+/// The README's table of the knobs each rule reads is `Config::knobs`.
+#[test]
+fn the_readme_lists_the_knobs_each_rule_reads() {
+    let readme = include_str!("../README.md");
+    let table = readme.split("| rule | knobs |").nth(1).unwrap();
+    let mut names = Vec::new();
+    for line in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let listed = cells[2];
+        for name in cells[1].split(", ").map(|n| n.trim_matches('`')) {
+            let config = Config::named(name).unwrap();
+            let reads: Vec<&str> = config
+                .knobs()
+                .map(|(knob, _)| knob)
+                .filter(|knob| !["lr", "rounding", "seed"].contains(knob))
+                .collect();
+            assert_eq!(listed, reads.join(", "), "{name}");
+            names.push(name);
+        }
+    }
+    assert_eq!(names.len(), homeadam_core::Config::NAMES.len());
 }

@@ -14,8 +14,8 @@
 
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var, D};
-use homeadam_candle::core::{Config, Dtype, Rounding};
-use homeadam_candle::{OptimConfig, VarOptimizer};
+use homeadam_candle::core::{Config, Dtype, Rounding, Rule};
+use homeadam_candle::{GroupSettings, OptimConfig, SkipPolicy, VarOptimizer};
 
 const STEPS: u64 = 20;
 const BATCH: usize = 32;
@@ -179,7 +179,15 @@ fn cases() -> Vec<(String, OptimConfig, DType)> {
                 ..core
             });
             config.state_dtype = state;
-            config.lr_multipliers = vec![("fc2.".into(), 0.5)];
+            config.groups = vec![(
+                "fc2.".into(),
+                GroupSettings {
+                    lr_scale: 0.5,
+                    // A group ε where the rule reads one that may differ by group.
+                    eps: (!matches!(core.rule, Rule::Sgd | Rule::Swats)).then_some(1e-3),
+                    ..GroupSettings::DEFAULT
+                },
+            )];
             config.max_grad_norm = k.is_multiple_of(2).then_some(0.5);
             let label = format!(
                 "{name} {dtype:?} params, {state:?} state, clip {:?}",
@@ -291,6 +299,54 @@ fn mixed_devices_and_dtypes_are_clear_errors() {
     ));
     let e = VarOptimizer::from_named(vars, config).err().expect("refused");
     assert!(e.to_string().contains("same dtype"), "{e}");
+}
+
+/// A group added after two steps, the state read back as tensors and a skipped step under
+/// `SkipPolicy::Error`: the same bits on the GPU as on the CPU.
+#[test]
+fn added_groups_state_of_and_skipped_steps_as_on_the_cpu() {
+    let Some(gpu) = cuda() else { return };
+    let mut config = OptimConfig::new(Config::named("homeadamw-ew").unwrap());
+    config.on_skip = SkipPolicy::Error;
+    let run = |device: &Device| {
+        let vars = model(DType::F32, device);
+        let (first, later) = (vars[..2].to_vec(), vars[2..].to_vec());
+        let mut opt = VarOptimizer::from_named(first, config.clone()).unwrap();
+        let cpu_vars = model(DType::F32, &Device::Cpu);
+        for step in 0..4 {
+            if step == 2 {
+                let head = GroupSettings {
+                    lr_scale: 0.5,
+                    eps: Some(1e-2),
+                    ..GroupSettings::DEFAULT
+                };
+                opt.add_group(later.clone(), head).unwrap();
+            }
+            let g = loss(&cpu_vars, step).backward().unwrap();
+            let grads: Vec<_> = cpu_vars.iter().map(|(_, v)| g.get(v).cloned()).collect();
+            opt.step_with_report(&upload(&vars, &grads)).unwrap();
+        }
+        let inf = vec![Some(
+            Tensor::full(f32::INFINITY, (128, 64), &Device::Cpu).unwrap(),
+        )];
+        let e = opt
+            .step_with_report(&upload(&vars[..1], &inf))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("step skipped"), "{e}");
+        let state: Vec<Vec<u32>> = vars[..4]
+            .iter()
+            .flat_map(|(_, v)| opt.state_of(v).unwrap())
+            .map(|(_, t)| bits(&t))
+            .collect();
+        let params: Vec<Vec<u32>> = vars.iter().map(|(_, v)| flat(v)).collect();
+        (state, params, opt.skipped_steps(), opt.save_state().unwrap())
+    };
+    let (cpu, gpu) = (run(&Device::Cpu), run(&gpu));
+    assert!(cpu.0 == gpu.0, "state_of differs");
+    assert!(cpu.1 == gpu.1, "parameters differ");
+    assert_eq!((cpu.2, gpu.2), (1, 1));
+    assert!(cpu.3 == gpu.3, "saved states differ");
 }
 
 /// A timing, not a check (`--ignored` runs it): one AdamW step over 64 M parameters in 16

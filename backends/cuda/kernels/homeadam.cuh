@@ -11,8 +11,9 @@
 // element-wise HomeAdam at a step that calibrates τ, ha_home_hist_{g}_{s} (the same flag, plus
 // the histogram of v̂_t), then the update {rule}_{p}_{g}_{s}, which returns at once when the
 // flag is set. Each tensor steps with the scalars of its parameter group (groups[tensor.group]);
-// the first passes read only beta2, 1 - beta2, bc2 and 1 / grad_scale, which no group changes,
-// so they take the step's scalars.
+// the first passes read only beta2, 1 - beta2, bc2 and 1 / grad_scale, which no group changes
+// where a first pass runs (Config::check_group refuses a group's beta2 there), so they take the
+// step's scalars.
 //
 // q8 state (HaQ8Block, homeadam_math.h): the update takes one block of every slot at a time, one
 // element per thread (HaChunk), and the first passes read v dequantized (HaSecondMoments).

@@ -208,7 +208,7 @@ fn group_table(config: &Config, tensors: &[DeviceTensor]) -> Result<(Vec<Group>,
                 if !(value.is_finite() && value >= 0.0) {
                     return Err(homeadam_core::Error::InvalidLrScale { tensor, value }.into());
                 }
-                config.for_group(t.group).validate()?;
+                config.check_group(t.group)?;
                 groups.push(t.group);
                 groups.len() - 1
             }
@@ -391,7 +391,7 @@ impl CudaOptimizer {
         let mut step = self.core.begin(grad_scale)?;
         for &group in &self.groups {
             // As the core's step: η may have changed since `new` (set_lr).
-            config.for_group(group).validate()?;
+            config.check_group(group)?;
         }
         let switch = config.rule.switch();
         let bc2 = step.scalars().bc2;

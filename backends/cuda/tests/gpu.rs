@@ -79,7 +79,7 @@ fn random_case(config: Config, dtypes: Dtypes, seed: u64) -> Case {
     let sizes = [1usize, 0, 16385, 70_000, 255, 4096];
     let scaled = Group {
         lr_scale: 0.5,
-        decay: true,
+        ..Group::DEFAULT
     };
     let groups = vec![
         Group::DEFAULT,
@@ -88,6 +88,7 @@ fn random_case(config: Config, dtypes: Dtypes, seed: u64) -> Case {
         Group {
             lr_scale: 2.0,
             decay: false,
+            ..Group::DEFAULT
         },
         Group::DEFAULT,
         scaled,

@@ -409,14 +409,29 @@ fn model(n: usize) -> (Vec<(usize, usize)>, Vec<Group>) {
         Group::NO_DECAY,
         Group {
             lr_scale: 0.25,
-            decay: true,
+            beta1: Some(0.8),
+            weight_decay: Some(0.05),
+            ..Group::DEFAULT
         },
         Group {
             lr_scale: 3.0,
             decay: false,
+            ..Group::DEFAULT
         },
     ];
     (vec![(n / 2, 0), (3, 1), (n / 4, 2), (n / 4 + 1, 3)], groups)
+}
+
+/// `group`, or without its λ, ε and β overrides where `config`'s rule refuses them.
+fn accepted(config: &Config, group: Group) -> Group {
+    match config.check_group(group) {
+        Ok(()) => group,
+        Err(_) => Group {
+            lr_scale: group.lr_scale,
+            decay: group.decay,
+            ..Group::DEFAULT
+        },
+    }
 }
 
 /// The tensor that carries the non-finite gradient of a bad step.
@@ -503,6 +518,7 @@ fn combo<P: Storage, G: Storage, S: HarnessState>(exe: &PathBuf, n: usize, steps
     let mut input = Vec::new();
     let mut expected = Vec::new();
     for config in configs() {
+        let groups: Vec<Group> = groups.iter().map(|&g| accepted(&config, g)).collect();
         // ρ over the active elements: one tensor never active, moderate values elsewhere, so
         // that ρ_active falls on both sides of τ while ρ over all is 0.
         let active = config.rho_over == RhoOver::Active;

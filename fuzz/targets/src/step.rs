@@ -467,6 +467,17 @@ fn group(u: &mut Unstructured<'_>) -> Result<Group> {
         _ => Group {
             lr_scale: hyper(u, 1.0)?,
             decay: u.arbitrary()?,
+            beta1: if u.arbitrary()? {
+                Some(hyper(u, 0.8)?)
+            } else {
+                None
+            },
+            weight_decay: if u.arbitrary()? {
+                Some(hyper(u, 0.01)?)
+            } else {
+                None
+            },
+            ..Group::DEFAULT
         },
     })
 }
