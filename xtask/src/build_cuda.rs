@@ -71,15 +71,13 @@ const CUDA_PACKAGES: &[&str] = &[
 ];
 
 /// What `cargo xtask test` runs: the code behind the `cuda` features, which the workspace's
-/// clippy does not see, linted, compiled and linked in one pass: cargo builds every target of
-/// the packages (`cargo test --no-run --all-targets`) with clippy's driver as the workspace's
-/// compiler (what `cargo clippy` runs, here with code generation on), so that the dependencies
+/// clippy does not see, linted, compiled and linked in one pass ([`crate::lint`]): cargo builds
+/// every target of the packages (`cargo test --no-run --all-targets`), so that the dependencies
 /// and candle's kernels are built once for both. The dev profile without debug information:
 /// what can rot without a GPU (lints, types, links) depends on neither, which would triple the
 /// time and the size of every test binary (`build-cuda` and `gpu-bundle` build the release
 /// binary).
 pub(crate) fn check() {
-    let driver = clippy_driver();
     // Dependencies unoptimized, unlike in the everyday `cargo test`: this lane builds them to
     // lint and link (and runs one short CPU command), and candle optimized takes minutes longer.
     let args = [
@@ -96,10 +94,8 @@ pub(crate) fn check() {
     let name = "CUDA host: clippy, build and link (dev profile)";
     stage_retrying(name, &target_dir(), || {
         let start = std::time::Instant::now();
-        let status = toolkit_cargo(name, &args)
-            .env("RUSTC_WORKSPACE_WRAPPER", &driver)
+        let status = crate::lint::while_building(&mut toolkit_cargo(name, &args))
             .env("CARGO_PROFILE_DEV_DEBUG", "0")
-            .env("CLIPPY_ARGS", "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
             .status()
             .unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
         stages::record(name, start.elapsed().as_secs_f64());
@@ -177,20 +173,6 @@ pub(crate) fn runs_without_a_driver() {
     }
     stages::record(name, start.elapsed().as_secs_f64());
     println!("== xtask: {name}: ok ({:.0} s)", start.elapsed().as_secs_f64());
-}
-
-/// The absolute path of the toolchain's `clippy-driver` (a path that stays the same from run
-/// to run: cargo rebuilds the workspace's crates when their compiler changes).
-fn clippy_driver() -> PathBuf {
-    let out = Command::new("rustup")
-        .args(["which", "clippy-driver"])
-        .output()
-        .unwrap_or_else(|e| fail(&format!("cannot run rustup: {e}")));
-    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    if !out.status.success() || !path.is_file() {
-        fail("clippy-driver not found: rustup component add clippy");
-    }
-    path
 }
 
 /// `CUDA_COMPUTE_CAP`, or [`DEFAULT_COMPUTE_CAP`].

@@ -4,8 +4,8 @@
 //!   installs what it needs (rustfmt, clippy, the no_std targets of the firmware's boards, the
 //!   aarch64 target, QEMU and the cross linker, the CUDA wheels, PyTorch for
 //!   `host/benches/torch_train.py`), builds in the cache of
-//!   [`cache`], runs every test once in the `ci` profile (optimized, overflow checks and debug
-//!   assertions on), runs the CUDA host's, the firmware's and the aarch64 checks as background
+//!   [`cache`], lints the workspace as it builds every test once in the `ci` profile
+//!   ([`lint`]; optimized, overflow checks and debug assertions on), runs the CUDA host's, the firmware's and the aarch64 checks as background
 //!   [`lanes`], stops at the first failing check with its name, and ends with the [`stages`]
 //!   table.
 //! - `cargo xtask bench`: the core's step benchmarks, PyTorch's fused AdamW on the same sizes in
@@ -25,6 +25,7 @@ mod cuda_stubs;
 mod firmware;
 mod fuzz;
 mod lanes;
+mod lint;
 mod publish;
 mod stages;
 mod system;
@@ -168,10 +169,6 @@ fn test() {
         &[&["fmt"], fuzz::PACKAGES, &["--", "--check"]].concat(),
     );
     firmware::format();
-    cargo_stage(
-        "clippy",
-        &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
-    );
     // The fuzz targets' libFuzzer wrappers are their own workspace (cargo-fuzz, nightly).
     let fuzz_target = cache.dir.join("fuzz");
     let fuzz_target = fuzz_target.to_string_lossy();
@@ -204,10 +201,29 @@ fn test() {
             "defmt",
         ],
     );
-    cargo_stage(
-        "build the tests",
-        &["test", "--workspace", "--profile", PROFILE, "--no-run"],
-    );
+    // Clippy runs as the workspace's compiler of the one build every test runs from (lint.rs).
+    let build = [
+        "test",
+        "--workspace",
+        "--profile",
+        PROFILE,
+        "--no-run",
+        "--all-targets",
+    ];
+    stage_retrying("clippy and build the tests", &cache::workspace_target(), || {
+        println!(
+            "\n== xtask: clippy and build the tests: cargo {}",
+            build.join(" ")
+        );
+        let start = Instant::now();
+        let status = lint::while_building(Command::new("cargo").args(build))
+            .status()
+            .unwrap_or_else(|e| fail_exit(&format!("cannot run cargo: {e}"), 1));
+        let seconds = start.elapsed().as_secs_f64();
+        stages::record("clippy and build the tests", seconds);
+        println!("== xtask: clippy and build the tests: {status} ({seconds:.0} s)");
+        status.success()
+    });
     firmware::golden_vectors();
     packages.join();
     let firmware = lanes::spawn("firmware");
@@ -242,12 +258,13 @@ fn test() {
     print_totals();
 }
 
-/// Runs `cargo ARGS` (a `cargo test`) as the stage `name`, echoing its output, and adds its
+/// Runs `cargo ARGS` (a `cargo test` of the workspace's target, with the compiler the tests were
+/// built with: [`lint::while_building`]) as the stage `name`, echoing its output, and adds its
 /// `test result:` lines to the totals; whether it passed.
 pub(crate) fn run_tests(name: &str, args: &[&str]) -> bool {
     println!("\n== xtask: {name}: cargo {}", args.join(" "));
     let mut cargo = Command::new("cargo");
-    cargo.args(args);
+    lint::while_building(cargo.args(args));
     run_counting(name, cargo)
 }
 
@@ -284,12 +301,12 @@ pub(crate) fn run_counting(name: &str, mut command: Command) -> bool {
 }
 
 /// The workspace's test executables of `packages` in the `ci` profile (built by the stage that
-/// builds every test, so nothing is compiled here), each with its package's folder: running
+/// builds every test, with its compiler, so nothing is compiled here), each with its package's folder: running
 /// them directly keeps cargo from resolving those packages' features alone, which would build
 /// the core and its dependencies once more.
 pub(crate) fn test_executables(packages: &[&str]) -> Vec<(PathBuf, PathBuf)> {
     let mut cargo = Command::new("cargo");
-    cargo.args(["test", "--workspace", "--profile", PROFILE, "--no-run"]);
+    lint::while_building(cargo.args(["test", "--workspace", "--profile", PROFILE, "--no-run"]));
     built_tests(cargo)
         .into_iter()
         .filter(|t| packages.contains(&t.package.as_str()))
