@@ -7,9 +7,9 @@
 # (gzipped): homeadam (the host with its `cuda` feature) and the test binaries cuda-gpu and
 # jetson-gpu (homeadam-cuda's kernels and the Jetson path against the core), candle-gpu
 # (VarOptimizer on CUDA against the CPU), host-gpu (the host's device code against the CPU)
-# and host-resume (kill and resume). The CUDA 13
-# libraries come from LD_LIBRARY_PATH, or else from the Python environment's `nvidia` packages
-# (PyTorch's CUDA wheels).
+# and host-resume (kill and resume). The CUDA 13 libraries and cuDNN 9 come from
+# LD_LIBRARY_PATH, or else from the Python environment's `nvidia` packages (PyTorch's CUDA
+# wheels: `nvidia/cu13/lib`, `nvidia/cudnn/lib`).
 #
 # In this order, each check with a time limit, so that the whole script stays within BUDGET
 # seconds (default 480; a check that would start after it is reported as not run):
@@ -41,8 +41,8 @@ if [[ $dry -eq 0 ]]; then
         if [[ $f == *.gz ]]; then gunzip -c "$f" >"$bin/$name"; else cp "$f" "$bin/$name"; fi
         chmod +x "$bin/$name"
     done
-    lib=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null)
-    if [[ -n $lib && -d $lib ]]; then
+    lib=$(python3 -c 'import nvidia, os; print(":".join(d for p in nvidia.__path__ for d in (os.path.join(p, "cu13", "lib"), os.path.join(p, "cudnn", "lib")) if os.path.isdir(d)))' 2>/dev/null)
+    if [[ -n $lib ]]; then
         export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     fi
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -103,7 +103,7 @@ if [[ $checks == *" tests "* ]]; then
 check "homeadam-cuda: every rule and q8 state = the core's scalar reference" 150 "$bin/cuda-gpu" --test-threads 1
 check "homeadam-jetson: mapped memory = the core" 60 "$bin/jetson-gpu" --test-threads 1
 check "homeadam-candle: VarOptimizer on CUDA = on the CPU" 150 "$bin/candle-gpu" --test-threads 1
-check "homeadam-host: device dropout = the CPU's" 60 "$bin/host-gpu" --test-threads 1 --nocapture
+check "homeadam-host: dropout, cuDNN convolutions and batch norm, cross-entropy on the device = the CPU's" 90 "$bin/host-gpu" --test-threads 1 --nocapture
 check "kill and resume on the GPU" 120 env HOMEADAM_TEST_BIN="$bin/homeadam" HOMEADAM_TEST_DEVICE=cuda \
     "$bin/host-resume" --test-threads 1
 fi

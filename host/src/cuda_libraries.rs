@@ -11,33 +11,46 @@ pub struct CudaLibrary {
     pub link: &'static str,
     /// What provides it, for the error that says how to install it.
     pub provides: &'static str,
+    /// The PyPI package that ships it (the driver is not on PyPI).
+    pub wheel: Option<&'static str>,
 }
 
-/// The driver and the CUDA 13 libraries of candle's cudarc.
-pub const CUDA_LIBRARIES: [CudaLibrary; 5] = [
+/// The driver, the CUDA 13 libraries of candle's cudarc and cuDNN 9 (the host's convolutions).
+pub const CUDA_LIBRARIES: [CudaLibrary; 6] = [
     CudaLibrary {
         soname: "libcuda.so.1",
         link: "cuda",
         provides: "the NVIDIA driver",
+        wheel: None,
     },
     CudaLibrary {
         soname: "libcublas.so.13",
         link: "cublas",
         provides: "CUDA 13's cuBLAS",
+        wheel: Some("nvidia-cublas"),
     },
     CudaLibrary {
         soname: "libcublasLt.so.13",
         link: "cublasLt",
         provides: "CUDA 13's cuBLAS",
+        wheel: Some("nvidia-cublas"),
     },
     CudaLibrary {
         soname: "libcurand.so.10",
         link: "curand",
         provides: "CUDA 13's cuRAND",
+        wheel: Some("nvidia-curand"),
     },
     CudaLibrary {
         soname: "libnvrtc.so.13",
         link: "nvrtc",
         provides: "CUDA 13's NVRTC",
+        wheel: Some("nvidia-cuda-nvrtc"),
+    },
+    CudaLibrary {
+        soname: "libcudnn.so.9",
+        link: "cudnn",
+        provides: "cuDNN 9",
+        wheel: Some("nvidia-cudnn-cu13"),
     },
 ];

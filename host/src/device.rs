@@ -107,13 +107,15 @@ fn missing_message(missing: &[&CudaLibrary]) -> String {
             "install the NVIDIA driver for your GPU (CUDA 13.0 or newer; `nvidia-smi` shows it)".to_string(),
         );
     }
-    if missing.iter().any(|lib| lib.link != "cuda") {
-        fixes.push(
-            "put the CUDA 13 libraries on the loader path: a CUDA 13 toolkit's lib64, or the \
-             `nvidia/cu13/lib` folder of a Python environment with PyTorch for CUDA 13 (or `pip \
-             install nvidia-cublas nvidia-curand nvidia-cuda-nvrtc`), in LD_LIBRARY_PATH"
-                .to_string(),
-        );
+    let mut wheels: Vec<&str> = missing.iter().filter_map(|lib| lib.wheel).collect();
+    wheels.dedup();
+    if !wheels.is_empty() {
+        fixes.push(format!(
+            "put the CUDA 13 libraries and cuDNN 9 on the loader path: a CUDA 13 toolkit's lib64 \
+             with cuDNN 9, or the `nvidia/cu13/lib` and `nvidia/cudnn/lib` folders of a Python \
+             environment with PyTorch for CUDA 13 (or `pip install {}`), in LD_LIBRARY_PATH",
+            wheels.join(" ")
+        ));
     }
     format!(
         "this machine cannot run CUDA: {} {} not load; {}",
@@ -184,7 +186,7 @@ mod tests {
         let all: Vec<&CudaLibrary> = CUDA_LIBRARIES.iter().collect();
         let message = missing_message(&all);
         assert!(
-            message.contains("libnvrtc.so.13 (CUDA 13's NVRTC) do not load"),
+            message.contains("libcudnn.so.9 (cuDNN 9) do not load"),
             "{message}"
         );
         assert!(
@@ -193,6 +195,13 @@ mod tests {
         );
         let message = missing_message(&all[1..2]);
         assert!(!message.contains("install the NVIDIA driver"), "{message}");
+        let cudnn = CUDA_LIBRARIES.iter().find(|lib| lib.link == "cudnn").unwrap();
+        let message = missing_message(&[cudnn]);
+        assert!(
+            message.contains("libcudnn.so.9 (cuDNN 9) does not load")
+                && message.contains("pip install nvidia-cudnn-cu13`"),
+            "{message}"
+        );
     }
 
     #[cfg(not(feature = "cuda"))]

@@ -1,9 +1,13 @@
-//! On a CUDA device (feature `cuda`): the host's own device code gives the CPU's bits. Without
-//! a CUDA device the tests say so and pass.
+//! On a CUDA device (feature `cuda`): the host's own device code gives the CPU's bits (dropout)
+//! or its values within a stated tolerance (cuDNN's convolutions and batch norm, the fused
+//! loss), and the same bits run after run. Without a CUDA device the tests say so and pass.
 #![cfg(feature = "cuda")]
 
 use candle_core::{Device, Tensor, Var};
+use homeadam_host::models::conv2d::conv2d;
+use homeadam_host::models::cross_entropy::cross_entropy;
 use homeadam_host::models::dropout::dropout;
+use homeadam_host::models::{Model, ResNet, ResNetConfig, ResNetStem};
 use homeadam_host::rng::Rng;
 
 fn cuda() -> Option<Device> {
@@ -51,4 +55,133 @@ fn dropout_on_the_device_draws_the_cpus_masks_and_gradients() {
         checked += n;
     }
     eprintln!("gpu: dropout of {checked} elements and their gradients bit-identical to the CPU");
+}
+
+/// The largest `|a − b| / (1 + |b|)` over two tensors of equal shape.
+fn max_relative_difference(a: &Tensor, b: &Tensor) -> f32 {
+    let a: Vec<f32> = a.flatten_all().unwrap().to_vec1().unwrap();
+    let b: Vec<f32> = b.flatten_all().unwrap().to_vec1().unwrap();
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs() / (1.0 + y.abs()))
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn cudnn_convolutions_equal_the_cpus_and_repeat_their_bits() {
+    let Some(gpu) = cuda() else { return };
+    // VGG's 3×3, ResNet's 7×7/2 stem and 1×1/2 shortcut, an odd size with a stride.
+    for (x_dims, w_dims, stride, padding) in [
+        ([4, 3, 16, 16], [8, 3, 3, 3], 1, 1),
+        ([2, 3, 32, 32], [16, 3, 7, 7], 2, 3),
+        ([2, 8, 9, 9], [16, 8, 1, 1], 2, 0),
+        ([3, 5, 11, 7], [6, 5, 3, 3], 2, 1),
+    ] {
+        let mut r = Rng::new(7);
+        let n = |dims: &[usize; 4]| dims.iter().product::<usize>();
+        let xs: Vec<f32> = (0..n(&x_dims)).map(|_| r.normal()).collect();
+        let ws: Vec<f32> = (0..n(&w_dims)).map(|_| r.normal() * 0.2).collect();
+        let mut runs = Vec::new();
+        for device in [Device::Cpu, gpu.clone(), gpu.clone()] {
+            let x = Var::from_vec(xs.clone(), x_dims.to_vec(), &device).unwrap();
+            let w = Var::from_vec(ws.clone(), w_dims.to_vec(), &device).unwrap();
+            let y = conv2d(x.as_tensor(), w.as_tensor(), stride, padding).unwrap();
+            let weights = y.ones_like().unwrap().cumsum(3).unwrap();
+            let grads = y.mul(&weights).unwrap().sum_all().unwrap().backward().unwrap();
+            let on_cpu = |t: &Tensor| t.to_device(&Device::Cpu).unwrap();
+            runs.push([
+                on_cpu(&y),
+                on_cpu(grads.get(&x).unwrap()),
+                on_cpu(grads.get(&w).unwrap()),
+            ]);
+        }
+        let what = format!("x {x_dims:?}, w {w_dims:?}, stride {stride}, padding {padding}");
+        for (k, name) in ["y", "dL/dx", "dL/dw"].into_iter().enumerate() {
+            let d = max_relative_difference(&runs[1][k], &runs[0][k]);
+            assert!(d < 1e-4, "{what}: {name} differs from the CPU's by {d}");
+        }
+        for (first, second) in runs[1].iter().zip(&runs[2]) {
+            assert_eq!(bits(first), bits(second), "{what}: a second run differs");
+        }
+    }
+    eprintln!("gpu: cuDNN convolutions and both gradients = the CPU's (relative 1e-4), repeatable bits");
+}
+
+#[test]
+fn a_resnet_step_on_the_device_equals_the_cpus() {
+    let Some(gpu) = cuda() else { return };
+    // Every layer kind of the CNNs: 7×7/2 and 3×3 convolutions with and without stride, 1×1/2
+    // shortcuts, batch norm in training (its running statistics too), pooling.
+    let config = ResNetConfig {
+        classes: 10,
+        width: 1.0 / 16.0,
+        stem: ResNetStem::ImageNet,
+    };
+    let mut r = Rng::new(11);
+    let images: Vec<f32> = (0..4 * 3 * 32 * 32).map(|_| r.normal()).collect();
+    let mut runs = Vec::new();
+    for device in [Device::Cpu, gpu] {
+        let model = ResNet::new(config, 3, &device).unwrap();
+        let x = Tensor::from_vec(images.clone(), (4, 3, 32, 32), &device).unwrap();
+        let logits = model.forward(&x, true).unwrap();
+        let grads = logits.sqr().unwrap().mean_all().unwrap().backward().unwrap();
+        let mut named = vec![("logits".to_string(), logits)];
+        for (name, var) in model.vars() {
+            named.push((format!("d/d {name}"), grads.get(&var).unwrap().clone()));
+        }
+        for (name, buffer) in model.buffers() {
+            named.push((name, buffer.as_tensor().clone()));
+        }
+        runs.push(
+            named
+                .into_iter()
+                .map(|(n, t)| (n, t.to_device(&Device::Cpu).unwrap()))
+                .collect::<Vec<_>>(),
+        );
+    }
+    for ((name, cpu), (_, gpu)) in runs[0].iter().zip(&runs[1]) {
+        let d = max_relative_difference(gpu, cpu);
+        assert!(d < 1e-3, "{name}: the GPU differs from the CPU by {d}");
+    }
+    eprintln!(
+        "gpu: a ResNet training step ({} tensors) = the CPU's (relative 1e-3)",
+        runs[0].len()
+    );
+}
+
+#[test]
+fn the_fused_cross_entropy_equals_candles_on_the_cpu_and_repeats_its_bits() {
+    let Some(gpu) = cuda() else { return };
+    // The Transformer's vocabulary, CIFAR-10's and Tiny-ImageNet's classes, a row shorter
+    // than a warp.
+    for (rows, classes) in [(70, 33_278), (64, 10), (5, 200), (3, 7)] {
+        let mut r = Rng::new(rows as u64);
+        let logits: Vec<f32> = (0..rows * classes).map(|_| 3.0 * r.normal()).collect();
+        let target: Vec<u32> = (0..rows).map(|i| ((i * 7919) % classes) as u32).collect();
+        let mut runs = Vec::new();
+        for device in [Device::Cpu, gpu.clone(), gpu.clone()] {
+            let x = Var::from_vec(logits.clone(), (rows, classes), &device).unwrap();
+            let t = Tensor::from_vec(target.clone(), rows, &device).unwrap();
+            let loss = cross_entropy(x.as_tensor(), &t).unwrap();
+            let grads = (&loss * 3.0).unwrap().backward().unwrap();
+            let on_cpu = |t: &Tensor| t.to_device(&Device::Cpu).unwrap();
+            runs.push([on_cpu(&loss), on_cpu(grads.get(&x).unwrap())]);
+        }
+        for (k, name) in ["loss", "dL/dx"].into_iter().enumerate() {
+            let d = max_relative_difference(&runs[1][k], &runs[0][k]);
+            assert!(
+                d < 1e-5,
+                "{rows} × {classes}: {name} differs from the CPU's by {d}"
+            );
+        }
+        for (first, second) in runs[1].iter().zip(&runs[2]) {
+            assert_eq!(
+                bits(first),
+                bits(second),
+                "{rows} × {classes}: a second run differs"
+            );
+        }
+    }
+    eprintln!("gpu: the fused cross-entropy and its gradient = the CPU's (relative 1e-5), repeatable bits");
 }

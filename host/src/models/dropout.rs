@@ -127,15 +127,9 @@ extern "C" __global__ void homeadam_dropout_f32(const float *x, float *y, unsign
     /// The kernel's PTX, compiled by NVRTC once per process.
     fn ptx() -> candle_core::Result<&'static str> {
         static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-        let compiled = PTX.get_or_init(|| {
-            let source = format!("#define HOMEADAM_GAMMA {GAMMA:#x}ull\n{SOURCE}");
-            candle_core::cuda::cudarc::nvrtc::compile_ptx(source)
-                .map(|ptx| ptx.to_src())
-                .map_err(|e| format!("dropout kernel: NVRTC: {e}"))
-        });
-        compiled
-            .as_deref()
-            .map_err(|e| candle_core::Error::Msg(e.clone()))
+        crate::models::nvrtc::ptx(&PTX, "dropout", || {
+            format!("#define HOMEADAM_GAMMA {GAMMA:#x}ull\n{SOURCE}")
+        })
     }
 
     pub(super) fn forward(

@@ -207,7 +207,7 @@ impl Conv2d {
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.conv2d(self.weight.as_tensor(), self.padding, self.stride, 1, 1)?;
+        let y = super::conv2d::conv2d(x, self.weight.as_tensor(), self.stride, self.padding)?;
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(&b.as_tensor().reshape((1, (), 1, 1))?)?,
             None => y,
@@ -252,24 +252,30 @@ impl BatchNorm2d {
         let shape = (1, c, 1, 1);
         let weight = self.weight.as_tensor().reshape(shape)?;
         let bias = self.bias.as_tensor().reshape(shape)?;
+        let count = n * h * w;
+        // PyTorch refuses this too: one value per channel has no variance.
+        ensure!(
+            !train || count > 1,
+            "batch norm: training needs more than one value per channel (input {:?})",
+            x.dims()
+        );
+        #[cfg(feature = "cuda")]
+        if train && x.device().is_cuda() {
+            let (y, mean, unbiased) =
+                super::cudnn::batch_norm::train(x, self.weight.as_tensor(), self.bias.as_tensor(), BN_EPS)?;
+            self.update_running(&mean, &unbiased, 1.0)?;
+            return Ok(y);
+        }
         let (centred, var) = if train {
-            let count = n * h * w;
-            // PyTorch refuses this too: one value per channel has no variance.
-            ensure!(
-                count > 1,
-                "batch norm: training needs more than one value per channel (input {:?})",
-                x.dims()
-            );
             let mean = x.mean_keepdim((0, 2, 3))?;
             let centred = x.broadcast_sub(&mean)?;
             let var = centred.sqr()?.mean_keepdim((0, 2, 3))?;
             let unbiased = count as f64 / (count - 1) as f64;
-            let rm = ((self.running_mean.as_detached_tensor() * (1.0 - BN_MOMENTUM))?
-                + (mean.detach().flatten_all()? * BN_MOMENTUM)?)?;
-            let rv = ((self.running_var.as_detached_tensor() * (1.0 - BN_MOMENTUM))?
-                + (var.detach().flatten_all()? * (BN_MOMENTUM * unbiased))?)?;
-            self.running_mean.set(&rm)?;
-            self.running_var.set(&rv)?;
+            self.update_running(
+                &mean.detach().flatten_all()?,
+                &var.detach().flatten_all()?,
+                unbiased,
+            )?;
             (centred, var)
         } else {
             let mean = self.running_mean.as_detached_tensor().reshape(shape)?;
@@ -278,6 +284,17 @@ impl BatchNorm2d {
         };
         let normed = centred.broadcast_div(&(var + BN_EPS)?.sqrt()?)?;
         Ok(normed.broadcast_mul(&weight)?.broadcast_add(&bias)?)
+    }
+
+    /// The running statistics' update from a batch's mean and variance (`[c]`), the variance
+    /// scaled by `var_scale` (`m/(m − 1)` for a biased one): `r ← (1 − momentum) r + momentum · s`.
+    fn update_running(&self, mean: &Tensor, var: &Tensor, var_scale: f64) -> Result<()> {
+        let rm = ((self.running_mean.as_detached_tensor() * (1.0 - BN_MOMENTUM))? + (mean * BN_MOMENTUM)?)?;
+        let rv = ((self.running_var.as_detached_tensor() * (1.0 - BN_MOMENTUM))?
+            + (var * (BN_MOMENTUM * var_scale))?)?;
+        self.running_mean.set(&rm)?;
+        self.running_var.set(&rv)?;
+        Ok(())
     }
 }
 

@@ -16,9 +16,15 @@ use candle_core::{Device, Tensor, Var};
 
 use crate::rng::Rng;
 
+pub mod conv2d;
+pub mod cross_entropy;
+#[cfg(feature = "cuda")]
+mod cudnn;
 pub mod dropout;
 mod layers;
 pub mod mlp;
+#[cfg(feature = "cuda")]
+pub(crate) mod nvrtc;
 pub mod resnet;
 pub mod transformer;
 pub mod vgg;

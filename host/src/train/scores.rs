@@ -40,7 +40,7 @@ pub fn loss_and_correct(logits: &Tensor, target: &Tensor) -> Result<(Tensor, Ten
     let classes = logits.dim(D::Minus1)?;
     let logits = logits.reshape(((), classes))?;
     let target = target.flatten_all()?;
-    let loss = candle_nn::loss::cross_entropy(&logits, &target)?;
+    let loss = crate::models::cross_entropy::cross_entropy(&logits, &target)?;
     let correct = logits
         .argmax(D::Minus1)?
         .eq(&target)?

@@ -1,0 +1,299 @@
+//! 2-D convolution `y = x ⋆ w` (NCHW, one group, no dilation): candle's on the CPU, cuDNN's on
+//! CUDA.
+//!
+//! On CUDA the convolution is a candle op whose backward pass calls cuDNN's backward-data
+//! (`∂L/∂x = ∂L/∂y ⋆ᵀ w`) and backward-filter (`∂L/∂w = x ⋆ ∂L/∂y`) in place of candle's
+//! transposed-convolution kernel and im2col product. Its math is FMA only (no TF32, as PyTorch
+//! with TF32 off), its algorithms deterministic only, so that a seed gives the same bits run
+//! after run; each is cuDNN's first heuristic choice among those (as PyTorch's default), chosen
+//! once per geometry and kept with its descriptors, and one workspace per CUDA stream grows to
+//! the largest need. The CPU keeps candle's convolution, so CPU runs are unchanged.
+
+use anyhow::{ensure, Result};
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+
+/// The sizes of one convolution: what cuDNN's descriptors hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Geometry {
+    /// Input `[batch, channels, height, width]`.
+    pub input: [usize; 4],
+    /// Filter `[out channels, in channels, kernel height, kernel width]`.
+    pub filter: [usize; 4],
+    /// The step between windows, in both directions.
+    pub stride: usize,
+    /// Zeros added on every side, in both directions.
+    pub padding: usize,
+    /// Whether the filter is applied rotated by 180° (a true convolution, cuDNN's
+    /// `CUDNN_CONVOLUTION`), as [`Geometry::input_gradient_as_forward`] needs.
+    pub flipped: bool,
+}
+
+impl Geometry {
+    /// The geometry of `x ⋆ w` for dims `x` and `w`: an error naming the mismatch for anything
+    /// but rank-4 tensors with equal input channels, a stride ≥ 1 and a kernel that fits the
+    /// padded input.
+    pub fn new(x: &[usize], w: &[usize], stride: usize, padding: usize) -> Result<Geometry> {
+        let (Ok(input), Ok(filter)) = (<[usize; 4]>::try_from(x), <[usize; 4]>::try_from(w)) else {
+            anyhow::bail!("conv2d: input {x:?} and filter {w:?} must both have rank 4 (NCHW, OIHW)");
+        };
+        ensure!(
+            input[1] == filter[1],
+            "conv2d: the input has {} channels, the filter expects {}",
+            input[1],
+            filter[1]
+        );
+        ensure!(stride >= 1, "conv2d: stride 0");
+        for (side, kernel) in [(input[2], filter[2]), (input[3], filter[3])] {
+            ensure!(
+                kernel >= 1 && side + 2 * padding >= kernel,
+                "conv2d: a {kernel}-wide kernel does not fit an input of {side} padded by {padding}"
+            );
+        }
+        Ok(Geometry {
+            input,
+            filter,
+            stride,
+            padding,
+            flipped: false,
+        })
+    }
+
+    /// For a stride-1 square kernel, `∂L/∂x` as a forward pass: `∂L/∂y` convolved (rotated
+    /// filter) with `wᵀ` (`[in, out, k, k]`) under padding `k − 1 − p`, which maps the output's
+    /// size back to the input's. cuDNN's forward algorithms are deterministic and fast where
+    /// its deterministic backward-data algorithm is often slow.
+    pub fn input_gradient_as_forward(&self) -> Option<Geometry> {
+        let [out, inp, kh, kw] = self.filter;
+        (self.stride == 1 && kh == kw && self.padding < kh && !self.flipped).then(|| Geometry {
+            input: self.output(),
+            filter: [inp, out, kh, kw],
+            stride: 1,
+            padding: kh - 1 - self.padding,
+            flipped: true,
+        })
+    }
+
+    /// The output's dims: `[batch, out channels, ⌊(h + 2p − kh)/s⌋ + 1, ⌊(w + 2p − kw)/s⌋ + 1]`.
+    pub fn output(&self) -> [usize; 4] {
+        let side = |n: usize, k: usize| (n + 2 * self.padding - k) / self.stride + 1;
+        [
+            self.input[0],
+            self.filter[0],
+            side(self.input[2], self.filter[2]),
+            side(self.input[3], self.filter[3]),
+        ]
+    }
+}
+
+/// `x ⋆ w` with `stride` and `padding` on both axes, on `x`'s device (see the module).
+pub fn conv2d(x: &Tensor, w: &Tensor, stride: usize, padding: usize) -> Result<Tensor> {
+    if x.device().is_cuda() {
+        let geometry = Geometry::new(x.dims(), w.dims(), stride, padding)?;
+        let op = Conv {
+            geometry,
+            pass: Pass::Forward,
+        };
+        return Ok(x.contiguous()?.apply_op2(&w.contiguous()?, op)?);
+    }
+    Ok(x.conv2d(w, padding, stride, 1, 1)?)
+}
+
+/// Which of cuDNN's three calls an op makes, and so what its two arguments are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// `(x, w) → y`.
+    Forward,
+    /// `(∂L/∂y, w) → ∂L/∂x`.
+    Data,
+    /// `(x, ∂L/∂y) → ∂L/∂w`.
+    Filter,
+}
+
+/// One of the passes over one geometry, as a candle op.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Conv {
+    pub(crate) geometry: Geometry,
+    pub(crate) pass: Pass,
+}
+
+impl CustomOp2 for Conv {
+    fn name(&self) -> &'static str {
+        "homeadam-cudnn-conv2d"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!(
+            "cuDNN's convolution ({:?} pass) runs on CUDA tensors only (the CPU uses candle's)",
+            self.pass
+        )
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        a: &candle_core::CudaStorage,
+        a_layout: &Layout,
+        b: &candle_core::CudaStorage,
+        b_layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::cudnn::conv::run(self, (a, a_layout), (b, b_layout))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let with = |geometry, pass| Conv { geometry, pass };
+        let dx = match self.geometry.input_gradient_as_forward() {
+            _ if !x.track_op() => None,
+            Some(g) => {
+                let wt = w.transpose(0, 1)?.contiguous()?;
+                Some(grad.apply_op2_no_bwd(&wt, &with(g, Pass::Forward))?)
+            }
+            None => Some(grad.apply_op2_no_bwd(w, &with(self.geometry, Pass::Data))?),
+        };
+        let dw = match w.track_op() {
+            true => Some(x.apply_op2_no_bwd(&grad, &with(self.geometry, Pass::Filter))?),
+            false => None,
+        };
+        Ok((dx, dw))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn output_sizes_follow_the_convolution_arithmetic() {
+        let g = Geometry::new(&[8, 3, 32, 32], &[64, 3, 3, 3], 1, 1).unwrap();
+        assert_eq!(g.output(), [8, 64, 32, 32]);
+        let g = Geometry::new(&[2, 3, 64, 64], &[64, 3, 7, 7], 2, 3).unwrap();
+        assert_eq!(g.output(), [2, 64, 32, 32]);
+        let g = Geometry::new(&[2, 64, 15, 15], &[128, 64, 1, 1], 2, 0).unwrap();
+        assert_eq!(g.output(), [2, 128, 8, 8]);
+        let g = Geometry::new(&[1, 1, 2, 5], &[1, 1, 2, 3], 3, 0).unwrap();
+        assert_eq!(g.output(), [1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn output_sizes_equal_candles_on_the_cpu() {
+        for (x, w, stride, padding) in [
+            ([2, 3, 9, 7], [4, 3, 3, 3], 1, 1),
+            ([1, 2, 10, 10], [3, 2, 3, 3], 2, 1),
+            ([1, 2, 11, 6], [3, 2, 7, 5], 3, 2),
+        ] {
+            let g = Geometry::new(&x, &w, stride, padding).unwrap();
+            let xt = Tensor::zeros(&x, candle_core::DType::F32, &Device::Cpu).unwrap();
+            let wt = Tensor::zeros(&w, candle_core::DType::F32, &Device::Cpu).unwrap();
+            let y = conv2d(&xt, &wt, stride, padding).unwrap();
+            assert_eq!(y.dims(), g.output(), "{g:?}");
+        }
+    }
+
+    /// `w` rotated by 180° in its two spatial dims.
+    fn rotated(w: &Tensor) -> Tensor {
+        let k = w.dim(2).unwrap();
+        let reversed = Tensor::from_vec((0..k as u32).rev().collect::<Vec<_>>(), k, &Device::Cpu).unwrap();
+        w.index_select(&reversed, 2)
+            .unwrap()
+            .index_select(&reversed, 3)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_input_gradient_as_a_forward_pass_equals_candles_gradient() {
+        let mut rng = crate::rng::Rng::new(5);
+        for (x_dims, k, padding) in [
+            ([2, 3, 8, 7], 3, 1),
+            ([1, 4, 9, 9], 5, 2),
+            ([2, 2, 6, 6], 3, 0),
+            ([1, 3, 5, 5], 1, 0),
+        ] {
+            let w_dims = [5, x_dims[1], k, k];
+            let g = Geometry::new(&x_dims, &w_dims, 1, padding).unwrap();
+            let flipped = g.input_gradient_as_forward().expect("stride 1, square kernel");
+            assert_eq!(flipped.output(), g.input, "{g:?}");
+            let draw = |dims: &[usize], rng: &mut crate::rng::Rng| {
+                let n = dims.iter().product();
+                Tensor::from_vec(
+                    (0..n).map(|_| rng.normal()).collect::<Vec<f32>>(),
+                    dims,
+                    &Device::Cpu,
+                )
+                .unwrap()
+            };
+            let x = candle_core::Var::from_tensor(&draw(&x_dims, &mut rng)).unwrap();
+            let w = draw(&w_dims, &mut rng);
+            let dy = draw(&g.output(), &mut rng);
+            let y = conv2d(x.as_tensor(), &w, 1, padding).unwrap();
+            let expected = y.mul(&dy).unwrap().sum_all().unwrap().backward().unwrap();
+            let expected = expected.get(&x).unwrap();
+            let wt = rotated(&w.transpose(0, 1).unwrap().contiguous().unwrap());
+            let ours = conv2d(&dy, &wt, 1, flipped.padding).unwrap();
+            let d = (ours - expected)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(d < 1e-4, "{g:?}: {d}");
+        }
+        let strided = Geometry::new(&[1, 3, 8, 8], &[4, 3, 3, 3], 2, 1).unwrap();
+        assert_eq!(strided.input_gradient_as_forward(), None);
+        let oblong = Geometry::new(&[1, 3, 8, 8], &[4, 3, 3, 1], 1, 0).unwrap();
+        assert_eq!(oblong.input_gradient_as_forward(), None);
+    }
+
+    #[test]
+    fn mismatched_shapes_are_errors_that_name_them() {
+        type Case = (&'static [usize], &'static [usize], usize, usize, &'static str);
+        let cases: [Case; 5] = [
+            (
+                &[1, 3, 8, 8],
+                &[4, 2, 3, 3],
+                1,
+                1,
+                "3 channels, the filter expects 2",
+            ),
+            (&[3, 8, 8], &[4, 3, 3, 3], 1, 1, "rank 4"),
+            (&[1, 3, 8, 8], &[4, 3, 3], 1, 1, "rank 4"),
+            (&[1, 3, 8, 8], &[4, 3, 3, 3], 0, 1, "stride 0"),
+            (
+                &[1, 3, 2, 8],
+                &[4, 3, 5, 3],
+                1,
+                1,
+                "5-wide kernel does not fit an input of 2",
+            ),
+        ];
+        for (x, w, stride, padding, expected) in cases {
+            let err = Geometry::new(x, w, stride, padding).unwrap_err().to_string();
+            assert!(err.contains(expected), "{x:?} {w:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_op_refuses_cpu_tensors() {
+        let x = Tensor::zeros((1, 1, 3, 3), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let op = Conv {
+            geometry: Geometry::new(&[1, 1, 3, 3], &[1, 1, 3, 3], 1, 1).unwrap(),
+            pass: Pass::Forward,
+        };
+        let err = x.apply_op2(&x, op).unwrap_err().to_string();
+        assert!(err.contains("CUDA tensors only"), "{err}");
+    }
+}

@@ -1,0 +1,261 @@
+//! Softmax cross-entropy `L = (1/R) Σ_r (log Σ_j e^{x_rj} − x_{r,t_r})` of logits `x`
+//! (`[R, C]`) against class ids `t` (`[R]`, u32): candle's `cross_entropy` on the CPU, one
+//! fused CUDA kernel per pass on the device.
+//!
+//! Composed from candle's ops, the loss makes about fifteen passes over the logits forward and
+//! backward, each writing a tensor of their size (the Transformer's are 37 M values per step).
+//! On CUDA one kernel computes each row's `log Σ e^{x − max} + max − x_t`, and the backward
+//! kernel writes `∂L/∂x_rj = g_r (e^{x_rj − max}/Σ − [j = t_r])` in one pass, recomputing the
+//! row's maximum and sum (nothing stored). A class id outside `[0, C)` gives a NaN loss on the
+//! device (candle's gather is an error on the CPU).
+
+use anyhow::{ensure, Result};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
+
+/// The mean cross-entropy of `logits` (`[R, C]`, f32) against `target` (`[R]`, u32).
+pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
+    ensure!(
+        logits.rank() == 2 && logits.dim(0)? > 0 && target.dims() == [logits.dim(0)?],
+        "cross-entropy: logits {:?} and targets {:?} are not [rows, classes] and [rows] with rows > 0",
+        logits.dims(),
+        target.dims()
+    );
+    if logits.device().is_cuda() {
+        let rows = logits.contiguous()?.apply_op2(&target.contiguous()?, PerRow)?;
+        return Ok(rows.mean_all()?);
+    }
+    Ok(candle_nn::loss::cross_entropy(logits, target)?)
+}
+
+/// `(x, t) → [log Σ_j e^{x_rj} − x_{r,t_r}]_r`.
+struct PerRow;
+
+/// `(x, t, g) → ∂(Σ_r g_r L_r)/∂x`.
+struct RowGradient;
+
+fn cpu_refused() -> candle_core::Result<(CpuStorage, Shape)> {
+    candle_core::bail!("the fused cross-entropy runs on CUDA tensors only (the CPU uses candle's)")
+}
+
+impl CustomOp2 for PerRow {
+    fn name(&self) -> &'static str {
+        "homeadam-cross-entropy"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_refused()
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        x: &candle_core::CudaStorage,
+        x_layout: &Layout,
+        t: &candle_core::CudaStorage,
+        t_layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        cuda::run(cuda::Pass::Forward, (x, x_layout), (t, t_layout), None)
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        t: &Tensor,
+        _: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let dx = x.apply_op3_no_bwd(t, &grad.contiguous()?, &RowGradient)?;
+        Ok((Some(dx), None))
+    }
+}
+
+impl CustomOp3 for RowGradient {
+    fn name(&self) -> &'static str {
+        "homeadam-cross-entropy-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_refused()
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        x: &candle_core::CudaStorage,
+        x_layout: &Layout,
+        t: &candle_core::CudaStorage,
+        t_layout: &Layout,
+        g: &candle_core::CudaStorage,
+        g_layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        cuda::run(
+            cuda::Pass::Backward,
+            (x, x_layout),
+            (t, t_layout),
+            Some((g, g_layout)),
+        )
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    //! One block of 256 threads per row: each thread takes a strided share of the row, then
+    //! a fixed tree (warp shuffles, then the block's warps) combines the shares, so the bits
+    //! repeat run after run.
+
+    use std::sync::OnceLock;
+
+    use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::WrapErr;
+    use candle_core::{CudaStorage, Layout, Shape};
+
+    const SOURCE: &str = r#"
+#define NEG_INF (-__int_as_float(0x7f800000))
+#define QNAN (__int_as_float(0x7fc00000))
+
+__device__ float block_max(float v) {
+    __shared__ float shared[32];
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = threadIdx.x < blockDim.x / 32 ? shared[threadIdx.x] : NEG_INF;
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (threadIdx.x == 0) shared[0] = v;
+    }
+    __syncthreads();
+    return shared[0];
+}
+
+__device__ float block_sum(float v) {
+    __shared__ float shared[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = threadIdx.x < blockDim.x / 32 ? shared[threadIdx.x] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0) shared[0] = v;
+    }
+    __syncthreads();
+    return shared[0];
+}
+
+/* The row's maximum and Σ e^{x − max}. */
+__device__ void row_stats(const float *row, unsigned int cols, float *m, float *s) {
+    float v = NEG_INF;
+    for (unsigned int j = threadIdx.x; j < cols; j += blockDim.x) v = fmaxf(v, row[j]);
+    *m = block_max(v);
+    float sum = 0.0f;
+    for (unsigned int j = threadIdx.x; j < cols; j += blockDim.x) sum += expf(row[j] - *m);
+    *s = block_sum(sum);
+}
+
+extern "C" __global__ void homeadam_cross_entropy_f32(const float *x, const unsigned int *t, float *loss,
+        unsigned int cols) {
+    const float *row = x + (unsigned long long)blockIdx.x * cols;
+    float m, s;
+    row_stats(row, cols, &m, &s);
+    if (threadIdx.x == 0) {
+        unsigned int c = t[blockIdx.x];
+        loss[blockIdx.x] = c < cols ? logf(s) + m - row[c] : QNAN;
+    }
+}
+
+extern "C" __global__ void homeadam_cross_entropy_backward_f32(const float *x, const unsigned int *t,
+        const float *g, float *dx, unsigned int cols) {
+    unsigned long long offset = (unsigned long long)blockIdx.x * cols;
+    const float *row = x + offset;
+    float m, s;
+    row_stats(row, cols, &m, &s);
+    float gr = g[blockIdx.x];
+    float scale = gr / s;
+    unsigned int c = t[blockIdx.x];
+    for (unsigned int j = threadIdx.x; j < cols; j += blockDim.x) {
+        float p = expf(row[j] - m) * scale;
+        dx[offset + j] = j == c ? p - gr : p;
+    }
+}
+"#;
+
+    /// Which kernel a call runs.
+    #[derive(Clone, Copy)]
+    pub(super) enum Pass {
+        Forward,
+        Backward,
+    }
+
+    const THREADS: u32 = 256;
+
+    fn contiguous<'a, T: candle_core::cuda_backend::CudaDType>(
+        s: &'a CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<candle_core::cuda::cudarc::driver::CudaView<'a, T>> {
+        let Some((start, end)) = l.contiguous_offsets() else {
+            candle_core::bail!("cross-entropy: an argument is not contiguous");
+        };
+        Ok(s.as_cuda_slice::<T>()?.slice(start..end))
+    }
+
+    pub(super) fn run(
+        pass: Pass,
+        (x, x_layout): (&CudaStorage, &Layout),
+        (t, t_layout): (&CudaStorage, &Layout),
+        g: Option<(&CudaStorage, &Layout)>,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        static PTX: OnceLock<Result<String, String>> = OnceLock::new();
+        let ptx = crate::models::nvrtc::ptx(&PTX, "cross-entropy", || SOURCE.to_string())?;
+        let dev = x.device.clone();
+        let (rows, cols) = x_layout.shape().dims2()?;
+        let cols_arg = u32::try_from(cols)
+            .map_err(|_| candle_core::Error::Msg(format!("cross-entropy: {cols} classes")))?;
+        let x = contiguous::<f32>(x, x_layout)?;
+        let t = contiguous::<u32>(t, t_layout)?;
+        let name = match pass {
+            Pass::Forward => "homeadam_cross_entropy_f32",
+            Pass::Backward => "homeadam_cross_entropy_backward_f32",
+        };
+        let func = dev.get_or_load_custom_func(name, "homeadam_cross_entropy", ptx)?;
+        let (len, shape) = match pass {
+            Pass::Forward => (rows, Shape::from(rows)),
+            Pass::Backward => (rows * cols, x_layout.shape().clone()),
+        };
+        // SAFETY: the kernel writes every element (one per row, or every logit's gradient).
+        let out = unsafe { dev.alloc::<f32>(len)? };
+        let config = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut builder = func.builder();
+        builder.arg(&x).arg(&t);
+        let g = match g {
+            Some((g, g_layout)) => Some(contiguous::<f32>(g, g_layout)?),
+            None => None,
+        };
+        if let Some(g) = &g {
+            builder.arg(g);
+        }
+        builder.arg(&out).arg(&cols_arg);
+        // SAFETY: the arguments match the kernel's signature: x holds rows × cols values, t
+        // and g one per row, out `len`.
+        unsafe { builder.launch(config) }.w()?;
+        Ok((CudaStorage::wrap_cuda_slice(out, dev), shape))
+    }
+}
