@@ -64,8 +64,9 @@ impl EpochOrder {
     }
 }
 
-/// Something batches can be cut from: labelled examples of a fixed number of `f32` values.
-pub trait Examples {
+/// Something batches can be cut from: labelled examples of a fixed number of `f32` values
+/// (`Sync`: the next minibatch is cut on another thread).
+pub trait Examples: Sync {
     /// Number of examples.
     fn len(&self) -> usize;
 

@@ -2,8 +2,9 @@
 //! shapes (nothing downloaded), split into its phases, for comparison with
 //! `host/benches/torch_train.py` (the same networks in PyTorch).
 //!
-//! A step is what [`super::run::train`] does for one minibatch: the minibatch (assembled,
-//! augmented as the preset says, copied to the device), the forward pass and the loss, the
+//! A step is what [`super::run::train`] does for one minibatch: the minibatch (assembled and
+//! augmented as the preset says on a thread of its own while the step before trains, then
+//! copied to the device: [`super::prefetch`]), the forward pass and the loss, the
 //! backward pass, the optimizer step (which reads its status back). Warm-up steps run first and
 //! are not timed. The phases are timed by CUDA events on the device's stream (so they add up to
 //! the GPU's timeline, idle gaps included) and by the wall clock on the CPU; the throughput is
@@ -17,6 +18,7 @@ use serde::Serialize;
 
 use super::data::{ClassificationData, LanguageData, TrainData};
 use super::experiments::{needed, Experiment};
+use super::prefetch::Prefetch;
 use super::scores::loss_and_correct;
 use crate::data::batches::Images;
 use crate::data::{cifar10, ImageSet, Normalize};
@@ -202,29 +204,33 @@ pub fn bench_train(o: &BenchOptions, device: &Device) -> Result<BenchResult> {
     let mut phases = Phases::default();
     let mut units = 0;
     let mut start = Instant::now();
-    for i in 0..o.warmup + o.steps {
-        if i == o.warmup {
-            device.synchronize()?;
-            start = Instant::now();
+    std::thread::scope(|scope| -> Result<()> {
+        let mut prefetch = Prefetch::new(scope, data.as_ref(), o.seed, 0, o.warmup + o.steps);
+        for i in 0..o.warmup + o.steps {
+            if i == o.warmup {
+                device.synchronize()?;
+                start = Instant::now();
+            }
+            let t0 = clock.mark()?;
+            let mb = prefetch.batch(i)?;
+            let t1 = clock.mark()?;
+            let logits = model.forward(&mb.input, true)?;
+            let (loss, _correct) = loss_and_correct(&logits, &mb.target)?;
+            let t2 = clock.mark()?;
+            let grads = loss.backward()?;
+            let t3 = clock.mark()?;
+            opt.step_with_report(&grads)?;
+            let t4 = clock.mark()?;
+            if i >= o.warmup {
+                phases.data += clock.seconds(&t0, &t1)?;
+                phases.forward += clock.seconds(&t1, &t2)?;
+                phases.backward += clock.seconds(&t2, &t3)?;
+                phases.optimizer += clock.seconds(&t3, &t4)?;
+                units = mb.predictions;
+            }
         }
-        let t0 = clock.mark()?;
-        let mb = data.train_batch(o.seed, 0, i)?;
-        let t1 = clock.mark()?;
-        let logits = model.forward(&mb.input, true)?;
-        let (loss, _correct) = loss_and_correct(&logits, &mb.target)?;
-        let t2 = clock.mark()?;
-        let grads = loss.backward()?;
-        let t3 = clock.mark()?;
-        opt.step_with_report(&grads)?;
-        let t4 = clock.mark()?;
-        if i >= o.warmup {
-            phases.data += clock.seconds(&t0, &t1)?;
-            phases.forward += clock.seconds(&t1, &t2)?;
-            phases.backward += clock.seconds(&t2, &t3)?;
-            phases.optimizer += clock.seconds(&t3, &t4)?;
-            units = mb.predictions;
-        }
-    }
+        Ok(())
+    })?;
     device.synchronize()?;
     let seconds = start.elapsed().as_secs_f64();
     Ok(BenchResult {

@@ -1,7 +1,7 @@
 //! What a training loop consumes: minibatches of an epoch, addressed by (epoch, index) so that a
 //! resumed run draws exactly the batches the killed one would have drawn.
 
-use std::cell::RefCell;
+use std::sync::Mutex;
 
 use anyhow::{bail, Result};
 use candle_core::{Device, Tensor};
@@ -20,15 +20,53 @@ pub struct Minibatch {
     pub predictions: usize,
 }
 
-/// A training set and a test set cut into minibatches.
-pub trait TrainData {
+/// A minibatch assembled (and augmented) on the host, before it goes to the device: what a
+/// thread can prepare while the device trains on the previous one ([`super::prefetch`]).
+pub struct HostBatch {
+    input: HostValues,
+    input_dims: Vec<usize>,
+    target: Vec<u32>,
+    target_dims: Vec<usize>,
+    predictions: usize,
+}
+
+/// A minibatch's input values: image or feature values, or token ids.
+enum HostValues {
+    F32(Vec<f32>),
+    U32(Vec<u32>),
+}
+
+impl HostBatch {
+    /// The minibatch as tensors on `device`.
+    pub fn upload(self, device: &Device) -> Result<Minibatch> {
+        let input = match self.input {
+            HostValues::F32(v) => Tensor::from_vec(v, self.input_dims, device)?,
+            HostValues::U32(v) => Tensor::from_vec(v, self.input_dims, device)?,
+        };
+        Ok(Minibatch {
+            input,
+            target: Tensor::from_vec(self.target, self.target_dims, device)?,
+            predictions: self.predictions,
+        })
+    }
+}
+
+/// A training set and a test set cut into minibatches (shared with the thread that prepares
+/// the next minibatch, hence `Sync`).
+pub trait TrainData: Sync {
     /// Classification (accuracy) or language modelling (perplexity).
     fn task(&self) -> Task;
     /// Minibatches in one training epoch.
     fn train_batches(&self) -> usize;
+    /// The device the minibatches go to.
+    fn device(&self) -> &Device;
     /// Minibatch `index` of epoch `epoch` of the run with seed `seed` (the seed of the data
-    /// order and augmentation): a function of (seed, epoch, index) alone.
-    fn train_batch(&self, seed: u64, epoch: u64, index: usize) -> Result<Minibatch>;
+    /// order and augmentation), on the host: a function of (seed, epoch, index) alone.
+    fn train_host_batch(&self, seed: u64, epoch: u64, index: usize) -> Result<HostBatch>;
+    /// [`TrainData::train_host_batch`] on the device.
+    fn train_batch(&self, seed: u64, epoch: u64, index: usize) -> Result<Minibatch> {
+        self.train_host_batch(seed, epoch, index)?.upload(self.device())
+    }
     /// Minibatch `index` of the training split for a clean evaluation: in a fixed order, not
     /// augmented.
     fn clean_train_batch(&self, index: usize) -> Result<Minibatch>;
@@ -47,7 +85,7 @@ pub struct ClassificationData<E: Examples> {
     batch: usize,
     augment: bool,
     /// The last epoch's order, and the seed it was drawn for.
-    order: RefCell<Option<(u64, EpochOrder)>>,
+    order: Mutex<Option<(u64, EpochOrder)>>,
     device: Device,
 }
 
@@ -82,7 +120,7 @@ impl<E: Examples> ClassificationData<E> {
             shape,
             batch,
             augment,
-            order: RefCell::new(None),
+            order: Mutex::new(None),
             device: device.clone(),
         })
     }
@@ -94,18 +132,20 @@ impl<E: Examples> ClassificationData<E> {
         let Some(b) = minibatches(set, &order, self.batch, false, false, index)?.next() else {
             bail!("the {what} set has no batch {index}");
         };
-        self.to_batch(b.x, b.labels)
+        self.host_batch(b.x, b.labels).upload(&self.device)
     }
 
-    fn to_batch(&self, x: Vec<f32>, labels: Vec<u32>) -> Result<Minibatch> {
+    fn host_batch(&self, x: Vec<f32>, labels: Vec<u32>) -> HostBatch {
         let n = labels.len();
         let mut dims = vec![n];
         dims.extend(&self.shape);
-        Ok(Minibatch {
-            input: Tensor::from_vec(x, dims, &self.device)?,
-            target: Tensor::from_vec(labels, n, &self.device)?,
+        HostBatch {
+            input: HostValues::F32(x),
+            input_dims: dims,
+            target: labels,
+            target_dims: vec![n],
             predictions: n,
-        })
+        }
     }
 }
 
@@ -118,8 +158,15 @@ impl<E: Examples> TrainData for ClassificationData<E> {
         self.train.len().div_ceil(self.batch)
     }
 
-    fn train_batch(&self, seed: u64, epoch: u64, index: usize) -> Result<Minibatch> {
-        let mut order = self.order.borrow_mut();
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn train_host_batch(&self, seed: u64, epoch: u64, index: usize) -> Result<HostBatch> {
+        let mut order = self
+            .order
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the epoch order's lock is poisoned"))?;
         if order
             .as_ref()
             .is_none_or(|(s, o)| *s != seed || o.epoch() != epoch)
@@ -130,7 +177,7 @@ impl<E: Examples> TrainData for ClassificationData<E> {
         let Some(b) = minibatches(&self.train, order, self.batch, false, self.augment, index)?.next() else {
             bail!("epoch {epoch} has no batch {index}");
         };
-        self.to_batch(b.x, b.labels)
+        Ok(self.host_batch(b.x, b.labels))
     }
 
     fn clean_train_batch(&self, index: usize) -> Result<Minibatch> {
@@ -188,15 +235,21 @@ impl LanguageData {
         })
     }
 
-    fn batch(&self, columns: &[Vec<u32>], index: usize) -> Result<Minibatch> {
+    fn host_batch(&self, columns: &[Vec<u32>], index: usize) -> Result<HostBatch> {
         let Some(w) = window(columns, index * self.bptt, self.bptt) else {
             bail!("no window {index} of {} tokens", self.bptt);
         };
-        Ok(Minibatch {
-            input: Tensor::from_vec(w.input, (w.batch, w.len), &self.device)?,
-            target: Tensor::from_vec(w.target, (w.batch, w.len), &self.device)?,
+        Ok(HostBatch {
+            input: HostValues::U32(w.input),
+            input_dims: vec![w.batch, w.len],
+            target: w.target,
+            target_dims: vec![w.batch, w.len],
             predictions: w.batch * w.len,
         })
+    }
+
+    fn batch(&self, columns: &[Vec<u32>], index: usize) -> Result<Minibatch> {
+        self.host_batch(columns, index)?.upload(&self.device)
     }
 
     fn count(&self, columns: &[Vec<u32>]) -> usize {
@@ -213,9 +266,13 @@ impl TrainData for LanguageData {
         self.count(&self.train)
     }
 
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
     /// The windows come in order, whatever the seed and epoch (pytorch/examples' order).
-    fn train_batch(&self, _seed: u64, _epoch: u64, index: usize) -> Result<Minibatch> {
-        self.batch(&self.train, index)
+    fn train_host_batch(&self, _seed: u64, _epoch: u64, index: usize) -> Result<HostBatch> {
+        self.host_batch(&self.train, index)
     }
 
     fn clean_train_batch(&self, index: usize) -> Result<Minibatch> {

@@ -22,6 +22,7 @@ use homeadam_core::StepReport;
 
 use super::checkpoint::{EpochProgress, RunCheckpoint, RunMeta};
 use super::data::{Minibatch, TrainData};
+use super::prefetch::Prefetch;
 use super::scores::{loss_and_correct, PendingScores};
 use crate::models::Model;
 use crate::progress::bar;
@@ -296,57 +297,61 @@ pub fn train(
         let clock = Instant::now();
         let mut last_read = clock;
         let seconds_before = meta.progress.seconds;
-        while (meta.batch as usize) < batches {
-            let mb = data.train_batch(o.seed, meta.epoch, meta.batch as usize)?;
-            let logits = model.forward(&mb.input, true)?;
-            let (loss, correct) = loss_and_correct(&logits, &mb.target)?;
-            let grads = loss.backward()?;
-            let report = opt.step_with_report(&grads)?.report;
-            pending.push(&loss, &correct, mb.predictions)?;
-            count_step(&mut meta.progress, &report, params);
-            count_step(&mut meta.window, &report, params);
-            meta.batch += 1;
-            meta.step += 1;
-            meta.rng = model.rng().map_or(0, |r| r.state);
-            meta.progress.seconds = seconds_before + clock.elapsed().as_secs_f64();
-            pb.inc(1);
-            let due = |every: Option<u64>| every.is_some_and(|n| n > 0 && meta.step % n == 0);
-            let eval_now = due(s.eval_every);
-            let log_now = due(s.log_every) || eval_now;
-            let checkpoint_now = due(s.checkpoint_every);
-            let bar_now = !pb.is_hidden() && last_read.elapsed() >= BAR_REFRESH;
-            if log_now || checkpoint_now || bar_now || pending.is_full() {
-                settle(&mut pending, &mut meta)?;
-                last_read = Instant::now();
-                let p = &meta.progress;
-                pb.set_message(format!(
-                    "on {device} loss {:.4} {:.0} ex/s",
-                    p.loss_sum / p.seen.max(1) as f64,
-                    p.seen as f64 / clock.elapsed().as_secs_f64().max(1e-9)
-                ));
+        std::thread::scope(|scope| -> Result<()> {
+            let mut prefetch = Prefetch::new(scope, data, o.seed, meta.epoch, batches);
+            while (meta.batch as usize) < batches {
+                let mb = prefetch.batch(meta.batch as usize)?;
+                let logits = model.forward(&mb.input, true)?;
+                let (loss, correct) = loss_and_correct(&logits, &mb.target)?;
+                let grads = loss.backward()?;
+                let report = opt.step_with_report(&grads)?.report;
+                pending.push(&loss, &correct, mb.predictions)?;
+                count_step(&mut meta.progress, &report, params);
+                count_step(&mut meta.window, &report, params);
+                meta.batch += 1;
+                meta.step += 1;
+                meta.rng = model.rng().map_or(0, |r| r.state);
+                meta.progress.seconds = seconds_before + clock.elapsed().as_secs_f64();
+                pb.inc(1);
+                let due = |every: Option<u64>| every.is_some_and(|n| n > 0 && meta.step % n == 0);
+                let eval_now = due(s.eval_every);
+                let log_now = due(s.log_every) || eval_now;
+                let checkpoint_now = due(s.checkpoint_every);
+                let bar_now = !pb.is_hidden() && last_read.elapsed() >= BAR_REFRESH;
+                if log_now || checkpoint_now || bar_now || pending.is_full() {
+                    settle(&mut pending, &mut meta)?;
+                    last_read = Instant::now();
+                    let p = &meta.progress;
+                    pb.set_message(format!(
+                        "on {device} loss {:.4} {:.0} ex/s",
+                        p.loss_sum / p.seen.max(1) as f64,
+                        p.seen as f64 / clock.elapsed().as_secs_f64().max(1e-9)
+                    ));
+                }
+                if let Some(writer) = iterations.as_mut().filter(|_| log_now) {
+                    let test = if eval_now {
+                        Some(evaluate_on(model, data, subset)?)
+                    } else {
+                        None
+                    };
+                    let w = std::mem::take(&mut meta.window);
+                    writer.append(&IterationRecord {
+                        step: meta.step,
+                        train_loss: w.loss_sum / w.seen.max(1) as f64,
+                        home_share: homeadam.then(|| w.home_share_sum / w.steps.max(1) as f64),
+                        rho: w.rho_min,
+                        rho_active: w.rho_active_min,
+                        tau: w.tau,
+                        test_loss: test.map(|t| t.0),
+                        test_quality: test.map(|t| t.1),
+                    })?;
+                }
+                if checkpoint_now {
+                    save(model, opt, &meta, &checkpoint)?;
+                }
             }
-            if let Some(writer) = iterations.as_mut().filter(|_| log_now) {
-                let test = if eval_now {
-                    Some(evaluate_on(model, data, subset)?)
-                } else {
-                    None
-                };
-                let w = std::mem::take(&mut meta.window);
-                writer.append(&IterationRecord {
-                    step: meta.step,
-                    train_loss: w.loss_sum / w.seen.max(1) as f64,
-                    home_share: homeadam.then(|| w.home_share_sum / w.steps.max(1) as f64),
-                    rho: w.rho_min,
-                    rho_active: w.rho_active_min,
-                    tau: w.tau,
-                    test_loss: test.map(|t| t.0),
-                    test_quality: test.map(|t| t.1),
-                })?;
-            }
-            if checkpoint_now {
-                save(model, opt, &meta, &checkpoint)?;
-            }
-        }
+            Ok(())
+        })?;
         settle(&mut pending, &mut meta)?;
         pb.finish_and_clear();
         let (test_loss, test_quality) = evaluate(model, data)?;

@@ -1,0 +1,104 @@
+//! The next minibatch assembled (and augmented) on a thread of its own while the device
+//! trains on the current one, so that the host's work on the data is not in series with the
+//! device's. A minibatch is a function of (seed, epoch, index) alone, so the order and the
+//! augmentation draws are those of an unprefetched run.
+
+use std::thread::{Scope, ScopedJoinHandle};
+
+use anyhow::{anyhow, Result};
+
+use super::data::{HostBatch, Minibatch, TrainData};
+
+/// One epoch's minibatches `0..count`, each prepared while the one before it trains.
+pub struct Prefetch<'scope, 'env> {
+    scope: &'scope Scope<'scope, 'env>,
+    data: &'env dyn TrainData,
+    seed: u64,
+    epoch: u64,
+    count: usize,
+    next: Option<(usize, ScopedJoinHandle<'scope, Result<HostBatch>>)>,
+}
+
+impl<'scope, 'env> Prefetch<'scope, 'env> {
+    /// Minibatches of `data`'s epoch `epoch` for seed `seed`, threads spawned in `scope`.
+    pub fn new(
+        scope: &'scope Scope<'scope, 'env>,
+        data: &'env dyn TrainData,
+        seed: u64,
+        epoch: u64,
+        count: usize,
+    ) -> Self {
+        Prefetch {
+            scope,
+            data,
+            seed,
+            epoch,
+            count,
+            next: None,
+        }
+    }
+
+    /// Minibatch `index` on the data's device (the one prepared ahead if it is the one asked
+    /// for, else assembled now); starts preparing `index + 1` when it is below `count`.
+    pub fn batch(&mut self, index: usize) -> Result<Minibatch> {
+        let host = match self.next.take() {
+            Some((prepared, thread)) if prepared == index => thread
+                .join()
+                .map_err(|_| anyhow!("the thread preparing minibatch {index} panicked"))??,
+            _ => self.data.train_host_batch(self.seed, self.epoch, index)?,
+        };
+        if index + 1 < self.count {
+            let (data, seed, epoch) = (self.data, self.seed, self.epoch);
+            let thread = self
+                .scope
+                .spawn(move || data.train_host_batch(seed, epoch, index + 1));
+            self.next = Some((index + 1, thread));
+        }
+        host.upload(self.data.device())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::digits::FeatureSet;
+    use crate::train::data::ClassificationData;
+    use candle_core::Device;
+
+    fn bits(mb: &Minibatch) -> (Vec<u32>, Vec<u32>) {
+        let x: Vec<f32> = mb.input.flatten_all().unwrap().to_vec1().unwrap();
+        let y: Vec<u32> = mb.target.to_vec1().unwrap();
+        (x.iter().map(|v| v.to_bits()).collect(), y)
+    }
+
+    #[test]
+    fn prefetched_minibatches_equal_direct_ones_in_any_order_of_requests() {
+        // Shuffled every epoch by the seed: the order is what a prefetch must not change.
+        let set = || FeatureSet {
+            n: 50,
+            features: 4,
+            x: (0..50 * 4).map(|i| (i as f32 * 0.37).sin()).collect(),
+            labels: (0..50).map(|i| i % 3).collect(),
+            classes: 3,
+        };
+        let data = ClassificationData::new(set(), set(), vec![4], 8, false, &Device::Cpu).unwrap();
+        let count = data.train_batches();
+        for epoch in [0, 3] {
+            let direct: Vec<_> = (0..count)
+                .map(|i| bits(&data.train_batch(9, epoch, i).unwrap()))
+                .collect();
+            // In order (each prepared ahead), then skipping, repeating and going back.
+            let requests: Vec<usize> = (0..count).chain([2, 2, 5, 0, count - 1]).collect();
+            std::thread::scope(|scope| {
+                let mut prefetch = Prefetch::new(scope, &data, 9, epoch, count);
+                for &i in &requests {
+                    assert_eq!(
+                        bits(&prefetch.batch(i).unwrap()),
+                        direct[i],
+                        "epoch {epoch}, batch {i}"
+                    );
+                }
+            });
+        }
+    }
+}
