@@ -103,7 +103,7 @@ if [[ $checks == *" tests "* ]]; then
 check "homeadam-cuda: every rule and q8 state = the core's scalar reference" 150 "$bin/cuda-gpu" --test-threads 1
 check "homeadam-jetson: mapped memory = the core" 60 "$bin/jetson-gpu" --test-threads 1
 check "homeadam-candle: VarOptimizer on CUDA = on the CPU" 150 "$bin/candle-gpu" --test-threads 1
-check "homeadam-host: dropout, cuDNN convolutions and batch norm, cross-entropy on the device = the CPU's" 90 "$bin/host-gpu" --test-threads 1 --nocapture
+check "homeadam-host: dropout, pooling, cuDNN convolutions and batch norm, cross-entropy on the device = the CPU's" 90 "$bin/host-gpu" --test-threads 1 --nocapture
 check "kill and resume on the GPU" 120 env HOMEADAM_TEST_BIN="$bin/homeadam" HOMEADAM_TEST_DEVICE=cuda \
     "$bin/host-resume" --test-threads 1
 fi

@@ -6,7 +6,7 @@
 
 The networks are the host's (host/src/models/): VGG16 of the preset's variant with its
 CIFAR head and Kaiming-normal convolutions, ResNet34 with the host's stem (7x7/2 conv, BN,
-ReLU, 2x2/2 max-pool), the post-norm Transformer LM of pytorch/examples with a causal mask;
+ReLU, 3x3/2 max-pool with padding 1, as torchvision), the post-norm Transformer LM of pytorch/examples with a causal mask;
 same layer sizes and initialisation schemes, same batch and sequence length (read from the
 preset in host/presets/), same synthetic data shapes. The optimizer is
 `torch.optim.AdamW(fused=True)` (fused on CUDA only) with the preset's adamw entry. f32
@@ -111,7 +111,7 @@ class ResNet34(nn.Module):
         self.fc = nn.Linear(inp, classes)
 
     def forward(self, x):
-        h = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        h = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
         return self.fc(self.blocks(h).mean((2, 3)))
 
 

@@ -7,6 +7,7 @@ use candle_core::{Device, Tensor, Var};
 use homeadam_host::models::conv2d::conv2d;
 use homeadam_host::models::cross_entropy::cross_entropy;
 use homeadam_host::models::dropout::dropout;
+use homeadam_host::models::max_pool::max_pool2d;
 use homeadam_host::models::{Model, ResNet, ResNetConfig, ResNetStem};
 use homeadam_host::rng::Rng;
 
@@ -184,4 +185,32 @@ fn the_fused_cross_entropy_equals_candles_on_the_cpu_and_repeats_its_bits() {
         }
     }
     eprintln!("gpu: the fused cross-entropy and its gradient = the CPU's (relative 1e-5), repeatable bits");
+}
+
+#[test]
+fn max_pooling_on_the_device_gives_the_cpus_bits() {
+    let Some(gpu) = cuda() else { return };
+    // ResNet's stem pool and VGG's; values on a coarse grid so that windows hold ties.
+    for (dims, k, s, p) in [
+        ([2, 3, 17, 16], 3, 2, 1),
+        ([4, 5, 8, 8], 2, 2, 0),
+        ([1, 2, 9, 7], 3, 1, 1),
+    ] {
+        let n: usize = dims.iter().product();
+        let mut r = Rng::new(n as u64);
+        let values: Vec<f32> = (0..n).map(|_| (r.normal() * 2.0).round()).collect();
+        let mut runs = Vec::new();
+        for device in [Device::Cpu, gpu.clone()] {
+            let x = Var::from_vec(values.clone(), dims.to_vec(), &device).unwrap();
+            let y = max_pool2d(x.as_tensor(), k, s, p).unwrap();
+            let weights = y.ones_like().unwrap().cumsum(3).unwrap();
+            let grads = y.mul(&weights).unwrap().sum_all().unwrap().backward().unwrap();
+            runs.push((bits(&y), bits(grads.get(&x).unwrap())));
+        }
+        assert!(
+            runs[0] == runs[1],
+            "{dims:?}, {k}×{k}/{s}, padding {p}: the GPU differs from the CPU"
+        );
+    }
+    eprintln!("gpu: max pooling and its gradient bit-identical to the CPU");
 }

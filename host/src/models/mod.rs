@@ -22,6 +22,7 @@ pub mod cross_entropy;
 mod cudnn;
 pub mod dropout;
 mod layers;
+pub mod max_pool;
 pub mod mlp;
 #[cfg(feature = "cuda")]
 pub(crate) mod nvrtc;

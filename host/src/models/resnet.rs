@@ -7,13 +7,11 @@
 //! `Conv3×3 → BN → ReLU → Conv3×3 → BN`, plus the shortcut, then ReLU. Convolutions have no
 //! bias (BatchNorm follows each). Channel counts can be scaled by a width multiplier.
 //!
-//! **Deviation from torchvision (the stem).** torchvision's stem ends in a 3×3/stride-2 max-pool,
-//! and candle 0.11 has no backward pass for pooling whose kernel differs from its stride, so that
-//! stem cannot train here. Two stems are offered:
-//! - [`ResNetStem::ImageNet`] (default, closest to torchvision): `Conv7×7(stride 2, pad 3) → BN →
-//!   ReLU → MaxPool 2×2/stride 2`. On 64×64 input the feature maps have torchvision's sizes
-//!   (32×32 after the conv, 16×16 after the pool); only the pool window shrinks from 3×3
-//!   (overlapping) to 2×2.
+//! Two stems are offered:
+//! - [`ResNetStem::ImageNet`] (default, torchvision's): `Conv7×7(stride 2, pad 3) → BN → ReLU →
+//!   MaxPool 3×3(stride 2, pad 1)` ([`super::max_pool`]: candle's pooling has no backward pass
+//!   for a window other than its stride). On 64×64 input the feature maps are 32×32 after the
+//!   conv and 16×16 after the pool.
 //! - [`ResNetStem::Small`]: `Conv3×3(stride 1, pad 1) → BN → ReLU`, no pool — the usual choice
 //!   for small images; stage 1 then runs at 64×64, about 16× the compute of the other stem.
 //!
@@ -40,7 +38,7 @@ const CHANNELS: [usize; 4] = [64, 128, 256, 512];
 /// The stem before the residual stages (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResNetStem {
-    /// `Conv7×7/2 → BN → ReLU → MaxPool 2×2/2`: torchvision's stem with a trainable pool.
+    /// `Conv7×7/2 → BN → ReLU → MaxPool 3×3/2 (padding 1)`: torchvision's stem.
     ImageNet,
     /// `Conv3×3/1 → BN → ReLU`, no pool.
     Small,
@@ -126,8 +124,8 @@ impl BasicBlock {
     }
 }
 
-/// ResNet34. Input `[batch, 3, H, W]` f32 (64×64 for Tiny-ImageNet; any H, W ≥ 4 work thanks to
-/// the global average pool); output logits `[batch, classes]`.
+/// ResNet34. Input `[batch, 3, H, W]` f32 (64×64 for Tiny-ImageNet; any H, W ≥ 1 work thanks to
+/// the padded stride-2 layers and the global average pool); output logits `[batch, classes]`.
 pub struct ResNet {
     config: ResNetConfig,
     conv1: Conv2d,
@@ -183,14 +181,13 @@ impl ResNet {
 impl Model for ResNet {
     fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
         let dims = expect_f32(x, 4, "ResNet")?;
-        // Below 4×4 the ImageNet stem's pool would produce an empty map.
         ensure!(
-            dims[1] == 3 && dims[2] >= 4 && dims[3] >= 4,
-            "ResNet: expected [batch, 3, H, W] with H, W ≥ 4, got {dims:?}"
+            dims[1] == 3 && dims[2] >= 1 && dims[3] >= 1,
+            "ResNet: expected [batch, 3, H, W] with H, W ≥ 1, got {dims:?}"
         );
         let mut h = self.bn1.forward(&self.conv1.forward(x)?, train)?.relu()?;
         if self.config.stem == ResNetStem::ImageNet {
-            h = h.max_pool2d(2)?;
+            h = super::max_pool::max_pool2d(&h, 3, 2, 1)?;
         }
         for block in &self.blocks {
             h = block.forward(&h, train)?;
@@ -235,7 +232,7 @@ mod tests {
             assert_eq!(m.vars().len(), 3 + 16 * 2 * 3 + 3 * 3 + 2);
             assert_eq!(m.buffers().len(), 2 * (1 + 16 * 2 + 3));
             assert!(m.vars().iter().any(|(n, _)| n == "layer4.0.downsample.bn.bias"));
-            assert!(m.forward(&input(&[2, 3, 3, 3], 1), false).is_err());
+            assert!(m.forward(&input(&[2, 3, 3, 3], 1), false).is_ok(), "any H, W ≥ 1");
             assert!(m.forward(&input(&[2, 4, 16, 16], 1), false).is_err());
             assert!(m.forward(&input(&[2, 3, 16], 1), false).is_err());
         }

@@ -201,7 +201,7 @@ impl Model for Vgg {
             h = match layer {
                 Layer::Conv(conv, Some(bn)) => bn.forward(&conv.forward(&h)?, train)?.relu()?,
                 Layer::Conv(conv, None) => conv.forward(&h)?.relu()?,
-                Layer::Pool => h.max_pool2d(2)?,
+                Layer::Pool => super::max_pool::max_pool2d(&h, 2, 2, 0)?,
             };
         }
         let h = h.flatten_from(1)?;

@@ -1,0 +1,439 @@
+//! Max pooling with any square window, stride and padding (NCHW, f32), as PyTorch's
+//! `max_pool2d`: `y[n,c,i,j] = max over the window at (i·s − p, j·s − p) of the positions inside
+//! the input` (padding never wins), the first maximum in row-major order taken, a NaN winning.
+//! Candle's pooling has a backward pass only for a window equal to its stride (torchvision's
+//! ResNet stem pools 3×3 with stride 2 and padding 1), and that pass scales the gradient by
+//! 1/k² (it multiplies by the share of maxima in the window instead of dividing by their
+//! count): VGG16's five 2×2 pools would shrink its first layers' gradients 1,024-fold.
+//!
+//! The backward pass gives each output's gradient to its window's winner. It is computed per
+//! input element, summing the gradients of the outputs it wins in increasing output order
+//! (no atomics, the same order on the CPU and on CUDA), so both devices give the same bits.
+
+use anyhow::{ensure, Result};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
+
+/// A pooling window: size `k`, stride `s`, padding `p`, over an input `[n, c, h, w]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pool {
+    k: usize,
+    s: usize,
+    p: usize,
+    dims: [usize; 4],
+}
+
+impl Pool {
+    /// Output height and width: `⌊(h + 2p − k)/s⌋ + 1`.
+    fn out(&self) -> (usize, usize) {
+        let side = |n: usize| (n + 2 * self.p - self.k) / self.s + 1;
+        (side(self.dims[2]), side(self.dims[3]))
+    }
+
+    /// The flat index (within the plane) of the winner of output `(i, j)` in `plane`.
+    fn winner(&self, plane: &[f32], i: usize, j: usize) -> usize {
+        let (h, w) = (self.dims[2] as isize, self.dims[3] as isize);
+        let (y0, x0) = (
+            (i * self.s) as isize - self.p as isize,
+            (j * self.s) as isize - self.p as isize,
+        );
+        let mut best = usize::MAX;
+        let mut value = f32::NEG_INFINITY;
+        for y in y0.max(0)..(y0 + self.k as isize).min(h) {
+            for x in x0.max(0)..(x0 + self.k as isize).min(w) {
+                let at = (y * w + x) as usize;
+                if best == usize::MAX || plane[at] > value || plane[at].is_nan() {
+                    best = at;
+                    value = plane[at];
+                    if value.is_nan() {
+                        return best;
+                    }
+                }
+            }
+        }
+        best
+    }
+}
+
+/// `max_pool2d(x, kernel, stride, padding)` on `x`'s device (see the module).
+pub fn max_pool2d(x: &Tensor, kernel: usize, stride: usize, padding: usize) -> Result<Tensor> {
+    let dims: [usize; 4] = x
+        .dims()
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("max_pool2d: input {:?} is not [n, c, h, w]", x.dims()))?;
+    ensure!(
+        kernel >= 1
+            && stride >= 1
+            && 2 * padding <= kernel
+            && dims[2] + 2 * padding >= kernel
+            && dims[3] + 2 * padding >= kernel,
+        "max_pool2d: a {kernel}×{kernel} window, stride {stride}, padding {padding} does not fit {dims:?} \
+         (the padding at most half the window)"
+    );
+    let pool = Pool {
+        k: kernel,
+        s: stride,
+        p: padding,
+        dims,
+    };
+    Ok(x.contiguous()?.apply_op1(Forward(pool))?)
+}
+
+/// `x → y`.
+#[derive(Clone, Copy)]
+struct Forward(Pool);
+
+/// `(x, ∂L/∂y) → ∂L/∂x`.
+#[derive(Clone, Copy)]
+struct Backward(Pool);
+
+fn f32_contiguous<'a>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<&'a [f32]> {
+    let CpuStorage::F32(values) = s else {
+        candle_core::bail!("max_pool2d: f32 tensors only");
+    };
+    let Some((start, end)) = l.contiguous_offsets() else {
+        candle_core::bail!("max_pool2d: an argument is not contiguous");
+    };
+    Ok(&values[start..end])
+}
+
+impl CustomOp1 for Forward {
+    fn name(&self) -> &'static str {
+        "homeadam-max-pool2d"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let pool = self.0;
+        let x = f32_contiguous(s, l)?;
+        let [n, c, h, w] = pool.dims;
+        let (oh, ow) = pool.out();
+        let mut y = Vec::with_capacity(n * c * oh * ow);
+        for plane in x.chunks_exact(h * w) {
+            for i in 0..oh {
+                for j in 0..ow {
+                    y.push(plane[pool.winner(plane, i, j)]);
+                }
+            }
+        }
+        Ok((CpuStorage::F32(y), Shape::from((n, c, oh, ow))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        cuda::run(&self.0, (s, l), None)
+    }
+
+    fn bwd(&self, x: &Tensor, _: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(x.apply_op2_no_bwd(&grad.contiguous()?, &Backward(self.0))?))
+    }
+}
+
+impl CustomOp2 for Backward {
+    fn name(&self) -> &'static str {
+        "homeadam-max-pool2d-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        gs: &CpuStorage,
+        gl: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let pool = self.0;
+        let (x, g) = (f32_contiguous(xs, xl)?, f32_contiguous(gs, gl)?);
+        let [n, c, h, w] = pool.dims;
+        let (oh, ow) = pool.out();
+        let mut dx = Vec::with_capacity(x.len());
+        for (plane, grads) in x.chunks_exact(h * w).zip(g.chunks_exact(oh * ow)) {
+            for y in 0..h {
+                for x in 0..w {
+                    // The outputs whose windows hold (y, x): i·s − p ≤ y ≤ i·s − p + k − 1.
+                    let span = |v: usize, count: usize| {
+                        let first = (v + pool.p + 1).saturating_sub(pool.k).div_ceil(pool.s);
+                        let last = ((v + pool.p) / pool.s).min(count - 1);
+                        first..=last
+                    };
+                    let mut sum = 0.0f32;
+                    for i in span(y, oh) {
+                        for j in span(x, ow) {
+                            if pool.winner(plane, i, j) == y * w + x {
+                                sum += grads[i * ow + j];
+                            }
+                        }
+                    }
+                    dx.push(sum);
+                }
+            }
+        }
+        Ok((CpuStorage::F32(dx), Shape::from((n, c, h, w))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        xs: &candle_core::CudaStorage,
+        xl: &Layout,
+        gs: &candle_core::CudaStorage,
+        gl: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        cuda::run(&self.0, (xs, xl), Some((gs, gl)))
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    //! The CPU's loops as kernels, one thread per output (forward) or per input element
+    //! (backward).
+
+    use std::sync::OnceLock;
+
+    use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::WrapErr;
+    use candle_core::{CudaStorage, Layout, Shape};
+
+    use super::Pool;
+
+    const SOURCE: &str = r#"
+struct Pool { int k, s, p, h, w, oh, ow; };
+
+/* The winner of output (i, j) in `plane`, as Pool::winner. */
+__device__ int winner(const float *plane, struct Pool q, int i, int j) {
+    int y0 = i * q.s - q.p, x0 = j * q.s - q.p;
+    int best = -1;
+    float value = 0.0f;
+    for (int y = max(y0, 0); y < min(y0 + q.k, q.h); y++) {
+        for (int x = max(x0, 0); x < min(x0 + q.k, q.w); x++) {
+            int at = y * q.w + x;
+            float v = plane[at];
+            if (best < 0 || v > value || v != v) {
+                best = at;
+                value = v;
+                if (v != v) return best;
+            }
+        }
+    }
+    return best;
+}
+
+extern "C" __global__ void homeadam_max_pool_f32(const float *x, float *y, unsigned long long planes,
+        struct Pool q) {
+    unsigned long long total = planes * q.oh * q.ow;
+    for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; t < total;
+         t += (unsigned long long)gridDim.x * blockDim.x) {
+        unsigned long long plane = t / (q.oh * q.ow);
+        int o = (int)(t % (q.oh * q.ow));
+        const float *p = x + plane * q.h * q.w;
+        y[t] = p[winner(p, q, o / q.ow, o % q.ow)];
+    }
+}
+
+extern "C" __global__ void homeadam_max_pool_backward_f32(const float *x, const float *g, float *dx,
+        unsigned long long planes, struct Pool q) {
+    unsigned long long total = planes * q.h * q.w;
+    for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; t < total;
+         t += (unsigned long long)gridDim.x * blockDim.x) {
+        unsigned long long plane = t / (q.h * q.w);
+        int at = (int)(t % (q.h * q.w));
+        int yy = at / q.w, xx = at % q.w;
+        const float *p = x + plane * q.h * q.w;
+        const float *gp = g + plane * q.oh * q.ow;
+        int i0 = max(yy + q.p + 1 - q.k, 0), j0 = max(xx + q.p + 1 - q.k, 0);
+        i0 = (i0 + q.s - 1) / q.s;
+        j0 = (j0 + q.s - 1) / q.s;
+        int i1 = min((yy + q.p) / q.s, q.oh - 1), j1 = min((xx + q.p) / q.s, q.ow - 1);
+        float sum = 0.0f;
+        for (int i = i0; i <= i1; i++)
+            for (int j = j0; j <= j1; j++)
+                if (winner(p, q, i, j) == at) sum = __fadd_rn(sum, gp[i * q.ow + j]);
+        dx[t] = sum;
+    }
+}
+"#;
+
+    /// The kernels' view of a [`Pool`] (`struct Pool` above).
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct KernelPool {
+        k: i32,
+        s: i32,
+        p: i32,
+        h: i32,
+        w: i32,
+        oh: i32,
+        ow: i32,
+    }
+
+    // SAFETY: a plain struct of i32 with C layout, as the kernels declare it.
+    unsafe impl candle_core::cuda::cudarc::driver::DeviceRepr for KernelPool {}
+
+    fn view<'a>(
+        s: &'a CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<candle_core::cuda::cudarc::driver::CudaView<'a, f32>> {
+        let Some((start, end)) = l.contiguous_offsets() else {
+            candle_core::bail!("max_pool2d: an argument is not contiguous");
+        };
+        Ok(s.as_cuda_slice::<f32>()?.slice(start..end))
+    }
+
+    pub(super) fn run(
+        pool: &Pool,
+        (x, xl): (&CudaStorage, &Layout),
+        grad: Option<(&CudaStorage, &Layout)>,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        static PTX: OnceLock<Result<String, String>> = OnceLock::new();
+        let ptx = crate::models::nvrtc::ptx(&PTX, "max-pool", || SOURCE.to_string())?;
+        let [n, c, h, w] = pool.dims;
+        let (oh, ow) = pool.out();
+        let int = |v: usize| {
+            i32::try_from(v)
+                .map_err(|_| candle_core::Error::Msg(format!("max_pool2d: size {v} exceeds an int")))
+        };
+        let q = KernelPool {
+            k: int(pool.k)?,
+            s: int(pool.s)?,
+            p: int(pool.p)?,
+            h: int(h)?,
+            w: int(w)?,
+            oh: int(oh)?,
+            ow: int(ow)?,
+        };
+        let dev = x.device.clone();
+        let x = view(x, xl)?;
+        let planes = (n * c) as u64;
+        let (name, len, shape) = match grad {
+            None => (
+                "homeadam_max_pool_f32",
+                n * c * oh * ow,
+                Shape::from((n, c, oh, ow)),
+            ),
+            Some(_) => (
+                "homeadam_max_pool_backward_f32",
+                n * c * h * w,
+                Shape::from((n, c, h, w)),
+            ),
+        };
+        let func = dev.get_or_load_custom_func(name, "homeadam_max_pool", ptx)?;
+        // SAFETY: the kernel writes every element.
+        let out = unsafe { dev.alloc::<f32>(len)? };
+        let config = LaunchConfig {
+            grid_dim: (len.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let g = match grad {
+            Some((g, gl)) => Some(view(g, gl)?),
+            None => None,
+        };
+        let mut builder = func.builder();
+        builder.arg(&x);
+        if let Some(g) = &g {
+            builder.arg(g);
+        }
+        builder.arg(&out).arg(&planes).arg(&q);
+        // SAFETY: the arguments match the kernel's signature and sizes.
+        unsafe { builder.launch(config) }.w()?;
+        Ok((CudaStorage::wrap_cuda_slice(out, dev), shape))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    /// Candle's 2×2 pool forward; its backward pass scales every gradient by 1/k² (it
+    /// multiplies by the share of maxima in the window where it should divide by their count),
+    /// so the gradient here is the winner's, found by a direct search.
+    #[test]
+    fn two_by_two_windows_equal_candles_pool_and_give_the_winner_the_gradient() {
+        let mut rng = crate::rng::Rng::new(4);
+        let values: Vec<f32> = (0..2 * 3 * 6 * 8).map(|_| rng.normal()).collect();
+        let weights: Vec<f32> = (0..2 * 3 * 3 * 4).map(|i| i as f32 * 0.1 - 1.0).collect();
+        let x = Var::from_vec(values.clone(), (2, 3, 6, 8), &Device::Cpu).unwrap();
+        let y = max_pool2d(x.as_tensor(), 2, 2, 0).unwrap();
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(flat(&y), flat(&x.as_tensor().max_pool2d(2).unwrap()));
+        let w = Tensor::from_vec(weights.clone(), (2, 3, 3, 4), &Device::Cpu).unwrap();
+        let grad = flat(
+            y.mul(&w)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap()
+                .get(&x)
+                .unwrap(),
+        );
+        let mut expected = vec![0.0f32; values.len()];
+        for plane in 0..6 {
+            for (i, j) in (0..3).flat_map(|i| (0..4).map(move |j| (i, j))) {
+                let at = |dy: usize, dx: usize| plane * 48 + (2 * i + dy) * 8 + 2 * j + dx;
+                let winner = [(0, 0), (0, 1), (1, 0), (1, 1)]
+                    .map(|(dy, dx)| at(dy, dx))
+                    .into_iter()
+                    .reduce(|a, b| if values[b] > values[a] { b } else { a })
+                    .unwrap();
+                expected[winner] += weights[plane * 12 + i * 4 + j];
+            }
+        }
+        assert_eq!(grad, expected);
+    }
+
+    #[test]
+    fn three_by_three_stride_two_padding_one_pools_as_pytorch() {
+        // A 1×1×4×4 input; torchvision's stem pool gives a 2×2 output whose windows overlap.
+        let x = Var::from_vec(
+            vec![
+                1.0f32, 5.0, 2.0, 0.0, 3.0, 4.0, 9.0, 1.0, 7.0, 2.0, 6.0, 8.0, 0.0, 7.0, 1.0, 3.0,
+            ],
+            (1, 1, 4, 4),
+            &Device::Cpu,
+        )
+        .unwrap();
+        let y = max_pool2d(x.as_tensor(), 3, 2, 1).unwrap();
+        assert_eq!(
+            y.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            [5.0, 9.0, 7.0, 9.0]
+        );
+        let g = y.sum_all().unwrap().backward().unwrap();
+        // 9.0 wins two windows; 7.0 (row 2) is the first of the two 7s in its window.
+        assert_eq!(
+            g.get(&x)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap(),
+            [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        );
+    }
+
+    #[test]
+    fn a_nan_wins_its_windows_and_bad_windows_are_errors() {
+        let x = Tensor::from_vec(vec![1.0, f32::NAN, 3.0, 4.0], (1, 1, 2, 2), &Device::Cpu).unwrap();
+        let y = max_pool2d(&x, 2, 2, 0)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert!(y[0].is_nan());
+        for (k, s, p) in [(0, 1, 0), (3, 0, 1), (3, 2, 2), (9, 1, 0)] {
+            let err = max_pool2d(&x, k, s, p).unwrap_err().to_string();
+            assert!(err.contains("does not fit"), "{k} {s} {p}: {err}");
+        }
+        let err = max_pool2d(
+            &Tensor::zeros(4, candle_core::DType::F32, &Device::Cpu).unwrap(),
+            2,
+            2,
+            0,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("not [n, c, h, w]"), "{err}");
+    }
+}
