@@ -202,6 +202,7 @@ mod tests {
             soname,
             link: "m",
             provides: "libm",
+            wheel: None,
         };
         let names = ["cos", "ldexp"];
         std::fs::write(dir.join("t.s"), assembly(lib.link, &names)).unwrap();
