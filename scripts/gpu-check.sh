@@ -4,7 +4,7 @@
 #   scripts/gpu-check.sh [--dry-run] BUNDLE_DIR [OUT_DIR]
 #
 # BUNDLE_DIR holds the binaries `cargo xtask gpu-bundle` builds on any Linux x86-64 machine
-# (gzipped): homeadam (the host with its `cuda` feature) and the test binaries cuda-gpu and
+# (xz-compressed; gzipped or plain also work): homeadam (the host with its `cuda` feature) and the test binaries cuda-gpu and
 # jetson-gpu (homeadam-cuda's kernels and the Jetson path against the core), candle-gpu
 # (VarOptimizer on CUDA against the CPU), host-gpu (the host's device code against the CPU)
 # and host-resume (kill and resume). The CUDA 13 libraries and cuDNN 9 come from
@@ -37,8 +37,13 @@ bench="$out/bench"
 mkdir -p "$bin" "$bench"
 if [[ $dry -eq 0 ]]; then
     for f in "$bundle"/*; do
-        name=$(basename "$f" .gz)
-        if [[ $f == *.gz ]]; then gunzip -c "$f" >"$bin/$name"; else cp "$f" "$bin/$name"; fi
+        name=$(basename "$(basename "$f" .gz)" .xz)
+        case $f in
+            # Python's lzma: the GPU machine may have no xz tool.
+            *.xz) python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$f" "$bin/$name" ;;
+            *.gz) gunzip -c "$f" >"$bin/$name" ;;
+            *) cp "$f" "$bin/$name" ;;
+        esac
         chmod +x "$bin/$name"
     done
     lib=$(python3 -c 'import nvidia, os; print(":".join(d for p in nvidia.__path__ for d in (os.path.join(p, "cu13", "lib"), os.path.join(p, "cudnn", "lib")) if os.path.isdir(d)))' 2>/dev/null)

@@ -243,11 +243,13 @@ fn cargo_with_toolkit(name: &str, args: &[&str]) {
 }
 
 /// `cargo xtask gpu-bundle`: what `scripts/gpu-check.sh` runs on a GPU machine without Rust,
-/// stripped and gzipped into `target/gpu-bundle` (returned): the CUDA host `homeadam`; the test
-/// binaries `candle-gpu` (homeadam-candle's `gpu`), `host-resume` and `host-gpu` (homeadam-host's
-/// `resume` and `gpu`), built with the same features as the host so that candle's kernels build once;
-/// and `cuda-gpu` and `jetson-gpu` (homeadam-cuda's and homeadam-jetson's `gpu`), which need no
-/// toolkit (the driver and NVRTC are loaded at run time) and build in the workspace.
+/// stripped and xz-compressed into `target/gpu-bundle` (returned; about half of gzip's size, so
+/// that the bundle and the repository travel to a GPU machine within 64 MiB): the CUDA host
+/// `homeadam`; the test binaries `candle-gpu` (homeadam-candle's `gpu`), `host-resume` and
+/// `host-gpu` (homeadam-host's `resume` and `gpu`), built with the same features as the host so
+/// that candle's kernels build once; and `cuda-gpu` and `jetson-gpu` (homeadam-cuda's and
+/// homeadam-jetson's `gpu`), which need no toolkit (the driver and NVRTC are loaded at run time)
+/// and build in the workspace.
 pub(crate) fn bundle() -> PathBuf {
     let host = build();
     let args = [
@@ -300,7 +302,7 @@ pub(crate) fn bundle() -> PathBuf {
         std::fs::copy(&binary, &copy).unwrap_or_else(|e| fail(&format!("{}: {e}", binary.display())));
         let copy = copy.to_string_lossy();
         run(&format!("strip {name}"), "strip", &[&copy]);
-        run(&format!("gzip {name}"), "gzip", &["-6", &copy]);
+        run(&format!("xz {name}"), "xz", &["-6", "-T2", &copy]);
     }
     dir
 }

@@ -382,7 +382,7 @@ const USAGE: &str =
   fuzz        every fuzz target for SECONDS (default 60)
   build-cuda  the host with --features cuda (CUDA 13.0 from PyPI, no GPU needed; CUDA_COMPUTE_CAP,
               default 89); prints the binary's path last
-  gpu-bundle  build-cuda and the GPU test binaries, stripped and gzipped into target/gpu-bundle for
+  gpu-bundle  build-cuda and the GPU test binaries, stripped and xz-compressed into target/gpu-bundle for
               scripts/gpu-check.sh on a GPU machine (prints the folder last)";
 
 fn usage() -> ! {
