@@ -123,6 +123,8 @@ mod cuda {
     use candle_core::cuda_backend::WrapErr;
     use candle_core::{CudaStorage, Layout, Shape};
 
+    use crate::models::cuda::contiguous;
+
     const SOURCE: &str = r#"
 #define NEG_INF (-__int_as_float(0x7f800000))
 #define QNAN (__int_as_float(0x7fc00000))
@@ -203,16 +205,6 @@ extern "C" __global__ void homeadam_cross_entropy_backward_f32(const float *x, c
 
     const THREADS: u32 = 256;
 
-    fn contiguous<'a, T: candle_core::cuda_backend::CudaDType>(
-        s: &'a CudaStorage,
-        l: &Layout,
-    ) -> candle_core::Result<candle_core::cuda::cudarc::driver::CudaView<'a, T>> {
-        let Some((start, end)) = l.contiguous_offsets() else {
-            candle_core::bail!("cross-entropy: an argument is not contiguous");
-        };
-        Ok(s.as_cuda_slice::<T>()?.slice(start..end))
-    }
-
     pub(super) fn run(
         pass: Pass,
         (x, x_layout): (&CudaStorage, &Layout),
@@ -220,13 +212,13 @@ extern "C" __global__ void homeadam_cross_entropy_backward_f32(const float *x, c
         g: Option<(&CudaStorage, &Layout)>,
     ) -> candle_core::Result<(CudaStorage, Shape)> {
         static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-        let ptx = crate::models::nvrtc::ptx(&PTX, "cross-entropy", || SOURCE.to_string())?;
+        let ptx = crate::models::cuda::ptx(&PTX, "cross-entropy", || SOURCE.to_string())?;
         let dev = x.device.clone();
         let (rows, cols) = x_layout.shape().dims2()?;
         let cols_arg = u32::try_from(cols)
             .map_err(|_| candle_core::Error::Msg(format!("cross-entropy: {cols} classes")))?;
-        let x = contiguous::<f32>(x, x_layout)?;
-        let t = contiguous::<u32>(t, t_layout)?;
+        let x = contiguous::<f32>(x, x_layout, "cross-entropy")?;
+        let t = contiguous::<u32>(t, t_layout, "cross-entropy")?;
         let name = match pass {
             Pass::Forward => "homeadam_cross_entropy_f32",
             Pass::Backward => "homeadam_cross_entropy_backward_f32",
@@ -246,7 +238,7 @@ extern "C" __global__ void homeadam_cross_entropy_backward_f32(const float *x, c
         let mut builder = func.builder();
         builder.arg(&x).arg(&t);
         let g = match g {
-            Some((g, g_layout)) => Some(contiguous::<f32>(g, g_layout)?),
+            Some((g, g_layout)) => Some(contiguous::<f32>(g, g_layout, "cross-entropy")?),
             None => None,
         };
         if let Some(g) = &g {

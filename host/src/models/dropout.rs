@@ -127,7 +127,7 @@ extern "C" __global__ void homeadam_dropout_f32(const float *x, float *y, unsign
     /// The kernel's PTX, compiled by NVRTC once per process.
     fn ptx() -> candle_core::Result<&'static str> {
         static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-        crate::models::nvrtc::ptx(&PTX, "dropout", || {
+        crate::models::cuda::ptx(&PTX, "dropout", || {
             format!("#define HOMEADAM_GAMMA {GAMMA:#x}ull\n{SOURCE}")
         })
     }

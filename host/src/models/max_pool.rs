@@ -196,6 +196,7 @@ mod cuda {
     use candle_core::{CudaStorage, Layout, Shape};
 
     use super::Pool;
+    use crate::models::cuda::contiguous;
 
     const SOURCE: &str = r#"
 struct Pool { int k, s, p, h, w, oh, ow; };
@@ -270,23 +271,13 @@ extern "C" __global__ void homeadam_max_pool_backward_f32(const float *x, const 
     // SAFETY: a plain struct of i32 with C layout, as the kernels declare it.
     unsafe impl candle_core::cuda::cudarc::driver::DeviceRepr for KernelPool {}
 
-    fn view<'a>(
-        s: &'a CudaStorage,
-        l: &Layout,
-    ) -> candle_core::Result<candle_core::cuda::cudarc::driver::CudaView<'a, f32>> {
-        let Some((start, end)) = l.contiguous_offsets() else {
-            candle_core::bail!("max_pool2d: an argument is not contiguous");
-        };
-        Ok(s.as_cuda_slice::<f32>()?.slice(start..end))
-    }
-
     pub(super) fn run(
         pool: &Pool,
         (x, xl): (&CudaStorage, &Layout),
         grad: Option<(&CudaStorage, &Layout)>,
     ) -> candle_core::Result<(CudaStorage, Shape)> {
         static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-        let ptx = crate::models::nvrtc::ptx(&PTX, "max-pool", || SOURCE.to_string())?;
+        let ptx = crate::models::cuda::ptx(&PTX, "max-pool", || SOURCE.to_string())?;
         let [n, c, h, w] = pool.dims;
         let (oh, ow) = pool.out();
         let int = |v: usize| {
@@ -303,7 +294,7 @@ extern "C" __global__ void homeadam_max_pool_backward_f32(const float *x, const 
             ow: int(ow)?,
         };
         let dev = x.device.clone();
-        let x = view(x, xl)?;
+        let x = contiguous::<f32>(x, xl, "max_pool2d")?;
         let planes = (n * c) as u64;
         let (name, len, shape) = match grad {
             None => (
@@ -326,7 +317,7 @@ extern "C" __global__ void homeadam_max_pool_backward_f32(const float *x, const 
             shared_mem_bytes: 0,
         };
         let g = match grad {
-            Some((g, gl)) => Some(view(g, gl)?),
+            Some((g, gl)) => Some(contiguous::<f32>(g, gl, "max_pool2d")?),
             None => None,
         };
         let mut builder = func.builder();

@@ -19,13 +19,13 @@ use crate::rng::Rng;
 pub mod conv2d;
 pub mod cross_entropy;
 #[cfg(feature = "cuda")]
+pub(crate) mod cuda;
+#[cfg(feature = "cuda")]
 mod cudnn;
 pub mod dropout;
 mod layers;
 pub mod max_pool;
 pub mod mlp;
-#[cfg(feature = "cuda")]
-pub(crate) mod nvrtc;
 pub mod resnet;
 pub mod transformer;
 pub mod vgg;

@@ -41,10 +41,7 @@ fn int(n: usize) -> CandleResult<c_int> {
 
 /// The f32 elements of a contiguous argument.
 fn view<'a>(s: &'a CudaStorage, l: &Layout) -> CandleResult<CudaView<'a, f32>> {
-    let Some((start, end)) = l.contiguous_offsets() else {
-        candle_core::bail!("cuDNN: an argument is not contiguous");
-    };
-    Ok(s.as_cuda_slice::<f32>()?.slice(start..end))
+    crate::models::cuda::contiguous(s, l, "cuDNN")
 }
 
 /// cuDNN bound to one CUDA stream, with the plans it has made and its workspace.
