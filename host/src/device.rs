@@ -107,8 +107,12 @@ fn missing_message(missing: &[&CudaLibrary]) -> String {
             "install the NVIDIA driver for your GPU (CUDA 13.0 or newer; `nvidia-smi` shows it)".to_string(),
         );
     }
-    let mut wheels: Vec<&str> = missing.iter().filter_map(|lib| lib.wheel).collect();
-    wheels.dedup();
+    let mut wheels: Vec<&str> = Vec::new();
+    for wheel in missing.iter().filter_map(|lib| lib.wheel) {
+        if !wheels.contains(&wheel) {
+            wheels.push(wheel);
+        }
+    }
     if !wheels.is_empty() {
         fixes.push(format!(
             "put the CUDA 13 libraries and cuDNN 9 on the loader path: a CUDA 13 toolkit's lib64 \

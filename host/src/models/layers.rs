@@ -249,9 +249,6 @@ impl BatchNorm2d {
             c == channels,
             "batch norm: input has {c} channels, layer expects {channels}"
         );
-        let shape = (1, c, 1, 1);
-        let weight = self.weight.as_tensor().reshape(shape)?;
-        let bias = self.bias.as_tensor().reshape(shape)?;
         let count = n * h * w;
         // PyTorch refuses this too: one value per channel has no variance.
         ensure!(
@@ -266,6 +263,7 @@ impl BatchNorm2d {
             self.update_running(&mean, &unbiased, 1.0)?;
             return Ok(y);
         }
+        let shape = (1, c, 1, 1);
         let (centred, var) = if train {
             let mean = x.mean_keepdim((0, 2, 3))?;
             let centred = x.broadcast_sub(&mean)?;
@@ -283,6 +281,8 @@ impl BatchNorm2d {
             (x.broadcast_sub(&mean)?, var)
         };
         let normed = centred.broadcast_div(&(var + BN_EPS)?.sqrt()?)?;
+        let weight = self.weight.as_tensor().reshape(shape)?;
+        let bias = self.bias.as_tensor().reshape(shape)?;
         Ok(normed.broadcast_mul(&weight)?.broadcast_add(&bias)?)
     }
 

@@ -6,9 +6,10 @@
 //! 1/k² (it multiplies by the share of maxima in the window instead of dividing by their
 //! count): VGG16's five 2×2 pools would shrink its first layers' gradients 1,024-fold.
 //!
-//! The backward pass gives each output's gradient to its window's winner. It is computed per
-//! input element, summing the gradients of the outputs it wins in increasing output order
-//! (no atomics, the same order on the CPU and on CUDA), so both devices give the same bits.
+//! The backward pass gives each output's gradient to its window's winner. Each input element
+//! sums the gradients of the outputs it wins in increasing output order — on the CPU by
+//! visiting the outputs in order, on CUDA by a gather per element (no atomics) — so both
+//! devices give the same bits.
 
 use anyhow::{ensure, Result};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
@@ -147,25 +148,17 @@ impl CustomOp2 for Backward {
         let (x, g) = (f32_contiguous(xs, xl)?, f32_contiguous(gs, gl)?);
         let [n, c, h, w] = pool.dims;
         let (oh, ow) = pool.out();
-        let mut dx = Vec::with_capacity(x.len());
-        for (plane, grads) in x.chunks_exact(h * w).zip(g.chunks_exact(oh * ow)) {
-            for y in 0..h {
-                for x in 0..w {
-                    // The outputs whose windows hold (y, x): i·s − p ≤ y ≤ i·s − p + k − 1.
-                    let span = |v: usize, count: usize| {
-                        let first = (v + pool.p + 1).saturating_sub(pool.k).div_ceil(pool.s);
-                        let last = ((v + pool.p) / pool.s).min(count - 1);
-                        first..=last
-                    };
-                    let mut sum = 0.0f32;
-                    for i in span(y, oh) {
-                        for j in span(x, ow) {
-                            if pool.winner(plane, i, j) == y * w + x {
-                                sum += grads[i * ow + j];
-                            }
-                        }
-                    }
-                    dx.push(sum);
+        let mut dx = vec![0.0f32; x.len()];
+        for ((plane, grads), dplane) in x
+            .chunks_exact(h * w)
+            .zip(g.chunks_exact(oh * ow))
+            .zip(dx.chunks_exact_mut(h * w))
+        {
+            // Each winner found once, its gradients added in increasing output order: the
+            // order in which CUDA's per-element gather adds them.
+            for i in 0..oh {
+                for j in 0..ow {
+                    dplane[pool.winner(plane, i, j)] += grads[i * ow + j];
                 }
             }
         }
