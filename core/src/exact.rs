@@ -1,5 +1,11 @@
 //! [`ExactSum`]: exact sums of products of `f32`, rounded once.
 
+use crate::simd::{Convert, Isa, WithConvert};
+use crate::storage::Storage;
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+mod avx512;
+
 /// An exact sum of products of `f32`, rounded once.
 ///
 /// The product of two finite `f32` is an integer M < 2^48 (the product of the two 24-bit
@@ -117,6 +123,89 @@ impl ExactSum {
         self.add_product(a, a);
     }
 
+    /// Adds Σ x² over `xs` (each element widened to `f32`), exactly: the same sum, and the
+    /// same flags, as [`ExactSum::add_square`] of every element, computed in vector lanes (the
+    /// CPU's best instruction set, detected at run time with `std`).
+    ///
+    /// # Why it is exact
+    ///
+    /// The elements go in blocks, over 16 lanes of `f64` sums (32 with AVX-512), 2^L = 64
+    /// elements per lane. A block's largest magnitude gives E, the weight of the last bit of its
+    /// significand (|x| < 2^(E + 24), so x² < 2^(2E + 48)), and σ = 2^K with K = 2E + 48 + L.
+    /// Each square p = x² is exact in `f64` (48 bits). Each lane holds:
+    ///
+    /// - A = σ + Σ q, in [σ, 2σ), where the `f64` spacing is 2^(K − 52): A + p rounded once is
+    ///   A + q, with q = p rounded to a multiple of 2^(K − 52) (|p − q| ≤ 2^(K − 53)), and the
+    ///   new A less the old is q exactly. 64 squares below 2^(K − 6) each, each rounded up by
+    ///   at most 2^(K − 53), keep Σ q below σ: A never leaves the binade.
+    /// - Σ r, r = p − q: for elements whose own last-bit weight is within W = 21 of E (at least
+    ///   2^(E − W)), an integer times 2^(2E − 2W), as their squares and every q are; below
+    ///   2^(K − 53) each, so a lane's sum stays below 2^(K − 47) = 2^(2E − 2W + 49): exact.
+    ///   Smaller nonzero elements (more than 2^21 times below the block's largest: rare in
+    ///   gradients) enter the lanes as 0 and are added one by one with
+    ///   [`ExactSum::add_square`].
+    ///
+    /// Once per block, each lane's integer is read from its bits (A's less σ's; Σ r's after an
+    /// exact addition of 1.5 · 2^(2E − 2W + 52), which moves it into that binade) and the sums
+    /// are added to the limbs. A block with a NaN or ±∞ is added element by element, setting
+    /// the flags as [`ExactSum::add_square`] does, and so are the last `len mod 16` elements.
+    /// With AVX-512, A + x² is one fused multiply-add (rounded once, as A + p) and r = x² − q
+    /// another (exact).
+    ///
+    /// ```
+    /// use homeadam_core::ExactSum;
+    ///
+    /// let g = [3.0f32, -4.0, 0.0, 12.0];
+    /// let mut bulk = ExactSum::new();
+    /// bulk.add_squares(&g);
+    /// let mut one_by_one = ExactSum::new();
+    /// for &x in &g {
+    ///     one_by_one.add_square(x);
+    /// }
+    /// assert_eq!(bulk.to_words(), one_by_one.to_words());
+    /// assert_eq!(bulk.to_f64(), 169.0);
+    /// ```
+    pub fn add_squares<S: Storage>(&mut self, xs: &[S]) {
+        self.add_squares_with(xs, Isa::detect());
+    }
+
+    /// [`ExactSum::add_squares`] with the instruction set `isa`.
+    #[inline(always)]
+    fn add_squares_with<S: Storage>(&mut self, xs: &[S], isa: Isa) {
+        match isa {
+            #[cfg(all(feature = "std", target_arch = "x86_64"))]
+            // SAFETY: the token exists only where AVX-512 F, BW, DQ and VL were detected.
+            Isa::Avx512(avx512) => unsafe { avx512::add_squares(self, xs, avx512) },
+            _ => isa.run(Squares { sum: self, xs }),
+        }
+    }
+
+    /// Adds ±`m` · 2^(`shift` + [`ExactSum::LSB_EXP`]), exactly, for `shift` < 512: `m` (< 2^64)
+    /// shifted by `shift mod 32` spans at most three digits, limbs k = ⌊shift/32⌋ ≤ 15 to k + 2.
+    #[inline]
+    fn add_scaled(&mut self, m: u64, shift: u32, negative: bool) {
+        if m == 0 {
+            return;
+        }
+        if self.pending == Self::MAX_PENDING {
+            self.normalize();
+        }
+        self.pending += 1;
+        let (k, r) = ((shift / Self::DIGIT_BITS) as usize, shift % Self::DIGIT_BITS);
+        let lo = (m << r) as u32 as i64;
+        let high = m >> (Self::DIGIT_BITS - r);
+        let (mid, hi) = (high as u32 as i64, (high >> 32) as i64);
+        if negative {
+            self.limbs[k] -= lo;
+            self.limbs[k + 1] -= mid;
+            self.limbs[k + 2] -= hi;
+        } else {
+            self.limbs[k] += lo;
+            self.limbs[k + 1] += mid;
+            self.limbs[k + 2] += hi;
+        }
+    }
+
     /// Adds the sum `other`, exactly.
     pub fn merge(&mut self, other: &ExactSum) {
         self.normalize();
@@ -226,6 +315,207 @@ impl ExactSum {
         }
         f64::from_bits(sign | (biased as u64) << 52 | (mantissa & ((1 << 52) - 1)))
     }
+}
+
+/// Lanes of `f64` accumulators in [`ExactSum::add_squares`].
+const SQUARE_LANES: usize = 16;
+/// log2 of the elements each lane sums per block: L.
+const SQUARE_LANE_BITS: i32 = 6;
+/// Elements per block of [`ExactSum::add_squares`].
+const SQUARE_BLOCK: usize = SQUARE_LANES << SQUARE_LANE_BITS;
+/// The range of exponents (of the significand's last bit) a block sums in its lanes: W, with
+/// 2L + 2W − 5 ≤ 49 (a lane's sum of r is below 2^49 of its unit, so that adding
+/// 1.5 · 2^52 units is exact and leaves it in the fraction bits).
+const SQUARE_WINDOW: i32 = 21;
+/// Elements [`ExactSum::add_squares`] widens to `f32` at a time (half-precision input), on the
+/// stack: a block on a host, a quarter of one (1 KiB) without `std` (microcontrollers).
+const SQUARE_STAGE: usize = if cfg!(feature = "std") {
+    SQUARE_BLOCK
+} else {
+    SQUARE_BLOCK / 4
+};
+
+/// [`ExactSum::add_squares`] as work for [`Isa::run`], so that its loops are compiled for the
+/// instruction set (and the half-precision input widened with its conversions).
+struct Squares<'a, S> {
+    sum: &'a mut ExactSum,
+    xs: &'a [S],
+}
+
+impl<S: Storage> WithConvert for Squares<'_, S> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run<C: Convert>(self, conv: C) {
+        if let Some(xs) = S::as_f32(self.xs) {
+            return add_f32_squares(self.sum, xs);
+        }
+        let mut stage = [0f32; SQUARE_STAGE];
+        for chunk in self.xs.chunks(SQUARE_STAGE) {
+            let wide = &mut stage[..chunk.len()];
+            conv.load(chunk, wide);
+            add_f32_squares(self.sum, wide);
+        }
+    }
+}
+
+/// A block's largest magnitude (as bits) and its smallest nonzero one's less one (0 wraps
+/// around to `u32::MAX`).
+#[derive(Clone, Copy)]
+struct Range {
+    top: u32,
+    low: u32,
+}
+
+/// The [`Range`] of `block`: integer reductions, which the compiler vectorizes as they are.
+#[inline(always)]
+fn range_of(block: &[f32]) -> Range {
+    let (top, low) = block.iter().fold((0u32, u32::MAX), |(top, low), x| {
+        let a = x.to_bits() & 0x7fff_ffff;
+        (top.max(a), low.min(a.wrapping_sub(1)))
+    });
+    Range { top, low }
+}
+
+/// Adds Σ x² of `xs` (see [`ExactSum::add_squares`]), block by block; each block's lanes run
+/// beside the next block's [`Range`] pass, so that reading the next block overlaps the
+/// arithmetic of this one.
+#[inline(always)]
+fn add_f32_squares(sum: &mut ExactSum, xs: &[f32]) {
+    let (body, tail) = xs.split_at(xs.len() - xs.len() % SQUARE_LANES);
+    add_squares_below(sum, tail, u32::MAX);
+    let mut blocks = body.chunks(SQUARE_BLOCK);
+    let Some(mut block) = blocks.next() else {
+        return;
+    };
+    let mut range = range_of(block);
+    loop {
+        let next = blocks.next();
+        let ahead = next.filter(|n| n.len() == block.len());
+        let next_range = add_block(sum, block, range, ahead);
+        let Some(next) = next else {
+            return;
+        };
+        range = next_range.unwrap_or_else(|| range_of(next));
+        block = next;
+    }
+}
+
+/// Adds x² with [`ExactSum::add_square`] for each nonzero element of `xs` whose magnitude's
+/// bits are below `below` (every one for `u32::MAX`, NaN and ±∞ included): the few elements
+/// the lanes leave out. Not inlined, so that the callers of `add_product` elsewhere keep
+/// inlining it.
+#[inline(never)]
+fn add_squares_below(sum: &mut ExactSum, xs: &[f32], below: u32) {
+    for &x in xs {
+        let a = x.to_bits() & 0x7fff_ffff;
+        if a != 0 && a < below {
+            sum.add_square(x);
+        }
+    }
+}
+
+/// Adds Σ x² of `block` (a multiple of [`SQUARE_LANES`] elements, at most [`SQUARE_BLOCK`])
+/// whose [`Range`] is `range`; returns the range of `ahead` (as long as `block`) where its
+/// pass ran beside the lanes.
+#[inline(always)]
+fn add_block(sum: &mut ExactSum, block: &[f32], range: Range, ahead: Option<&[f32]>) -> Option<Range> {
+    if range.top == 0 {
+        return None; // zeros
+    }
+    if range.top >= 0x7f80_0000 {
+        add_squares_below(sum, block, u32::MAX);
+        return None;
+    }
+    // Biased exponents, subnormals counted as 1 (their last bit weighs 2^−149 too).
+    let e_top = (range.top >> 23).max(1) as i32;
+    let e_low = (range.low.wrapping_add(1) >> 23).max(1) as i32;
+    let e = e_top - 150;
+    let sigma = pow2(2 * e + 48 + SQUARE_LANE_BITS);
+    let lanes = if e_top - e_low <= SQUARE_WINDOW {
+        match ahead {
+            Some(ahead) => lanes::<false, true>(block, ahead, sigma, 0),
+            None => lanes::<false, false>(block, block, sigma, 0),
+        }
+    } else {
+        // Below `floor`: more than 2^W times smaller than the largest, added one by one.
+        let floor = ((e_top - SQUARE_WINDOW) as u32) << 23;
+        add_squares_below(sum, block, floor);
+        match ahead {
+            Some(ahead) => lanes::<true, true>(block, ahead, sigma, floor),
+            None => lanes::<true, false>(block, block, sigma, floor),
+        }
+    };
+    // The lanes hold σ + Σ q, in σ's binade [2^K, 2^(K + 1)) where the spacing is 2^g1, and
+    // Σ r, an integer times 2^g2 below 2^(g2 + 49) in magnitude, which 1.5 · 2^(g2 + 52)
+    // moves into its binade exactly: each lane's bits less its binade's base are the integer.
+    let g1 = 2 * e + SQUARE_LANE_BITS - 4;
+    let g2 = (2 * (e - SQUARE_WINDOW)).max(ExactSum::LSB_EXP);
+    let m2 = 1.5 * pow2(g2 + 52);
+    let (mut n1, mut n2) = (0i64, 0i64);
+    for j in 0..SQUARE_LANES {
+        n1 += lanes.q[j].to_bits() as i64 - sigma.to_bits() as i64;
+        n2 += (lanes.r[j] + m2).to_bits() as i64 - m2.to_bits() as i64;
+    }
+    sum.add_scaled(n1 as u64, (g1 - ExactSum::LSB_EXP) as u32, false);
+    sum.add_scaled(n2.unsigned_abs(), (g2 - ExactSum::LSB_EXP) as u32, n2 < 0);
+    ahead.map(|_| lanes.ahead)
+}
+
+/// Each lane's σ + Σ q and Σ r over a block, and the next block's [`Range`].
+struct Lanes {
+    q: [f64; SQUARE_LANES],
+    r: [f64; SQUARE_LANES],
+    ahead: Range,
+}
+
+/// The lanes' σ + Σ q and Σ r (see [`ExactSum::add_squares`]) over `block` with σ = `sigma`;
+/// with `MASK`, elements whose magnitude's bits are below `floor` count as 0; with `AHEAD`,
+/// the [`Range`] of `ahead` (as long as `block`) in the same loop.
+#[inline(always)]
+fn lanes<const MASK: bool, const AHEAD: bool>(block: &[f32], ahead: &[f32], sigma: f64, floor: u32) -> Lanes {
+    // The q sums ride on σ: σ + Σ q, in [σ, 2σ), where the spacing is 2^(K − 52).
+    let mut q = [sigma; SQUARE_LANES];
+    let mut r = [0f64; SQUARE_LANES];
+    let mut top = [0u32; SQUARE_LANES];
+    let mut low = [u32::MAX; SQUARE_LANES];
+    for (chunk, next) in block
+        .chunks_exact(SQUARE_LANES)
+        .zip(ahead.chunks_exact(SQUARE_LANES))
+    {
+        if AHEAD {
+            for j in 0..SQUARE_LANES {
+                let a = next[j].to_bits() & 0x7fff_ffff;
+                top[j] = top[j].max(a);
+                low[j] = low[j].min(a.wrapping_sub(1));
+            }
+        }
+        for j in 0..SQUARE_LANES {
+            let mut x = chunk[j];
+            if MASK && x.to_bits() & 0x7fff_ffff < floor {
+                x = 0.0;
+            }
+            let p = x as f64 * x as f64;
+            let next_q = q[j] + p;
+            let rounded = next_q - q[j];
+            q[j] = next_q;
+            r[j] += p - rounded;
+        }
+    }
+    Lanes {
+        q,
+        r,
+        ahead: Range {
+            top: top.into_iter().fold(0, u32::max),
+            low: low.into_iter().fold(u32::MAX, u32::min),
+        },
+    }
+}
+
+/// 2^k as an `f64`, for −1022 ≤ k ≤ 1023.
+#[inline(always)]
+fn pow2(k: i32) -> f64 {
+    f64::from_bits(((k + 1023) as u64) << 52)
 }
 
 /// x = m · 2^e with m < 2^24 an integer, for finite x (the sign apart).
@@ -531,6 +821,185 @@ mod tests {
         a.merge(&b);
         assert!(a.to_f64().is_nan());
         assert_eq!(ExactSum::from_words(&a.to_words()).flags(), 7 & !ExactSum::NAN);
+    }
+
+    /// Σ x² with [`ExactSum::add_square`], one element at a time, after `before`.
+    fn one_by_one<S: Storage>(before: &ExactSum, xs: &[S]) -> ExactSum {
+        let mut sum = *before;
+        for x in xs {
+            sum.add_square(x.to_f32());
+        }
+        sum
+    }
+
+    /// [`ExactSum::add_squares`] with every instruction set of this CPU equals
+    /// [`ExactSum::add_square`] of each element, after `before` and with products added after.
+    fn check_squares<S: Storage>(before: &ExactSum, xs: &[S], what: &str) {
+        let mut reference = one_by_one(before, xs);
+        reference.add_product(1.5, -3.25);
+        for simd in crate::Simd::ALL {
+            let Some(isa) = Isa::of(simd) else { continue };
+            let mut sum = *before;
+            sum.add_squares_with(xs, isa);
+            sum.add_product(1.5, -3.25);
+            assert_eq!(
+                sum.to_words(),
+                reference.to_words(),
+                "{what}: {} {} elements, {}",
+                S::DTYPE.name(),
+                xs.len(),
+                simd.name()
+            );
+            assert_eq!(sum.to_f64().to_bits(), reference.to_f64().to_bits());
+        }
+    }
+
+    impl Rng {
+        /// A value of about `scale` (a sum of uniform draws, roughly normal), now and then 0.
+        fn gradient(&mut self, scale: f32) -> f32 {
+            let r = self.next();
+            if r.is_multiple_of(50) {
+                return 0.0;
+            }
+            let u = (0..4)
+                .map(|k| ((r >> (16 * k)) & 0xffff) as f32 / 65536.0 - 0.5)
+                .sum::<f32>();
+            u * scale
+        }
+
+        /// A finite value with biased exponent in `lo..=hi` (0: subnormal) and a random
+        /// significand and sign.
+        fn in_exponents(&mut self, lo: u32, hi: u32) -> f32 {
+            let r = self.next();
+            let e = lo + (r >> 40) as u32 % (hi - lo + 1);
+            f32::from_bits(((r >> 63) as u32) << 31 | e << 23 | (r as u32 & 0x7f_ffff))
+        }
+    }
+
+    /// The lengths the tests run: short tails, around the block, and past 2^16.
+    const LENGTHS: [usize; 12] = [0, 1, 15, 16, 17, 100, 1023, 1024, 1025, 2048 + 31, 5000, 70_001];
+
+    #[test]
+    fn bulk_squares_equal_one_by_one_for_gradients() {
+        let mut rng = Rng(11);
+        let mut before = ExactSum::new();
+        before.add_product(-7.0e-3, 2.5e-4);
+        for (i, &n) in LENGTHS.iter().enumerate() {
+            for scale in [1e-3f32, 1.0, 3e-18, 1e-36, 1e-42, 1e30, 3e38] {
+                let xs: Vec<f32> = (0..n).map(|_| rng.gradient(scale)).collect();
+                let start = if i.is_multiple_of(2) {
+                    ExactSum::new()
+                } else {
+                    before
+                };
+                check_squares(&start, &xs, "gradients");
+                let h: Vec<half::bf16> = xs.iter().map(|&x| half::bf16::from_f32(x)).collect();
+                check_squares(&start, &h, "gradients");
+                let h: Vec<half::f16> = xs.iter().map(|&x| half::f16::from_f32(x)).collect();
+                check_squares(&start, &h, "gradients");
+            }
+        }
+    }
+
+    #[test]
+    fn bulk_squares_equal_one_by_one_for_any_values() {
+        let mut rng = Rng(12);
+        for &n in &LENGTHS {
+            // Subnormals, huge values and zeros of both signs, in every mix.
+            let xs: Vec<f32> = (0..n).map(|_| rng.value()).collect();
+            check_squares(&ExactSum::new(), &xs, "any values");
+            // Every bit pattern of the 2-byte types, NaN and ±∞ included.
+            let bits: Vec<u32> = (0..n).map(|_| rng.next() as u32 & 0xffff).collect();
+            let h: Vec<half::bf16> = bits.iter().map(|&b| Storage::from_bits32(b)).collect();
+            check_squares(&ExactSum::new(), &h, "bf16 bit patterns");
+            let h: Vec<half::f16> = bits.iter().map(|&b| Storage::from_bits32(b)).collect();
+            check_squares(&ExactSum::new(), &h, "f16 bit patterns");
+        }
+    }
+
+    #[test]
+    fn bulk_squares_at_the_window_edges() {
+        let mut rng = Rng(13);
+        // Blocks whose exponents span exactly the window (23), one more, or much more, with the
+        // largest exponent anywhere from the subnormals to f32::MAX's.
+        for top in [1u32, 2, 23, 24, 25, 26, 60, 127, 200, 253, 254] {
+            for span in [0u32, 1, 22, 23, 24, 25, 40, 254] {
+                let lo = top.saturating_sub(span);
+                for n in [16usize, 1024, 3000, 4096] {
+                    let mut xs: Vec<f32> = (0..n).map(|_| rng.in_exponents(lo, top)).collect();
+                    // The extremes present: the largest significand at the top, the smallest
+                    // exponent at the bottom.
+                    xs[n / 3] = f32::from_bits(top << 23 | 0x7f_ffff);
+                    xs[n / 2] = f32::from_bits(lo << 23 | (rng.next() as u32 & 0x7f_ffff));
+                    check_squares(&ExactSum::new(), &xs, "window edges");
+                    // The largest squares only: each lane's q at its bound.
+                    let same = std::vec![f32::from_bits(top << 23 | 0x7f_ffff); n];
+                    check_squares(&ExactSum::new(), &same, "largest significands");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bulk_squares_over_blocks_of_every_kind() {
+        // Whole blocks of both block lengths (1,024 and 2,048), each of one kind, in random
+        // order: each block's range is taken beside the previous block's lanes.
+        let mut rng = Rng(15);
+        for case in 0..60 {
+            let mut xs = Vec::new();
+            for _ in 0..1 + rng.next() % 6 {
+                let n = [1024usize, 2048][rng.next() as usize % 2];
+                let kind = rng.next() % 7;
+                let bad = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][rng.next() as usize % 3];
+                for i in 0..n {
+                    xs.push(match kind {
+                        0 => 0.0,
+                        1 => rng.gradient(1e-3),
+                        2 if i == n / 2 => bad,
+                        2 => rng.gradient(1.0),
+                        // Gradients with a few values far below the window.
+                        3 if i % 500 == 7 => rng.in_exponents(0, 40),
+                        3 => rng.gradient(1e3),
+                        4 => rng.in_exponents(0, 3),
+                        5 => rng.in_exponents(230, 254),
+                        _ => rng.value(),
+                    });
+                }
+            }
+            let extra = rng.next() as usize % 40;
+            xs.extend((0..extra).map(|_| rng.gradient(1e-2)));
+            check_squares(&ExactSum::new(), &xs, "blocks of every kind");
+            if case % 4 == 0 {
+                let h: Vec<half::bf16> = xs.iter().map(|&x| half::bf16::from_f32(x)).collect();
+                check_squares(&ExactSum::new(), &h, "blocks of every kind");
+            }
+        }
+    }
+
+    #[test]
+    fn bulk_squares_flag_non_finite_values() {
+        let mut rng = Rng(14);
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -f32::NAN] {
+            for &n in &LENGTHS[1..] {
+                for at in [0, n / 2, n - 1] {
+                    let mut xs: Vec<f32> = (0..n).map(|_| rng.gradient(1e-3)).collect();
+                    xs[at] = bad;
+                    check_squares(&ExactSum::new(), &xs, "non-finite");
+                    let mut sum = ExactSum::new();
+                    sum.add_squares(&xs);
+                    let flag = if bad.is_nan() {
+                        ExactSum::NAN
+                    } else {
+                        ExactSum::POS_INF
+                    };
+                    assert_eq!(sum.flags(), flag);
+                }
+            }
+        }
+        let mut sum = ExactSum::new();
+        sum.add_squares(&[f32::NEG_INFINITY]);
+        sum.add_product(f32::INFINITY, -1.0);
+        assert!(sum.to_f64().is_nan());
     }
 
     #[test]

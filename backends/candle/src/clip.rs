@@ -12,11 +12,10 @@ use candle_core::backprop::GradStore;
 use candle_core::{bail, DType, Result, Var};
 use homeadam_core::ExactSum;
 
-/// Adds Σ g² of one gradient to `sum`, exactly.
+/// Adds Σ g² of one gradient to `sum`, exactly (the core's bulk [`ExactSum::add_squares`]: the
+/// same sum as `add_square` of each element).
 pub(crate) fn add_squares<G: homeadam_core::Storage>(grad: &[G], sum: &mut ExactSum) {
-    for g in grad {
-        sum.add_square(g.to_f32());
-    }
+    sum.add_squares(grad);
 }
 
 /// The gradient scale that clips a gradient of norm `norm` to `max_norm`: ‖g‖₂ / c when
