@@ -6,8 +6,8 @@
 # BUNDLE_DIR holds the binaries `cargo xtask gpu-bundle` builds on any Linux x86-64 machine
 # (xz-compressed; gzipped or plain also work): homeadam (the host with its `cuda` feature) and the test binaries cuda-gpu and
 # jetson-gpu (homeadam-cuda's kernels and the Jetson path against the core), candle-gpu
-# (VarOptimizer on CUDA against the CPU), host-gpu (the host's device code against the CPU)
-# and host-resume (kill and resume). The CUDA 13 libraries and cuDNN 9 come from
+# (VarOptimizer on CUDA against the CPU), host-gpu (the host's device code against the CPU),
+# host-resume (kill and resume) and cuda-bench (homeadam-cuda's step benchmark). The CUDA 13 libraries and cuDNN 9 come from
 # LD_LIBRARY_PATH, or else from the Python environment's `nvidia` packages (PyTorch's CUDA
 # wheels: `nvidia/cu13/lib`, `nvidia/cudnn/lib`).
 #
@@ -107,6 +107,8 @@ fi
 if [[ $checks == *" tests "* ]]; then
 check "homeadam-cuda: every rule and q8 state = the core's scalar reference" 150 "$bin/cuda-gpu" --test-threads 1
 check "homeadam-jetson: mapped memory = the core" 60 "$bin/jetson-gpu" --test-threads 1
+check "homeadam-cuda: step times (q8 and global rows included) and clipping's exact norm against a plain sum" 120 \
+    "$bin/cuda-bench" $((128 << 20))
 check "homeadam-candle: VarOptimizer on CUDA = on the CPU" 150 "$bin/candle-gpu" --test-threads 1
 check "homeadam-host: dropout, pooling, cuDNN convolutions and batch norm, cross-entropy on the device = the CPU's" 90 "$bin/host-gpu" --test-threads 1 --nocapture
 check "kill and resume on the GPU" 120 env HOMEADAM_TEST_BIN="$bin/homeadam" HOMEADAM_TEST_DEVICE=cuda \

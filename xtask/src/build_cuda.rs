@@ -248,8 +248,8 @@ fn cargo_with_toolkit(name: &str, args: &[&str]) {
 /// `homeadam`; the test binaries `candle-gpu` (homeadam-candle's `gpu`), `host-resume` and
 /// `host-gpu` (homeadam-host's `resume` and `gpu`), built with the same features as the host so
 /// that candle's kernels build once; and `cuda-gpu` and `jetson-gpu` (homeadam-cuda's and
-/// homeadam-jetson's `gpu`), which need no toolkit (the driver and NVRTC are loaded at run time)
-/// and build in the workspace.
+/// homeadam-jetson's `gpu`) and `cuda-bench` (homeadam-cuda's step benchmark), which need no
+/// toolkit (the driver and NVRTC are loaded at run time) and build in the workspace.
 pub(crate) fn bundle() -> PathBuf {
     let host = build();
     let args = [
@@ -272,6 +272,7 @@ pub(crate) fn bundle() -> PathBuf {
         "--no-run",
     ]);
     let workspace_tests = crate::built_tests(workspace);
+    let cuda_bench = workspace_example("homeadam-cuda", "bench");
     let executable = |tests: &[crate::BuiltTest], package: &str, test: &str| -> PathBuf {
         tests
             .iter()
@@ -297,6 +298,7 @@ pub(crate) fn bundle() -> PathBuf {
             "jetson-gpu",
             executable(&workspace_tests, "homeadam-jetson", "gpu"),
         ),
+        ("cuda-bench", cuda_bench),
     ] {
         let copy = dir.join(name);
         std::fs::copy(&binary, &copy).unwrap_or_else(|e| fail(&format!("{}: {e}", binary.display())));
@@ -305,6 +307,33 @@ pub(crate) fn bundle() -> PathBuf {
         run(&format!("xz {name}"), "xz", &["-6", "-T2", &copy]);
     }
     dir
+}
+
+/// The executable of `package`'s example `name`, built in release in the workspace.
+fn workspace_example(package: &str, name: &str) -> PathBuf {
+    let out = Command::new("cargo")
+        .current_dir(crate::root())
+        .args(["build", "--release", "-p", package, "--example", name])
+        .args(["--message-format", "json"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
+    if !out.status.success() {
+        fail(&format!(
+            "building {package}'s example {name} failed ({})",
+            out.status
+        ));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["target"]["name"] == name && m["target"]["kind"][0] == "example")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| {
+            fail(&format!(
+                "no executable of {package}'s example {name} in cargo's output"
+            ))
+        })
 }
 
 /// The source folder of the cudarc that candle's `cuda` feature resolves to.

@@ -10,13 +10,17 @@
 //! slots read and written, g read. The non-finite check (`FiniteCheck::SkipStep`, the default)
 //! and the global rule's first pass read g (and v) once more; those extra bytes are not counted,
 //! so their cost shows as a lower fraction.
+//!
+//! A second table times clipping's norm: the optimizer's exact ‖g‖₂ (`grad_norm`) against a
+//! plain `f32` sum of squares of the same gradients (`PLAIN_SQUARES`), each with its read-back.
 
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::compile_ptx;
 use homeadam_core::backend::mix64;
 use homeadam_core::{bf16, f16, Config, Dtype, FiniteCheck, Rule, Switch};
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes};
@@ -186,6 +190,99 @@ fn torch_row(numel: usize) -> Option<Row> {
     })
 }
 
+/// Σg² of `f32` gradients the plain way, for the clipping row: 16-byte loads, one `f32` sum per
+/// thread, a warp's sums by shuffles, one `f32` atomic per warp; `blockIdx.y` picks the tensor.
+const PLAIN_SQUARES: &str = r#"
+extern "C" __global__ void plain_squares(const unsigned long long* grads, unsigned long long per, float* out) {
+    const float* g = (const float*)grads[blockIdx.y];
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    float acc = 0.0f;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < per / 4; i += stride) {
+        float4 x = ((const float4*)g)[i];
+        acc += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+    }
+    for (unsigned long long i = per / 4 * 4 + blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < per; i += stride) {
+        acc += g[i] * g[i];
+    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0) atomicAdd(out, acc);
+}
+"#;
+
+/// The median time of `f` (which ends synchronized) over `STEPS` calls after `WARMUP`.
+fn time_ms(
+    mut f: impl FnMut() -> Result<f64, Box<dyn std::error::Error>>,
+) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+    let mut value = 0.0;
+    let mut times = Vec::with_capacity(STEPS);
+    for i in 0..WARMUP + STEPS {
+        let start = Instant::now();
+        value = f()?;
+        if i >= WARMUP {
+            times.push(start.elapsed().as_secs_f64());
+        }
+    }
+    Ok((median(times) * 1e3, value))
+}
+
+/// Clipping's norm over `numel` `f32` gradients: the exact ‖g‖₂ of [`CudaOptimizer::grad_norm`]
+/// and the plain `f32` one, in ms, each launch with its read-back; the two norms must agree.
+fn norm_times(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    values: &mut HostValues,
+    numel: usize,
+) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+    let per = numel / TENSORS;
+    let f32s = Dtypes {
+        param: Dtype::F32,
+        grad: Dtype::F32,
+        state: Dtype::F32,
+    };
+    let config = Config::new(Rule::Sgd);
+    let mut buffers: Vec<Buffers> = Vec::new();
+    for k in 0..TENSORS {
+        let param = stream.alloc_zeros::<u8>(per * 4)?;
+        let grad = stream.clone_htod(&values.get(Dtype::F32, true, per)[k])?;
+        let state = stream.alloc_zeros::<u8>(config.state_slots().max(1) * per * 4)?;
+        buffers.push((param, grad, state));
+    }
+    let grads: Vec<u64> = buffers.iter().map(|(_, g, _)| g.device_ptr(stream).0).collect();
+    let tensors: Vec<DeviceTensor> = buffers
+        .iter()
+        .zip(&grads)
+        .map(|((p, _, s), &g)| DeviceTensor::new(p.device_ptr(stream).0, g, s.device_ptr(stream).0, per))
+        .collect();
+    // SAFETY: the buffers live until the end of this function, outliving the optimizer, and
+    // have the sizes DeviceTensor states.
+    let mut opt = unsafe { CudaOptimizer::new(config, f32s, &tensors, stream.clone()) }?;
+    let (exact_ms, exact) = time_ms(|| Ok(opt.grad_norm()?))?;
+    let module = ctx.load_module(compile_ptx(PLAIN_SQUARES)?)?;
+    let plain = module.load_function("plain_squares")?;
+    let table = stream.clone_htod(&grads)?;
+    let mut out = stream.alloc_zeros::<f32>(1)?;
+    let per64 = per as u64;
+    let (plain_ms, plain_norm) = time_ms(|| {
+        stream.memset_zeros(&mut out)?;
+        let mut b = stream.launch_builder(&plain);
+        b.arg(&table).arg(&per64).arg(&mut out);
+        let config = LaunchConfig {
+            grid_dim: (1024, TENSORS as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: plain_squares(const u64*, u64, float*): TENSORS pointers to `per` f32 each.
+        unsafe { b.launch(config) }?;
+        let sum = stream.clone_dtoh(&out)?;
+        stream.synchronize()?;
+        Ok(f64::from(sum[0]).sqrt())
+    })?;
+    if (exact - plain_norm).abs() > 1e-3 * exact {
+        return Err(format!("clipping norms differ: exact {exact}, plain {plain_norm}").into());
+    }
+    Ok((exact_ms, plain_ms))
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let numel: usize = std::env::args().nth(1).map_or(Ok(256 << 20), |s| s.parse())?;
     let numel = numel / TENSORS * TENSORS;
@@ -252,6 +349,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (label, config, dtypes) in runs {
         rows.push(bench_rule(&stream, &mut values, config, dtypes, numel, label)?);
     }
+    let (exact_ms, plain_ms) = norm_times(&ctx, &stream, &mut values, numel)?;
     rows.extend(torch_row(numel));
     println!("| rule | θ/g/state | B/param | ms/step | GB/s | of copy |");
     println!("|---|---|---:|---:|---:|---:|");
@@ -265,6 +363,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             r.ms,
             gbps,
             100.0 * gbps / copy
+        );
+    }
+    println!("\n| clipping's Σg² over {numel} f32 gradients | ms | GB/s | exact / plain |");
+    println!("|---|---:|---:|---:|");
+    for (name, ms) in [("exact (`grad_norm`)", exact_ms), ("plain f32 sum", plain_ms)] {
+        println!(
+            "| {name} | {ms:.3} | {:.0} | {:.2} |",
+            4.0 * numel as f64 / (ms * 1e-3) / 1e9,
+            ms / plain_ms
         );
     }
     Ok(())

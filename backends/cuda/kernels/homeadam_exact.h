@@ -69,4 +69,71 @@ HA_FN void ha_exact_normalize(ha_u64* w) {
     }
 }
 
+// Σ x² of many values through a 128-bit window (the clipping norm's sum): a group of values
+// (a warp's) shares base = max(top − HA_SQUARE_WINDOW, HA_EXACT_LSB_EXP), top the largest 2e of
+// its finite non-zero x = m · 2^e. Each x² = m² · 2^(2e) with 2e ≥ base is m² < 2^48 shifted by
+// at most HA_SQUARE_WINDOW into a 128-bit integer, so up to 2^16 of them add exactly with plain
+// integer adds; the sum goes to the limbs once (ha_exact_add_window). The others (non-finite, or
+// below 2^−HA_SQUARE_WINDOW/2 of the group's largest) go through ha_exact_add: the same words.
+#define HA_SQUARE_WINDOW 64
+// ha_square_top's value for a group without a finite non-zero value.
+#define HA_SQUARE_NONE 0u
+
+struct HaWide {
+    ha_u64 lo, hi;
+};
+
+// 2e of a finite non-zero x, offset to stay above HA_SQUARE_NONE (unsigned, so that a warp's
+// largest is a plain max); HA_SQUARE_NONE otherwise.
+HA_FN ha_u32 ha_square_top(float x) {
+    ha_u32 m;
+    int e;
+    if (!ha_exact_significand(x, &m, &e) || m == 0) return HA_SQUARE_NONE;
+    return (ha_u32)(2 * e - HA_EXACT_LSB_EXP + 1);
+}
+
+// The window's base exponent for the group's largest ha_square_top.
+HA_FN int ha_square_base(ha_u32 top) {
+    int e2 = (int)top - 1 + HA_EXACT_LSB_EXP;
+    return e2 - HA_SQUARE_WINDOW > HA_EXACT_LSB_EXP ? e2 - HA_SQUARE_WINDOW : HA_EXACT_LSB_EXP;
+}
+
+// Adds x² to the window `acc` of base `base` when it fits (a zero adds nothing); false when x is
+// not finite or below the window, which the caller then adds with ha_exact_add.
+HA_FN bool ha_square_window_add(HaWide* acc, float x, int base) {
+    ha_u32 m;
+    int e;
+    if (!ha_exact_significand(x, &m, &e)) return false;
+    if (m == 0) return true;
+    if (2 * e < base) return false;
+    ha_u32 s = (ha_u32)(2 * e - base);
+    ha_u64 sq = (ha_u64)m * m;
+    ha_u64 lo = s < 64u ? sq << s : 0, hi = s == 0u ? 0 : (s < 64u ? sq >> (64u - s) : sq);
+    acc->lo += lo;
+    acc->hi += hi + (acc->lo < lo ? 1u : 0u);
+    return true;
+}
+
+// a + b for two windows of the same base.
+HA_FN HaWide ha_wide_add(HaWide a, HaWide b) {
+    HaWide r;
+    r.lo = a.lo + b.lo;
+    r.hi = a.hi + b.hi + (r.lo < a.lo ? 1u : 0u);
+    return r;
+}
+
+// Adds acc · 2^base (non-negative) to the words w, each non-zero 32-bit digit through
+// op.add(limb, digit): five digits at most, in limbs s/32 .. s/32 + 4, s = base − LSB_EXP.
+template <typename Op>
+HA_FN void ha_exact_add_window(ha_u64* w, HaWide acc, int base, const Op& op) {
+    ha_u32 s = (ha_u32)(base - HA_EXACT_LSB_EXP), k = s / 32u, r = s % 32u;
+    ha_u64 w0 = acc.lo << r;
+    ha_u64 w1 = r == 0u ? acc.hi : (acc.hi << r) | (acc.lo >> (64u - r));
+    ha_u64 w2 = r == 0u ? 0 : acc.hi >> (64u - r);
+    ha_u64 digits[5] = {w0 & 0xffffffffull, w0 >> 32, w1 & 0xffffffffull, w1 >> 32, w2};
+    for (ha_u32 i = 0; i < 5u; i++) {
+        if (digits[i] != 0) op.add(w + k + i, digits[i]);
+    }
+}
+
 #endif

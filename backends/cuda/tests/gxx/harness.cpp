@@ -2,7 +2,8 @@
 // (HA_RULE_*, HA_* flags, HA_RULE_KERNELS, ...) comes from kernels.rs as -D flags.
 //
 // Reads cases from stdin and writes results to stdout, all little-endian:
-//   case:   u32 kind; kind 0 = one step of a model, 1 = conversions, 2 = an exact sum
+//   case:   u32 kind; kind 0 = one step of a model, 1 = conversions, 2 = an exact sum,
+//           3 = an exact sum of squares through windows
 //   step:   u32 rule, p, g, s (0 f32, 1 f16, 2 bf16, 3 q8: state only), flags, check, calibrate;
 //           u64 sr_base; u32 groups; HaScalars of the step (first pass); HaScalars × groups
 //           (update); u32 tensors; per tensor: u32 group, u64 n, param (n·w_p bytes), grad (n·w_g),
@@ -15,6 +16,9 @@
 //                u32 f32 of (low 16 bits as f16), u32 f32 of (low 16 bits as bf16))
 //   exact:  u32 n; n × (u32 a bits, u32 b bits)
 //        -> HA_EXACT_WORDS × u64: Σ a·b, normalized
+//   squares: u32 n, group; n × u32 x bits
+//        -> HA_EXACT_WORDS × u64: Σ x², normalized, each `group` consecutive values through one
+//           window as a warp of ha_grad_sq adds them
 // The step mirrors ha_check / ha_home_pre / ha_home_hist / ha_update of homeadam.cuh over the
 // model's tensors, HA_Q8_BLOCK elements at a time (q8 state: its blocks).
 #include "homeadam_exact.h"
@@ -227,12 +231,37 @@ static void exact_case() {
     put(w, sizeof w);
 }
 
+static void squares_case() {
+    ha_u32 head[2];
+    get(head, 8);
+    std::vector<ha_u32> bits(head[0]);
+    get(bits.data(), 4 * (size_t)head[0]);
+    ha_u64 w[HA_EXACT_WORDS] = {};
+    for (ha_u32 first = 0; first < head[0]; first += head[1]) {
+        ha_u32 last = first + head[1] < head[0] ? first + head[1] : head[0], top = HA_SQUARE_NONE;
+        for (ha_u32 i = first; i < last; i++) {
+            ha_u32 e = ha_square_top(ha_float(bits[i]));
+            top = e > top ? e : top;
+        }
+        int base = ha_square_base(top);
+        HaWide acc = {0, 0};
+        for (ha_u32 i = first; i < last; i++) {
+            float x = ha_float(bits[i]);
+            if (!ha_square_window_add(&acc, x, base)) ha_exact_add(w, x, x, HaExactPlain());
+        }
+        ha_exact_add_window(w, acc, base, HaExactPlain());
+    }
+    ha_exact_normalize(w);
+    put(w, sizeof w);
+}
+
 int main() {
     ha_u32 kind;
     while (fread(&kind, 1, 4, stdin) == 4) {
         if (kind == 0) step_case();
         else if (kind == 1) conv_case();
-        else exact_case();
+        else if (kind == 2) exact_case();
+        else squares_case();
     }
     return fflush(stdout) == 0 ? 0 : 1;
 }
