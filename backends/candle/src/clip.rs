@@ -37,14 +37,23 @@ pub(crate) fn check_max_norm(max_norm: f64) -> Result<()> {
 }
 
 /// ‖g‖₂ over the gradients of `vars` present in `grads` (variables without one are skipped).
+/// Contiguous `f32`, bf16 and f16 gradients on the CPU are read in place; others are copied
+/// to the host as `f32` first.
 pub fn global_grad_norm(vars: &[Var], grads: &GradStore) -> Result<f64> {
     let mut sum = ExactSum::new();
     for var in vars {
         if let Some(g) = grads.get(var) {
-            add_squares(
-                &g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?,
-                &mut sum,
-            );
+            let in_place = g.device().is_cpu()
+                && g.is_contiguous()
+                && matches!(g.dtype(), DType::F32 | DType::BF16 | DType::F16);
+            if in_place {
+                crate::lend::add_grad_squares(g, "a gradient", &mut sum)?;
+            } else {
+                add_squares(
+                    &g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?,
+                    &mut sum,
+                );
+            }
         }
     }
     Ok(sum.to_f64().sqrt())
@@ -120,5 +129,27 @@ mod tests {
         assert_eq!(a, [3.0, 4.0]);
         assert!(clip_grad_norm(&vars, &mut grads, 0.0).is_err());
         assert!(clip_grad_norm(&vars, &mut grads, f64::NAN).is_err());
+    }
+
+    #[test]
+    fn in_place_and_copied_gradients_give_the_same_norm() {
+        let (vars, mut grads) = setup();
+        let plain = Tensor::new(&[[3.0f32, 0.25], [4.0, 12.0]], &Device::Cpu).unwrap();
+        let mut expected = ExactSum::new();
+        for x in [3.0f32, 0.25, 4.0, 12.0] {
+            expected.add_square(x);
+        }
+        let expected = expected.to_f64().sqrt();
+        let half = plain.to_dtype(DType::BF16).unwrap();
+        for g in [plain.clone(), plain.t().unwrap(), half.clone(), half.t().unwrap()] {
+            grads.insert(&vars[0], g.clone());
+            grads.remove(&vars[1]);
+            assert_eq!(
+                global_grad_norm(&vars[..2], &grads).unwrap(),
+                expected,
+                "{:?}",
+                g.layout()
+            );
+        }
     }
 }
