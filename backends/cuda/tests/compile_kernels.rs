@@ -2,6 +2,9 @@
 //! any error or register spill, and prints the register counts. Needs no GPU: only libnvrtc
 //! (`cargo xtask test` installs NVRTC 12.9 from PyPI and sets `HOMEADAM_NVRTC_LIB` and
 //! `LD_LIBRARY_PATH`). Skipped, with a message, when `HOMEADAM_NVRTC_LIB` is not set.
+//!
+//! The host's own kernels (`host/kernels/*.cu`, compiled by NVRTC when it trains on a GPU) are
+//! compiled here too, because this test has NVRTC in CI and the host's tests do not.
 
 use homeadam_cuda::kernels::{self, UpdateKernel, ARCHS};
 use homeadam_cuda::nvrtc;
@@ -33,6 +36,54 @@ fn every_kernel_compiles_for_every_arch_without_spills() {
     });
     for r in reports {
         print!("{r}");
+    }
+}
+
+#[test]
+fn the_hosts_kernels_compile_for_every_arch_without_spills() {
+    if std::env::var("HOMEADAM_NVRTC_LIB").is_err() {
+        eprintln!("SKIPPED compile_kernels: HOMEADAM_NVRTC_LIB is not set (`cargo xtask test` sets it)");
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../host/kernels");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no kernels in {}", dir.display());
+    for file in files {
+        let source = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let names: Vec<&str> = source
+            .split("extern \"C\" __global__ void ")
+            .skip(1)
+            .filter_map(|rest| rest.split('(').next())
+            .collect();
+        assert!(!names.is_empty(), "{}: no kernels", file.display());
+        for arch in ARCHS {
+            let out = nvrtc::compile(&source, arch, true)
+                .unwrap_or_else(|e| panic!("{} {arch}: {e}", file.display()));
+            let ptx = String::from_utf8_lossy(&out.ptx);
+            let resources = nvrtc::parse_ptxas_log(&out.log);
+            for name in &names {
+                assert!(
+                    ptx.contains(&format!(".entry {name}(")),
+                    "{arch}: {name} missing from the PTX"
+                );
+                let r = resources
+                    .iter()
+                    .find(|r| r.name == *name)
+                    .unwrap_or_else(|| panic!("{arch}: no ptxas info for {name}\n{}", out.log));
+                assert_eq!(r.spill_bytes, 0, "{arch}: {name} spills {} bytes", r.spill_bytes);
+            }
+        }
+        println!(
+            "{}: {} kernels compile for {} without spills",
+            file.file_name().unwrap_or_default().to_string_lossy(),
+            names.len(),
+            ARCHS.join(", ")
+        );
     }
 }
 

@@ -97,8 +97,7 @@ impl CustomOp1 for Apply {
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    //! The mask on the device: one thread per element (grid-stride), SplitMix64's draw
-    //! `⌊j/2⌋` computed from the state, an IEEE multiply by the factor.
+    //! The mask on the device (`host/kernels/dropout.cu`).
 
     use std::sync::OnceLock;
 
@@ -107,29 +106,13 @@ mod cuda {
     use candle_core::{CudaStorage, Layout, Shape};
 
     use super::Mask;
-    use crate::rng::GAMMA;
 
-    const SOURCE: &str = r#"
-extern "C" __global__ void homeadam_dropout_f32(const float *x, float *y, unsigned long long n,
-        unsigned long long state, unsigned long long threshold, float scale) {
-    for (unsigned long long j = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; j < n;
-         j += (unsigned long long)gridDim.x * blockDim.x) {
-        unsigned long long z = state + HOMEADAM_GAMMA * (j / 2 + 1);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        unsigned long long half = (j & 1) ? (z & 0xffffffffull) : (z >> 32);
-        y[j] = __fmul_rn(x[j], half >= threshold ? scale : 0.0f);
-    }
-}
-"#;
+    const SOURCE: &str = include_str!("../../kernels/dropout.cu");
 
     /// The kernel's PTX, compiled by NVRTC once per process.
     fn ptx() -> candle_core::Result<&'static str> {
         static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-        crate::models::cuda::ptx(&PTX, "dropout", || {
-            format!("#define HOMEADAM_GAMMA {GAMMA:#x}ull\n{SOURCE}")
-        })
+        crate::models::cuda::ptx(&PTX, "dropout", || SOURCE.to_string())
     }
 
     pub(super) fn forward(
@@ -174,6 +157,13 @@ extern "C" __global__ void homeadam_dropout_f32(const float *x, float *y, unsign
 mod tests {
     use super::*;
     use candle_core::{Device, Var};
+
+    #[test]
+    fn the_device_kernel_draws_with_the_hosts_gamma() {
+        let source = include_str!("../../kernels/dropout.cu");
+        let define = format!("#define HOMEADAM_GAMMA {:#x}ull", crate::rng::GAMMA);
+        assert!(source.contains(&define), "dropout.cu lacks `{define}`");
+    }
 
     /// The masks as the runner drew them before they moved to the device: `⌈n/2⌉` draws, two
     /// elements each, uploaded and multiplied.
