@@ -13,4 +13,5 @@ pub mod replay;
 pub mod report;
 pub mod rng;
 pub mod send_samples;
+pub mod sweep;
 pub mod train;

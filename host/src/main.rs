@@ -10,6 +10,9 @@ use homeadam_host::device::DeviceSpec;
 use homeadam_host::models::VggVariant;
 use homeadam_host::preset::{departures_markdown, DecayMask, Preset, ALL_OPTIMIZERS};
 use homeadam_host::report::StabilityRecord;
+use homeadam_host::sweep::output::summary_markdown;
+use homeadam_host::sweep::space::{Knob, Range};
+use homeadam_host::sweep::{run_sweep, SweepOptions};
 use homeadam_host::train::bench::{bench_train, BenchOptions};
 use homeadam_host::train::experiments::{BuildOptions, Experiment};
 use homeadam_host::train::run::RunSettings;
@@ -65,6 +68,12 @@ enum Command {
     },
     /// Train one experiment with one or more optimizers (the paper's Figures 2–5).
     Train(TrainArgs),
+    /// Per optimizer, the same number of configurations drawn log-uniformly from the ranges of
+    /// the knobs its rule reads (the preset's `search` section), each scored on a validation
+    /// split carved from the training split; the best then trained with several seeds and
+    /// tested on the test split. Writes sweep.csv, best.json, summary.md and sweep.png; running
+    /// the same command again skips the finished runs.
+    Sweep(SweepArgs),
     /// The stability experiment: per optimizer, the distance between two models trained from
     /// the same seed on data sets that differ in one example, and their loss gaps, after every
     /// epoch (CSV and figure). Offline on the shipped digits by default.
@@ -246,6 +255,56 @@ struct TrainArgs {
     #[command(flatten)]
     device: DeviceArg,
     /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct SweepArgs {
+    /// digits-mlp or wikitext2-quick (the experiments with a validation split).
+    experiment: String,
+    /// Comma-separated optimizer names (preset entries, e.g. `adamw,homeadamw-ew`).
+    #[arg(long)]
+    optimizers: String,
+    /// Configurations per optimizer.
+    #[arg(long)]
+    budget: usize,
+    /// Seeds of the chosen configuration's runs on the test split.
+    #[arg(long, default_value_t = 3)]
+    seeds: u64,
+    /// Epochs of every run.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    epochs: u64,
+    /// At most this many minibatches per epoch.
+    #[arg(long, value_parser = positive)]
+    max_batches: Option<usize>,
+    /// The share of the training split held out for validation.
+    #[arg(long, default_value_t = 0.2)]
+    validation_fraction: f64,
+    /// A knob's log-uniform range in place of the preset's: `KNOB=LOW:HIGH`, or `KNOB=xF` for
+    /// the entry's value / F to its value × F (knobs: lr, eps, weight_decay, tau, home_share,
+    /// home_lr). Repeatable.
+    #[arg(long = "range", value_name = "KNOB=RANGE")]
+    ranges: Vec<String>,
+    /// Seed of the draws, of every trial's initialisation and data order, and the first seed of
+    /// the test runs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Runs at a time (each thread builds its own copy of the data and model).
+    #[arg(long, default_value_t = 1)]
+    jobs: usize,
+    /// The sweep directory (default `runs/sweep-<experiment>`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// An offline copy of the dataset.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Minibatch size (default: the preset's).
+    #[arg(long, value_parser = positive)]
+    batch_size: Option<usize>,
+    #[command(flatten)]
+    device: DeviceArg,
+    /// No progress bar.
     #[arg(long)]
     quiet: bool,
 }
@@ -461,6 +520,52 @@ fn train(a: TrainArgs) -> Result<()> {
     Ok(())
 }
 
+fn sweep(a: SweepArgs) -> Result<()> {
+    let experiment = Experiment::from_name(&a.experiment)?;
+    let ranges = a
+        .ranges
+        .iter()
+        .map(|r| {
+            let (knob, range) = r
+                .split_once('=')
+                .with_context(|| format!("--range {r:?}: expected KNOB=LOW:HIGH or KNOB=xFACTOR"))?;
+            let knob = Knob::from_name(knob.trim())?;
+            let range = Range::parse(range).with_context(|| format!("--range {r}"))?;
+            range.check(knob)?;
+            Ok((knob, range))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let options = SweepOptions {
+        experiment,
+        optimizers: optimizer_list(&a.optimizers)?,
+        budget: a.budget,
+        seeds: a.seeds,
+        seed: a.seed,
+        epochs: a.epochs,
+        max_batches: a.max_batches,
+        validation_fraction: a.validation_fraction,
+        ranges,
+        jobs: a.jobs,
+        out_dir: a
+            .out
+            .unwrap_or_else(|| PathBuf::from("runs").join(format!("sweep-{}", experiment.name()))),
+        progress: !a.quiet,
+        build: BuildOptions {
+            data_dir: a.data_dir,
+            small: true,
+            batch_size: a.batch_size,
+            vgg: None,
+            device: a.device.open()?,
+        },
+    };
+    let outcome = run_sweep(&options)?;
+    println!("\n{}", summary_markdown(&options, &outcome));
+    for f in &outcome.files {
+        println!("wrote {}", f.display());
+    }
+    Ok(())
+}
+
 fn bench(options: &BenchOptions, json: Option<PathBuf>, device: Device) -> Result<()> {
     let result = bench_train(options, &device)?;
     println!("{}", result.summary());
@@ -489,6 +594,7 @@ fn main() -> ExitCode {
             quick(out, epochs, &optimizers, lm, seed, device)
         }),
         Command::Train(args) => train(args),
+        Command::Sweep(args) => sweep(args),
         Command::Stability {
             experiment,
             data_dir,

@@ -19,6 +19,7 @@ use homeadam_replay::HyperParams;
 use serde::Deserialize;
 
 use crate::models::VggVariant;
+use crate::sweep::space::SearchSpace;
 
 /// The experiments with a preset, and their files.
 const FILES: [(&str, &str); 6] = [
@@ -318,12 +319,20 @@ pub struct Preset {
     pub protocol: Protocol,
     /// Per optimizer, by the core's config name.
     pub optimizers: BTreeMap<String, OptimizerPreset>,
+    /// The ranges `homeadam sweep` draws each knob from, and why.
+    #[serde(default)]
+    pub search: Option<SearchSpace>,
 }
 
 impl Preset {
     /// The experiments that have a preset.
     pub fn experiments() -> impl Iterator<Item = &'static str> {
         FILES.iter().map(|(name, _)| *name)
+    }
+
+    /// The JSON text of `experiment`'s preset file.
+    pub fn json(experiment: &str) -> Result<&'static str> {
+        Self::text(experiment)
     }
 
     fn text(experiment: &str) -> Result<&'static str> {
@@ -343,11 +352,21 @@ impl Preset {
     /// protocol key of its kind (images or language models) present, and MIAdam's switch step
     /// given once (in the protocol, not in an entry).
     pub fn load(experiment: &str) -> Result<Preset> {
-        let text = Self::text(experiment)?;
-        let context = || format!("preset {experiment}.json");
-        let preset: Preset = serde_json::from_str(text).with_context(context)?;
+        let preset = Self::from_json(Self::text(experiment)?)?;
         if preset.experiment != experiment {
             bail!("preset {experiment}.json names itself {:?}", preset.experiment);
+        }
+        Ok(preset)
+    }
+
+    /// A preset from its JSON text (e.g. the `best.json` of `homeadam sweep`), with the checks
+    /// of [`Preset::load`] and the search ranges checked.
+    pub fn from_json(text: &str) -> Result<Preset> {
+        let preset: Preset = serde_json::from_str(text).context("preset")?;
+        let experiment = preset.experiment.as_str();
+        let context = || format!("preset {experiment}.json");
+        if let Some(space) = &preset.search {
+            space.check().with_context(context)?;
         }
         let raw = raw_protocol(text).with_context(context)?;
         for (key, choice) in &raw {
@@ -520,7 +539,15 @@ mod tests {
     fn every_preset_parses_and_every_optimizer_validates() {
         for experiment in Preset::experiments() {
             let preset = Preset::load(experiment).unwrap();
-            assert_eq!(preset.optimizers.len(), ALL_OPTIMIZERS.len(), "{experiment}");
+            // Entries beyond these are named controls: variants of a rule, run by name only.
+            let controls = preset
+                .optimizers
+                .keys()
+                .filter(|n| !ALL_OPTIMIZERS.contains(&n.as_str()));
+            for name in controls {
+                assert!(preset.optimizers[name].rule.is_some(), "{experiment}/{name}");
+                preset.config(name, 100).unwrap_or_else(|e| panic!("{e:#}"));
+            }
             for name in ALL_OPTIMIZERS {
                 let c = preset.config(name, 100).unwrap_or_else(|e| panic!("{e:#}"));
                 let state = preset.state_dtype(name, 100).unwrap();

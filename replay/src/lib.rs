@@ -31,6 +31,6 @@ mod io;
 mod run;
 
 pub use config::ReplayConfig;
-pub use hyper::HyperParams;
+pub use hyper::{Calibration, HyperParams, Tau};
 pub use io::{output_bytes, read_f32_tensors, InputTensor, NamedTensor, ReplayInput};
 pub use run::{replay, telemetry_line, ReplayOutput};

@@ -116,8 +116,14 @@ pub fn parse(text: &str) -> Result<FeatureSet> {
 /// per class and the first `round(count · test_fraction)` go to the test set, so every class
 /// keeps its share and the split depends only on (`seed`, the data). Both parts keep file order.
 pub fn split(set: &FeatureSet, test_fraction: f64, seed: u64) -> Result<(FeatureSet, FeatureSet)> {
+    let (train, test) = split_indices(set, test_fraction, seed)?;
+    Ok((set.subset(&train), set.subset(&test)))
+}
+
+/// [`split`] as the indices of `set`'s examples: (kept, held out), each in increasing order.
+pub fn split_indices(set: &FeatureSet, test_fraction: f64, seed: u64) -> Result<(Vec<usize>, Vec<usize>)> {
     if !(test_fraction > 0.0 && test_fraction < 1.0) {
-        bail!("test fraction {test_fraction} must lie strictly between 0 and 1");
+        bail!("held-out fraction {test_fraction} must lie strictly between 0 and 1");
     }
     let root = Rng::new(seed);
     let mut train = Vec::new();
@@ -131,7 +137,38 @@ pub fn split(set: &FeatureSet, test_fraction: f64, seed: u64) -> Result<(Feature
     }
     train.sort_unstable();
     test.sort_unstable();
-    Ok((set.subset(&train), set.subset(&test)))
+    Ok((train, test))
+}
+
+/// The runner's three parts of the digits, as indices of the whole set: the test split
+/// ([`TEST_FRACTION`], seed 0, what every run tests on) and, carved from the training split
+/// by a second stratified split, a validation split for choosing hyper-parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holdout {
+    /// What a run with validation trains on: the training split less the validation split.
+    pub train: Vec<usize>,
+    /// The validation split, a part of the training split.
+    pub validation: Vec<usize>,
+    /// The test split, which no choice of hyper-parameters reads.
+    pub test: Vec<usize>,
+}
+
+/// The share of the digits in the test split.
+pub const TEST_FRACTION: f64 = 0.2;
+/// The seed of the test split.
+pub const TEST_SEED: u64 = 0;
+/// The seed of the validation split (another stream than the test split's).
+pub const VALIDATION_SEED: u64 = 1;
+
+/// The three parts of `set`, with `validation_fraction` of the training split held out.
+pub fn holdout(set: &FeatureSet, validation_fraction: f64) -> Result<Holdout> {
+    let (train, test) = split_indices(set, TEST_FRACTION, TEST_SEED)?;
+    let (kept, held) = split_indices(&set.subset(&train), validation_fraction, VALIDATION_SEED)?;
+    Ok(Holdout {
+        train: kept.iter().map(|&i| train[i]).collect(),
+        validation: held.iter().map(|&i| train[i]).collect(),
+        test,
+    })
 }
 
 #[cfg(test)]
@@ -163,6 +200,23 @@ mod tests {
     }
 
     #[test]
+    fn the_validation_split_is_carved_from_the_training_split_and_misses_the_test_split() {
+        let set = load(&shipped_path()).unwrap();
+        let h = holdout(&set, 0.2).unwrap();
+        let (train, test) = split_indices(&set, TEST_FRACTION, TEST_SEED).unwrap();
+        assert_eq!(h.test, test);
+        assert_eq!(
+            (train.len(), h.validation.len(), h.train.len()),
+            (1438, 287, 1151)
+        );
+        let mut rejoined = [h.train.clone(), h.validation.clone()].concat();
+        rejoined.sort_unstable();
+        assert_eq!(rejoined, train);
+        assert!(h.validation.iter().all(|i| test.binary_search(i).is_err()));
+        assert!(h.validation.iter().all(|i| h.train.binary_search(i).is_err()));
+    }
+
+    #[test]
     fn malformed_rows_name_the_line() {
         let cases = [
             (format!("{}\n1,2,3\n", row(0, 0)), "line 2: 3 fields"),
@@ -187,6 +241,7 @@ mod tests {
         let set = parse(&row(16, 3)).unwrap();
         assert_eq!(set.x, vec![1.0; 64]);
         assert!(split(&set, 1.0, 0).is_err() && split(&set, f64::NAN, 0).is_err());
+        assert!(holdout(&set, 0.0).is_err());
     }
 
     #[test]

@@ -51,7 +51,7 @@ use super::stability::StabilityRecord;
 /// DejaVu Sans 2.37 (Debian's fonts-dejavu-core); licence in `host/assets/DejaVuSans-LICENSE.txt`.
 static FONT_BYTES: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 /// The family the bundled font is registered under (plotters' default family).
-const FONT: &str = "sans-serif";
+pub(crate) const FONT: &str = "sans-serif";
 
 const PANEL_WIDTH: u32 = 760;
 const PANEL_HEIGHT: u32 = 520;
@@ -71,7 +71,7 @@ const FLOOR_MARGIN: f64 = 0.04;
 /// Colours of the optimizers' lines, in order (the tab10 palette, then black, navy, dark
 /// green, maroon, teal, dark magenta and olive): distinct for every optimizer of a full run
 /// ([`crate::preset::ALL_OPTIMIZERS`]).
-const PALETTE: [RGBColor; 17] = [
+pub(crate) const PALETTE: [RGBColor; 17] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -268,11 +268,11 @@ impl Panel {
     }
 }
 
-fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
+pub(crate) fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow!("drawing: {e}")
 }
 
-fn register_bundled_font() -> Result<()> {
+pub(crate) fn register_bundled_font() -> Result<()> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let ok = *REGISTERED.get_or_init(|| register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok());
     if ok {
@@ -986,7 +986,7 @@ fn draw_legend<DB: DrawingBackend>(
 }
 
 /// Encodes `pixels` (RGB) as a PNG at `path`, through a temporary file and a rename.
-fn write_png(path: &Path, width: u32, height: u32, pixels: Vec<u8>) -> Result<()> {
+pub(crate) fn write_png(path: &Path, width: u32, height: u32, pixels: Vec<u8>) -> Result<()> {
     let image = image::RgbImage::from_raw(width, height, pixels)
         .ok_or_else(|| anyhow!("drawing: pixel buffer of the wrong size"))?;
     let file_name = path

@@ -62,6 +62,17 @@ pub struct BuildOptions {
     pub device: Device,
 }
 
+/// What a run evaluates on after each epoch (`metrics.csv`'s `test_*` columns).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum EvalSplit {
+    /// The test split; the run trains on the whole training split.
+    Test,
+    /// A validation split carved from the training split (this fraction of it), which the run
+    /// then does not train on; the test split is not read. For choosing hyper-parameters
+    /// (`homeadam sweep`); implemented for the offline experiments.
+    Validation(f64),
+}
+
 /// Makes the experiment's network, initialised from a seed.
 pub type ModelFactory = Box<dyn Fn(u64) -> Result<Box<dyn Model>>>;
 
@@ -120,6 +131,22 @@ impl Experiment {
 
     /// Loads the data (downloading it if needed) and builds the model.
     pub fn build(self, o: &BuildOptions) -> Result<Setup> {
+        self.build_for(o, EvalSplit::Test)
+    }
+
+    /// [`Experiment::build`], evaluating on `eval`.
+    pub fn build_for(self, o: &BuildOptions, eval: EvalSplit) -> Result<Setup> {
+        let validation = match eval {
+            EvalSplit::Test => None,
+            EvalSplit::Validation(f) if f > 0.0 && f < 1.0 => Some(f),
+            EvalSplit::Validation(f) => bail!("validation fraction {f} must lie strictly between 0 and 1"),
+        };
+        if validation.is_some() && !matches!(self, Experiment::DigitsMlp | Experiment::WikiText2Quick) {
+            bail!(
+                "{}: a validation split is implemented for digits-mlp and wikitext2-quick only",
+                self.name()
+            );
+        }
         let preset = Preset::load(self.preset_name())?;
         let protocol = &preset.protocol;
         if o.vgg.is_some() && self != Experiment::Cifar10Vgg16 {
@@ -139,9 +166,15 @@ impl Experiment {
                     .as_ref()
                     .map_or_else(digits::shipped_path, |d| d.join("digits.csv.gz"));
                 let all = digits::load(&path)?;
-                // The split's seed is fixed: every run, whatever its seed, tests on the same
-                // images.
-                let (train, test) = digits::split(&all, 0.2, 0)?;
+                // The splits' seeds are fixed: every run, whatever its seed, tests (or
+                // validates) on the same images.
+                let (train, test) = match validation {
+                    None => digits::split(&all, digits::TEST_FRACTION, digits::TEST_SEED)?,
+                    Some(f) => {
+                        let h = digits::holdout(&all, f)?;
+                        (all.subset(&h.train), all.subset(&h.validation))
+                    }
+                };
                 let augment = augmentation()? != Augmentation::None;
                 if augment {
                     bail!("{name}: the digits have no augmentation");
@@ -231,10 +264,17 @@ impl Experiment {
                     Vocabulary { max_words: Some(n) } => Vocab::most_frequent(&valid, n),
                     Vocabulary { max_words: None } => Vocab::build(&valid),
                 };
-                let train = wikitext::encode(&valid, &vocab)?;
-                let mut test = wikitext::encode(&read(TextSplit::Test)?, &vocab)?.ids;
-                test.truncate(QUICK_TEST_TOKENS);
-                let data = LanguageData::new(&train.ids, &test, vocab.len(), batch, bptt()?, &dev)?;
+                let mut train = wikitext::encode(&valid, &vocab)?.ids;
+                let test = match validation {
+                    None => {
+                        let mut test = wikitext::encode(&read(TextSplit::Test)?, &vocab)?.ids;
+                        test.truncate(QUICK_TEST_TOKENS);
+                        test
+                    }
+                    // The stream's tail, so that no window spans both parts.
+                    Some(f) => train.split_off(train.len() - (train.len() as f64 * f).round() as usize),
+                };
+                let data = LanguageData::new(&train, &test, vocab.len(), batch, bptt()?, &dev)?;
                 let config = TransformerConfig::tiny(vocab.len());
                 let factory: ModelFactory =
                     Box::new(move |seed| Ok(Box::new(TransformerLm::new(config, seed, &dev)?)));

@@ -1,0 +1,178 @@
+//! A sweep's files: `sweep.csv`, `best.json`, `summary.md` and the figure.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use serde_json::{json, Value};
+
+use super::space::{Knob, Trial};
+use super::stats::Estimate;
+use super::{OptimizerOutcome, SweepOptions, SweepOutcome};
+use crate::preset::Preset;
+use crate::replay::write_atomically;
+use crate::report::Task;
+
+/// `sweep.csv`: one row per trial, optimizers in the order asked and trials by index; a knob
+/// the rule does not read is left empty. Numbers are written as the shortest text that reads
+/// back to the same value, so the file is a function of the trials' results alone.
+pub fn sweep_csv(outcome: &SweepOutcome) -> String {
+    let q = outcome.task.quality_column();
+    let knobs: Vec<_> = Knob::ALL.iter().map(|k| k.name()).collect();
+    let mut text = format!(
+        "optimizer,trial,{},validation_loss,validation_{q},chosen\n",
+        knobs.join(",")
+    );
+    for o in &outcome.optimizers {
+        for (i, t) in o.trials.iter().enumerate() {
+            let values: Vec<String> = Knob::ALL
+                .iter()
+                .map(|k| t.trial.knobs.get(k).map_or(String::new(), f64::to_string))
+                .collect();
+            let _ = writeln!(
+                text,
+                "{},{},{},{},{},{}",
+                o.optimizer,
+                t.trial.index,
+                values.join(","),
+                t.loss,
+                t.quality,
+                u8::from(i == o.best)
+            );
+        }
+    }
+    text
+}
+
+/// The knobs of `trial` as `lr=0.001 eps=1e-8`.
+pub fn knob_text(trial: &Trial) -> String {
+    let number = |v: f64| {
+        if (1e-3..1e4).contains(&v.abs()) {
+            v.to_string()
+        } else {
+            format!("{v:e}")
+        }
+    };
+    let parts: Vec<String> = trial
+        .knobs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", number(*v)))
+        .collect();
+    parts.join(" ")
+}
+
+/// A score as the tables print it: accuracy with four decimals, perplexity with two.
+fn score(task: Task, x: f64) -> String {
+    match task {
+        Task::Classification => format!("{x:.4}"),
+        Task::LanguageModel => format!("{x:.2}"),
+    }
+}
+
+/// The test scores' estimate of one optimizer.
+pub fn estimate(o: &OptimizerOutcome) -> Estimate {
+    Estimate::of(&o.finals.iter().map(|f| f.2).collect::<Vec<_>>())
+}
+
+/// The summary table (Markdown): per optimizer, the chosen trial and its validation score,
+/// then the test score over the seeds: mean ± sample standard deviation and the 95 % Student-t
+/// confidence interval of the mean.
+pub fn summary_markdown(opts: &SweepOptions, outcome: &SweepOutcome) -> String {
+    let task = outcome.task;
+    let q = task.quality_name();
+    let mut text = format!(
+        "{}: {} configurations per optimizer, scored on a validation split ({} of the training \
+         split) after {} epochs; the best then trained with {} seeds on the whole training split \
+         and tested on the test split. Test {q}: mean ± sample std, 95 % CI of the mean (Student t, \
+         n − 1 degrees of freedom).\n\n",
+        opts.experiment.name(),
+        opts.budget,
+        opts.validation_fraction,
+        opts.epochs,
+        opts.seeds
+    );
+    let _ = writeln!(
+        text,
+        "| optimizer | trials | chosen | validation {q} | test {q} (mean ± std) | 95 % CI | seeds |"
+    );
+    text.push_str("|---|---:|---|---:|---:|---|---:|\n");
+    for o in &outcome.optimizers {
+        let e = estimate(o);
+        let spread = e.std.map_or(String::new(), |s| format!(" ± {}", score(task, s)));
+        let ci = e.interval().map_or("–".to_string(), |(lo, hi)| {
+            format!("[{}, {}]", score(task, lo), score(task, hi))
+        });
+        let c = o.chosen();
+        let _ = writeln!(
+            text,
+            "| {} | {} | #{}: {} | {} | {}{spread} | {ci} | {} |",
+            o.optimizer,
+            o.trials.len(),
+            c.trial.index,
+            knob_text(&c.trial),
+            score(task, c.quality),
+            score(task, e.mean),
+            e.n
+        );
+    }
+    text
+}
+
+/// `best.json`: the experiment's preset with each swept optimizer's entry set to its chosen
+/// configuration, its `source` saying how it was chosen; [`Preset::from_json`] reads it.
+pub fn best_json(opts: &SweepOptions, outcome: &SweepOutcome) -> Result<String> {
+    let name = opts.experiment.preset_name();
+    let mut preset: Value = serde_json::from_str(Preset::json(name)?)?;
+    let task = outcome.task;
+    for o in &outcome.optimizers {
+        let entry = preset["optimizers"]
+            .get_mut(&o.optimizer)
+            .with_context(|| format!("preset {name}: no entry {}", o.optimizer))?;
+        let c = o.chosen();
+        for (knob, &value) in &c.trial.knobs {
+            match knob {
+                Knob::HomeShare => entry["tau"]["home_share"] = json!(value),
+                k => entry[k.name()] = json!(value),
+            }
+        }
+        let e = estimate(o);
+        entry["source"] = json!(format!(
+            "ours: `homeadam sweep`, trial {} of {} ({}), the best validation {} ({}) after {} epochs \
+             on {} of the training split held out; test {} over {} seeds {}{}",
+            c.trial.index,
+            o.trials.len(),
+            knob_text(&c.trial),
+            task.quality_name(),
+            score(task, c.quality),
+            opts.epochs,
+            opts.validation_fraction,
+            task.quality_name(),
+            e.n,
+            score(task, e.mean),
+            e.std.map_or(String::new(), |s| format!(" ± {}", score(task, s))),
+        ));
+    }
+    let text = serde_json::to_string_pretty(&preset)? + "\n";
+    Preset::from_json(&text).context("best.json")?;
+    Ok(text)
+}
+
+/// Writes `sweep.csv`, `best.json`, `summary.md` and `sweep.png`; returns their paths.
+pub fn write_all(opts: &SweepOptions, outcome: &SweepOutcome) -> Result<Vec<PathBuf>> {
+    let dir = &opts.out_dir;
+    let files = [
+        ("sweep.csv", sweep_csv(outcome)),
+        ("best.json", best_json(opts, outcome)?),
+        ("summary.md", summary_markdown(opts, outcome)),
+    ];
+    let mut written = Vec::new();
+    for (name, text) in files {
+        let path = dir.join(name);
+        write_atomically(&path, text.as_bytes())?;
+        written.push(path);
+    }
+    let figure = dir.join("sweep.png");
+    super::figure::draw(&figure, opts, outcome)?;
+    written.push(figure);
+    Ok(written)
+}
