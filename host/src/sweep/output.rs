@@ -27,7 +27,7 @@ pub fn sweep_csv(outcome: &SweepOutcome) -> String {
         for (i, t) in o.trials.iter().enumerate() {
             let values: Vec<String> = Knob::ALL
                 .iter()
-                .map(|k| t.trial.knobs.get(k).map_or(String::new(), f64::to_string))
+                .map(|k| t.trial.knobs.get(k).map_or(String::new(), |v| number(*v)))
                 .collect();
             let _ = writeln!(
                 text,
@@ -44,15 +44,18 @@ pub fn sweep_csv(outcome: &SweepOutcome) -> String {
     text
 }
 
+/// A knob's value as the shortest text that reads back to it, in scientific notation when
+/// small or large (`0.001`, `1.39e-9`).
+fn number(v: f64) -> String {
+    if (1e-3..1e4).contains(&v.abs()) {
+        v.to_string()
+    } else {
+        format!("{v:e}")
+    }
+}
+
 /// The knobs of `trial` as `lr=0.001 eps=1e-8`.
 pub fn knob_text(trial: &Trial) -> String {
-    let number = |v: f64| {
-        if (1e-3..1e4).contains(&v.abs()) {
-            v.to_string()
-        } else {
-            format!("{v:e}")
-        }
-    };
     let parts: Vec<String> = trial
         .knobs
         .iter()
