@@ -1,6 +1,7 @@
 //! The `homeadam` command's library: the experiment runner (datasets, models, training,
-//! figures and checkpoints), the paper's presets and the `homeadam replay` command. The
-//! optimizer it trains with is the `homeadam-candle` crate's `VarOptimizer`.
+//! figures and checkpoints), the paper's presets, the hyper-parameter sweep and the `homeadam
+//! replay` command. The optimizer it trains with is the `homeadam-candle` crate's
+//! `VarOptimizer`.
 #![deny(missing_docs)]
 
 pub mod cuda_libraries;

@@ -419,17 +419,18 @@ fn claim(o: &SweepOptions, space: &SearchSpace) -> Result<()> {
     };
     let text = serde_json::to_string_pretty(&manifest)? + "\n";
     let path = o.out_dir.join("sweep.json");
-    match std::fs::read_to_string(&path) {
-        Ok(old) if old == text => Ok(()),
-        Ok(_) => bail!(
+    if !path.exists() {
+        std::fs::create_dir_all(&o.out_dir)
+            .with_context(|| format!("cannot create {}", o.out_dir.display()))?;
+        return crate::replay::write_atomically(&path, text.as_bytes());
+    }
+    let old = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    if old != text {
+        bail!(
             "{} holds a sweep of other settings (see its sweep.json): run the same command to \
              continue it, or give another --out",
             o.out_dir.display()
-        ),
-        Err(_) => {
-            std::fs::create_dir_all(&o.out_dir)
-                .with_context(|| format!("cannot create {}", o.out_dir.display()))?;
-            crate::replay::write_atomically(&path, text.as_bytes())
-        }
+        );
     }
+    Ok(())
 }

@@ -104,7 +104,7 @@ impl fmt::Display for Knob {
 /// A knob's log-uniform range: around the entry's value (`{"factor": f}`: from value / f to
 /// value · f) or absolute (`{"low": a, "high": b}`).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(untagged, deny_unknown_fields)]
+#[serde(untagged, try_from = "RawRange")]
 pub enum Range {
     /// From value / factor to value · factor (factor > 1).
     Around {
@@ -120,6 +120,28 @@ pub enum Range {
     },
 }
 
+/// A range as written, so that a misspelt key is named (an untagged enum would only say that
+/// no variant matched).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRange {
+    factor: Option<f64>,
+    low: Option<f64>,
+    high: Option<f64>,
+}
+
+impl TryFrom<RawRange> for Range {
+    type Error = String;
+
+    fn try_from(r: RawRange) -> Result<Self, String> {
+        match (r.factor, r.low, r.high) {
+            (Some(factor), None, None) => Ok(Range::Around { factor }),
+            (None, Some(low), Some(high)) => Ok(Range::Between { low, high }),
+            _ => Err("a range is {\"factor\": F} or {\"low\": A, \"high\": B}".to_string()),
+        }
+    }
+}
+
 impl Range {
     /// Refuses a range that is empty, not positive or not finite.
     pub fn check(&self, knob: Knob) -> Result<()> {
@@ -130,7 +152,7 @@ impl Range {
             Range::Between { low, high } if !(low > 0.0 && low < high && high.is_finite()) => {
                 bail!("range of {knob}: {low}..{high} must satisfy 0 < low < high < inf (the draw is log-uniform)")
             }
-            _ if knob == Knob::HomeShare && self.bounds(0.5).1 >= 1.0 => {
+            Range::Between { high, .. } if knob == Knob::HomeShare && high >= 1.0 => {
                 bail!("range of {knob}: a home share must stay below 1")
             }
             _ => Ok(()),
@@ -214,10 +236,13 @@ pub fn draw(space: &SearchSpace, name: &str, c: &Config, seed: u64, index: usize
             format!("{name} reads {knob}, which has no range (add one to the preset's search section or pass --range {knob}=LOW:HIGH)")
         })?;
         let (low, high) = range.bounds(knob.value_in(c));
-        if !(low > 0.0 && low < high && high.is_finite()) {
+        // A range around the entry's value is checked only here, where the value is known.
+        let share_above_1 = knob == Knob::HomeShare && high >= 1.0;
+        if !(low > 0.0 && low < high && high.is_finite()) || share_above_1 {
             bail!(
-                "{name}: the range of {knob} around its value {} is {low}..{high}: give it as LOW:HIGH",
-                knob.value_in(c)
+                "{name}: the range of {knob} around its value {} is {low}..{high}: give it as LOW:HIGH{}",
+                knob.value_in(c),
+                if share_above_1 { " below 1" } else { "" }
             );
         }
         let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
@@ -290,6 +315,27 @@ mod tests {
     }
 
     #[test]
+    fn a_preset_with_a_bad_search_section_is_refused() {
+        let text = crate::preset::Preset::json("digits_quick").unwrap();
+        let with = |ranges: &str| {
+            let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+            v["search"]["ranges"] = serde_json::from_str(ranges).unwrap();
+            crate::preset::Preset::from_json(&v.to_string()).map(|_| ())
+        };
+        with(r#"{"lr": {"factor": 10}}"#).unwrap();
+        for (ranges, needle) in [
+            (r#"{"lr": {"factor": 0.5}}"#, "above 1"),
+            (r#"{"lr": {"low": 1, "high": 0.1}}"#, "0 < low"),
+            (r#"{"beta": {"factor": 10}}"#, "beta"),
+            (r#"{"lr": {"fctor": 10}}"#, "fctor"),
+            (r#"{"lr": {"factor": 10, "low": 1}}"#, "a range is"),
+        ] {
+            let err = format!("{:#}", with(ranges).unwrap_err());
+            assert!(err.contains(needle), "{ranges}: {err}");
+        }
+    }
+
+    #[test]
     fn bad_ranges_and_names_are_errors() {
         for (text, needle) in [
             ("x1", "above 1"),
@@ -308,6 +354,13 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("home_lr"));
+        let mut wide = space();
+        wide.ranges
+            .insert(Knob::HomeShare, Range::Around { factor: 20.0 });
+        let preset = crate::preset::Preset::load("digits_quick").unwrap();
+        let calibrated = preset.config("homeadamw-calibrated", 45).unwrap();
+        let err = draw(&wide, "homeadamw-calibrated", &calibrated, 0, 0).unwrap_err();
+        assert!(err.to_string().contains("below 1"), "{err}");
         let mut s = space();
         s.ranges.remove(&Knob::Eps);
         let err = draw(&s, "adam", &Config::named("adam").unwrap(), 0, 0).unwrap_err();
