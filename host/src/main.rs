@@ -215,6 +215,9 @@ struct TrainArgs {
     /// The run directory (default `runs/<experiment>`).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// A preset file in place of the experiment's own, e.g. the `best.json` of `homeadam sweep`.
+    #[arg(long)]
+    preset: Option<PathBuf>,
     /// Write a checkpoint every N steps (one is always written after each epoch).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: Option<u64>,
@@ -375,6 +378,7 @@ fn quick(
         batch_size: None,
         vgg: None,
         device,
+        preset: None,
     };
     let digits = ExperimentRun {
         experiment: Experiment::DigitsMlp,
@@ -487,6 +491,14 @@ fn stability(o: &StabilityOptions) -> Result<()> {
 
 fn train(a: TrainArgs) -> Result<()> {
     let experiment = Experiment::from_name(&a.experiment)?;
+    let preset = match &a.preset {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            Some(Preset::from_json(&text).with_context(|| format!("--preset {}", path.display()))?)
+        }
+        None => None,
+    };
     let device = a.device.open()?;
     let run = ExperimentRun {
         experiment,
@@ -514,6 +526,7 @@ fn train(a: TrainArgs) -> Result<()> {
             batch_size: a.batch_size,
             vgg: a.vgg,
             device,
+            preset,
         },
     };
     print_outcome(experiment.name(), &run_experiment(&run)?);
@@ -556,6 +569,7 @@ fn sweep(a: SweepArgs) -> Result<()> {
             batch_size: a.batch_size,
             vgg: None,
             device: a.device.open()?,
+            preset: None,
         },
     };
     let outcome = run_sweep(&options)?;

@@ -32,6 +32,7 @@ fn options(out: &Path) -> SweepOptions {
             batch_size: None,
             vgg: None,
             device: Device::Cpu,
+            preset: None,
         },
     }
 }
@@ -132,6 +133,36 @@ fn a_tiny_sweep_chooses_the_best_on_validation_and_runs_again_to_the_same_files(
         summary
     );
     assert_eq!(std::fs::metadata(&finished).unwrap().modified().unwrap(), before);
+
+    // `train --preset best.json` trains with the chosen configuration; another experiment's
+    // preset is refused.
+    let bin = std::env::var_os("HOMEADAM_TEST_BIN").unwrap_or(env!("CARGO_BIN_EXE_homeadam").into());
+    let best_json = dir.path().join("best.json");
+    let train = |experiment: &str| {
+        Command::new(&bin)
+            .args([
+                "train",
+                experiment,
+                "--optimizers",
+                "sgdm",
+                "--epochs",
+                "1",
+                "--max-batches",
+                "2",
+            ])
+            .args(["--quiet", "--preset", best_json.to_str().unwrap(), "--out"])
+            .arg(dir.path().join("train"))
+            .output()
+            .unwrap()
+    };
+    let ok = train("digits-mlp");
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let refused = train("wikitext2-quick");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("digits_quick's"),
+        "{stderr}"
+    );
 
     // Another command in the same directory is refused.
     let err = run_sweep(&SweepOptions { budget: 4, ..o }).unwrap_err();

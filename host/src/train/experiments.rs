@@ -60,6 +60,8 @@ pub struct BuildOptions {
     pub vgg: Option<VggVariant>,
     /// Where tensors live.
     pub device: Device,
+    /// A preset in place of the experiment's own (e.g. the `best.json` of `homeadam sweep`).
+    pub preset: Option<Preset>,
 }
 
 /// What a run evaluates on after each epoch (`metrics.csv`'s `test_*` columns).
@@ -147,7 +149,16 @@ impl Experiment {
                 self.name()
             );
         }
-        let preset = Preset::load(self.preset_name())?;
+        let preset = match &o.preset {
+            None => Preset::load(self.preset_name())?,
+            Some(p) if p.experiment == self.preset_name() => p.clone(),
+            Some(p) => bail!(
+                "the preset given is {}'s, not {}'s ({}.json)",
+                p.experiment,
+                self.name(),
+                self.preset_name()
+            ),
+        };
         let protocol = &preset.protocol;
         if o.vgg.is_some() && self != Experiment::Cifar10Vgg16 {
             bail!("--vgg applies to cifar10-vgg16, not {}", self.name());
