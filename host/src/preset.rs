@@ -584,32 +584,34 @@ mod tests {
     }
 
     #[test]
-    fn the_digits_controls_match_the_step_sizes_they_claim() {
-        let preset = Preset::load("digits_quick").unwrap();
-        let c = |name: &str| preset.config(name, 45).unwrap();
-        let srf_cap = |c: Config| c.lr / (2.0 * c.eps.sqrt());
-        // The capped srf steps are at most lr, as adamw's are.
-        assert_eq!(srf_cap(c("adamw-srf-capped")), c("adamw").lr);
-        assert_eq!(srf_cap(c("homeadamw-ew-capped")), c("adamw").lr);
-        // Home at sgdm's rate / (1 - beta1): home_lr * m-hat steps as far as sgdm's lr * buf.
-        let sgdm = c("sgdm");
-        for name in [
-            "homeadamw-ew-capped",
-            "homeadamw-home-sgdm",
-            "homeadamw-calibrated-home-sgdm",
+    fn the_quick_controls_match_the_step_sizes_they_claim() {
+        for (experiment, paper) in [
+            ("digits_quick", "cifar10_vgg16"),
+            ("wikitext2_quick", "wikitext2_transformer"),
         ] {
-            let h = c(name);
-            let home_lr = h.lr * h.home_lr_scale;
-            assert!(
-                (home_lr * (1.0 - h.beta1) - sgdm.lr).abs() < 1e-12,
-                "{name}: {home_lr}"
-            );
+            let preset = Preset::load(experiment).unwrap();
+            let c = |name: &str| preset.config(name, 45).unwrap();
+            let srf_cap = |c: Config| c.lr / (2.0 * c.eps.sqrt());
+            // The capped srf steps are at most lr, as adamw's are.
+            assert_eq!(srf_cap(c("adamw-srf-capped")), c("adamw").lr);
+            assert_eq!(srf_cap(c("homeadamw-ew-capped")), c("adamw").lr);
+            // Home at sgdm's rate / (1 - beta1): home_lr * m-hat steps as far as sgdm's lr * buf.
+            let sgdm = c("sgdm");
+            for name in [
+                "homeadamw-ew-capped",
+                "homeadamw-home-sgdm",
+                "homeadamw-calibrated-home-sgdm",
+            ] {
+                let h = c(name);
+                let home_lr = h.lr * h.home_lr_scale;
+                assert!(
+                    (home_lr * (1.0 - h.beta1) - sgdm.lr).abs() < 1e-12,
+                    "{experiment}/{name}: {home_lr}"
+                );
+            }
+            let paper = Preset::load(paper).unwrap().config("homeadamw", 782).unwrap();
+            assert_eq!(c("homeadamw-paper"), paper, "{experiment}");
         }
-        let paper = Preset::load("cifar10_vgg16")
-            .unwrap()
-            .config("homeadamw", 782)
-            .unwrap();
-        assert_eq!(c("homeadamw-paper"), paper);
     }
 
     #[test]
