@@ -510,7 +510,8 @@ pub fn departures_markdown() -> Result<String> {
 /// Every optimizer of the paper, plus the element-wise HomeAdam(W), by the core's names, two
 /// variants of the global HomeAdamW beyond the paper (ρ over the active elements; that and a
 /// calibrated τ with its own home learning rate), and AdamW and HomeAdamW-ew with 8-bit (q8)
-/// state: the entries of every preset file.
+/// state: the entries of every preset file (the offline presets add named controls, run by name
+/// only).
 pub const ALL_OPTIMIZERS: [&str; 17] = [
     "sgd",
     "sgdm",
