@@ -61,6 +61,10 @@ pub(crate) trait Kernel: Copy + Send + Sync {
     const RHO_SLOT: Option<usize>;
     /// Whether to accumulate SWATS's dot products pᵀp and pᵀg.
     const DOTS: bool;
+    /// Global and per-layer HomeAdam(W): whether to also find min v over the elements with
+    /// v > 0 and the chunk where min v sits ([`TensorResult::v_min_at`]), so that the next step
+    /// can bound its ρ without the first pass.
+    const DECIDES: bool = false;
 
     /// Updates one element: θ, the unscaled gradient g and the state slots `s` in `f32`.
     fn element(self, p: f32, g: f32, s: &mut [f32; 3]) -> Elem;
@@ -71,6 +75,11 @@ pub(crate) trait Kernel: Copy + Send + Sync {
 pub(crate) struct TensorResult {
     /// min of the `RHO_SLOT` slot after the update (+∞ when none).
     pub v_min: f32,
+    /// [`Kernel::DECIDES`]: min of the `RHO_SLOT` slot over its elements > 0 (+∞ when none).
+    pub v_min_active: f32,
+    /// [`Kernel::DECIDES`]: the tensor's index of the first element of a chunk of at most
+    /// [`CHUNK`] elements that holds `v_min` (0 when none).
+    pub v_min_at: usize,
     /// Elements that took the home branch.
     pub home: u32,
     /// A non-finite unscaled gradient was seen.
@@ -85,6 +94,8 @@ impl TensorResult {
     const fn new() -> Self {
         TensorResult {
             v_min: f32::INFINITY,
+            v_min_active: f32::INFINITY,
+            v_min_at: 0,
             home: 0,
             nonfinite: false,
             step_sq: ExactSum::new(),
@@ -132,6 +143,10 @@ pub(crate) fn run_reference<K: Kernel, P: Storage, G: Storage, S: StateStorage, 
             if let Some(r) = K::RHO_SLOT {
                 if s[r] < result.v_min {
                     result.v_min = s[r];
+                    result.v_min_at = start;
+                }
+                if K::DECIDES && s[r] > 0.0 && s[r] < result.v_min_active {
+                    result.v_min_active = s[r];
                 }
             }
             result.home += e.home as u32;
@@ -416,8 +431,11 @@ impl<const N: usize> Staging<N> {
 /// What [`run_chunks`] folds over its chunks.
 struct Reductions {
     result: TensorResult,
-    /// Eight lane minima of v (see [`fold_min`]).
+    /// Eight lane minima of v (see [`fold_min`]); [`Kernel::DECIDES`] keeps each chunk's
+    /// minimum in `result.v_min` instead, with its chunk.
     v_min: [f32; 8],
+    /// [`Kernel::DECIDES`]: eight lane minima of the v > 0.
+    v_min_active: [f32; 8],
     nonfinite: u32,
 }
 
@@ -426,18 +444,23 @@ impl Reductions {
         Reductions {
             result: TensorResult::new(),
             v_min: [f32::INFINITY; 8],
+            v_min_active: [f32::INFINITY; 8],
             nonfinite: 0,
         }
     }
 
     fn finish(mut self) -> TensorResult {
         self.result.nonfinite = self.nonfinite != 0;
-        self.result.v_min = self
-            .v_min
-            .iter()
-            .fold(f32::INFINITY, |a, &b| if b < a { b } else { a });
+        self.result.v_min = lanes_min(&self.v_min, self.result.v_min);
+        self.result.v_min_active = lanes_min(&self.v_min_active, f32::INFINITY);
         self.result
     }
+}
+
+/// min of `lanes` and `init` (NaN is not folded).
+#[inline(always)]
+fn lanes_min(lanes: &[f32; 8], init: f32) -> f32 {
+    lanes.iter().fold(init, |a, &b| if b < a { b } else { a })
 }
 
 /// One update of [`run_chunks`]: everything but the data.
@@ -502,7 +525,20 @@ impl<K: Kernel, R: ParamStore, C: Convert> Chunk<K, R, C> {
         sums.result.home += home;
         sums.nonfinite |= nonfinite;
         if let Some(r) = K::RHO_SLOT {
-            fold_min(&mut sums.v_min, [&*c0, &*c1, &*c2][r]);
+            let v = [&*c0, &*c1, &*c2][r];
+            if K::DECIDES {
+                // One minimum per chunk: the next step's bound needs the chunk where min v sits.
+                let mut lanes = [f32::INFINITY; 8];
+                fold_min(&mut lanes, v);
+                let chunk_min = lanes_min(&lanes, f32::INFINITY);
+                if chunk_min < sums.result.v_min {
+                    sums.result.v_min = chunk_min;
+                    sums.result.v_min_at = part.first + start;
+                }
+                fold_min_active(&mut sums.v_min_active, v);
+            } else {
+                fold_min(&mut sums.v_min, v);
+            }
         }
         if P::DTYPE != Dtype::F32 {
             let first = part.first + start;
@@ -532,6 +568,20 @@ fn fold_min(v_min: &mut [f32; 8], v: &[f32]) {
     }
     for (m, &x) in v_min.iter_mut().zip(lanes.remainder()) {
         *m = if x < *m { x } else { *m };
+    }
+}
+
+/// Folds the `v` > 0 into eight lane minima, as [`fold_min`].
+#[inline(always)]
+fn fold_min_active(v_min: &mut [f32; 8], v: &[f32]) {
+    let mut lanes = v.chunks_exact(8);
+    for eight in &mut lanes {
+        for (m, &x) in v_min.iter_mut().zip(eight) {
+            *m = if x > 0.0 && x < *m { x } else { *m };
+        }
+    }
+    for (m, &x) in v_min.iter_mut().zip(lanes.remainder()) {
+        *m = if x > 0.0 && x < *m { x } else { *m };
     }
 }
 

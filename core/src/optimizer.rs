@@ -10,7 +10,7 @@ use crate::config::{Config, FiniteCheck, RhoOver, Rule, Switch};
 use crate::erased::{self, AnyTensor};
 use crate::error::Error;
 use crate::exact::ExactSum;
-use crate::kernel::{self, Kernel, Part, SecondMomentMin, SlotStores, TensorResult};
+use crate::kernel::{self, Kernel, Part, SecondMomentMin, SlotStores, TensorResult, CHUNK};
 #[cfg(feature = "std")]
 use crate::parallel;
 use crate::rounding::{tensor_key, NearestStore, ParamStore, Rounding, StochasticStore};
@@ -55,6 +55,10 @@ use core::marker::PhantomData;
 /// assert_eq!(report.home_elements, 1); // the zero gradient's v̂ = 0 < τ: home branch
 /// # Ok::<(), homeadam_core::Error>(())
 /// ```
+///
+/// Between steps the state slices are the optimizer's: the global rule bounds ρ_t from the v
+/// its last step wrote (see [`Step::check`]). After writing state other than through
+/// [`Optimizer::load_state`], call [`Optimizer::forget_bound`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Optimizer {
     config: Config,
@@ -65,6 +69,47 @@ pub struct Optimizer {
     /// Global and per-layer rules with a calibrated τ: the decision values since the last
     /// calibration.
     window: Histogram,
+    decisions: Decisions,
+}
+
+/// What the global rule keeps of the v its last update wrote, to bound ρ_t of the next step
+/// (see [`Step::check`]).
+#[derive(Clone, Copy, Debug)]
+struct Bound {
+    /// u = min_i v_{i,t−1} as stored (+∞ for none; NaN is not counted, as in ρ).
+    u: f32,
+    /// The model's index of the tensor, and the tensor's index of the first element of the
+    /// chunk of at most [`CHUNK`] elements, that held min v_{t−1}.
+    tensor: usize,
+    at: usize,
+    /// Tensors and elements of the model it was taken over.
+    tensors: usize,
+    numel: usize,
+}
+
+impl Bound {
+    const EMPTY: Bound = Bound {
+        u: f32::INFINITY,
+        tensor: 0,
+        at: 0,
+        tensors: 0,
+        numel: 0,
+    };
+}
+
+/// The global rule's bound and its count of exact first passes: a cache, not state. It is not
+/// saved, and a step without it runs the exact first pass and takes the same decision, so two
+/// optimizers that differ only in it compare equal.
+#[derive(Clone, Copy, Debug, Default)]
+struct Decisions {
+    bound: Option<Bound>,
+    exact: u64,
+}
+
+impl PartialEq for Decisions {
+    fn eq(&self, _: &Decisions) -> bool {
+        true
+    }
 }
 
 impl Optimizer {
@@ -77,6 +122,7 @@ impl Optimizer {
             swats_sgd_lr: None,
             calibrated_tau: None,
             window: Histogram::new(),
+            decisions: Decisions::default(),
         })
     }
 
@@ -104,6 +150,21 @@ impl Optimizer {
     /// values since the last calibration (saved in checkpoints).
     pub fn calibration_window(&self) -> &Histogram {
         &self.window
+    }
+
+    /// Global HomeAdam(W): the steps taken by this optimizer (since it was made or loaded;
+    /// not saved) whose decision needed the exact first pass over the model, because the
+    /// bounds on ρ_t did not decide it ([`Step::check`]). The per-layer rule runs it at every
+    /// step; 0 for the other rules.
+    pub fn exact_first_passes(&self) -> u64 {
+        self.decisions.exact
+    }
+
+    /// Drops the global rule's bound on the next ρ_t, so that the next step runs the exact
+    /// first pass: for state written other than by this optimizer's steps and
+    /// [`Optimizer::load_state`]. Changes no decision, only the work of one step.
+    pub fn forget_bound(&mut self) {
+        self.decisions.bound = None;
     }
 
     pub(crate) fn calibrated_tau(&self) -> Option<f32> {
@@ -156,6 +217,7 @@ impl Optimizer {
         self.swats_sgd_lr = swats_sgd_lr;
         self.calibrated_tau = calibrated_tau;
         self.window = window;
+        self.decisions.bound = None;
     }
 
     /// One step over every tensor of the model, with the fast path.
@@ -210,7 +272,7 @@ impl Optimizer {
         tensors: &mut [Tensor<'_, P, G, S>],
         grad_scale: f64,
     ) -> Result<StepReport, Error> {
-        let mut step = self.begin(grad_scale)?;
+        let mut step = self.begin(grad_scale)?.exact_decision();
         step.check(tensors)?;
         step.update_reference(tensors)?;
         step.finish()
@@ -261,8 +323,15 @@ impl Optimizer {
         let calibrates = links_home::<F>()
             && config.rule.switch().is_some()
             && config.tau_calibration.is_some_and(|c| c.calibrates_at(t));
+        let scalars = StepScalars::new(&config, t, grad_scale, self.swats_sgd_lr);
+        // With `rho_over: active` a newly active element can undercut u; a step that sets τ
+        // needs ρ_t before any update.
+        let bounded = links_switch::<F>(Some(Switch::Global))
+            && config.rule.switch() == Some(Switch::Global)
+            && config.rho_over == RhoOver::All;
+        let bound = self.decisions.bound.take().filter(|_| bounded && !calibrates);
         Ok(Step {
-            scalars: StepScalars::new(&config, t, grad_scale, self.swats_sgd_lr),
+            scalars,
             // SWATS's switch test works in f64.
             swats_bc2: 1.0 - powi_by_squaring(config.beta2, t),
             opt: self,
@@ -273,6 +342,10 @@ impl Optimizer {
             checked: 0,
             updated: 0,
             global_home: false,
+            bound,
+            decided: bound.and_then(|b| srf_proven(b, &scalars).then_some(false)),
+            next: bounded.then_some(Bound::EMPTY),
+            checked_numel: 0,
             rho: f32::INFINITY,
             rho_active: f32::INFINITY,
             has_rho: false,
@@ -299,6 +372,13 @@ fn links_switch<F: RuleSet>(switch: Option<Switch>) -> bool {
     admits(Switch::Global) || admits(Switch::Layer) || admits(Switch::Element)
 }
 
+/// Whether the bound proves the srf branch of the global rule: every new v_i = fl(β2 v_{i,t−1} +
+/// (1 − β2) g_i²) ≥ fl(β2 u) (rounding is monotonic and fl((1 − β2) g_i²) ≥ 0), so
+/// ρ_t = (min_i v_i) / bc2 ≥ fl(β2 u) / bc2 ≥ τ.
+fn srf_proven(bound: Bound, s: &StepScalars) -> bool {
+    !goes_home((s.beta2 * bound.u) / s.bc2, s.tau)
+}
+
 /// Whether `F` holds any HomeAdam(W) rule.
 #[inline(always)]
 fn links_home<F: RuleSet>() -> bool {
@@ -319,9 +399,17 @@ pub struct Step<'o, F: RuleSet = All> {
     checked: usize,
     updated: usize,
     global_home: bool,
+    /// The global rule's bound from the last step (`None` without one).
+    bound: Option<Bound>,
+    /// The global decision (home?) once the bounds prove it; `None` while it needs ρ_t.
+    decided: Option<bool>,
+    /// The bound this step's update leaves for the next step (`None` where it cannot).
+    next: Option<Bound>,
+    /// Elements checked so far.
+    checked_numel: usize,
     /// min v̂ over every element checked (then updated) so far.
     rho: f32,
-    /// min v̂ over the active elements checked so far (+∞ for none).
+    /// min v̂ over the active elements checked (then updated) so far (+∞ for none).
     rho_active: f32,
     has_rho: bool,
     /// This step sets a calibrated τ.
@@ -382,6 +470,15 @@ impl<F: RuleSet> Step<'_, F> {
     #[cfg(feature = "std")]
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = threads.max(1);
+        self
+    }
+
+    /// Takes the global rule's decision on ρ_t from the exact first pass, without the bounds
+    /// of [`Step::check`]: the same decision, for the scalar reference
+    /// ([`Optimizer::step_reference`]) and tests. Call it before [`Step::check`].
+    pub fn exact_decision(mut self) -> Self {
+        self.bound = None;
+        self.decided = None;
         self
     }
 
@@ -446,6 +543,14 @@ impl<F: RuleSet> Step<'_, F> {
     /// The finite check and the first pass of global / per-layer HomeAdam over `tensors`
     /// (nothing is written but each tensor's telemetry). Every tensor of the model is checked
     /// before the first [`Step::update`].
+    ///
+    /// The global rule (with `rho_over: all`, at steps that do not set τ) runs the first pass
+    /// only while bounds from its last update do not decide: with u = min_i v_{i,t−1} as
+    /// stored, fl(β2 u) / bc2 ≥ τ proves the srf branch (every new v_i ≥ fl(β2 u)), and
+    /// min v_t / bc2 < τ over the chunk of the model that held min v_{t−1} proves the home
+    /// branch (ρ_t is at most that). Either way the decision is the one ρ_t takes; the
+    /// gradients are still checked for finiteness. ρ_t for the report and the calibration
+    /// window is then min v_t of the update.
     pub fn check<P: Storage, G: Storage, S: StateStorage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
@@ -454,6 +559,7 @@ impl<F: RuleSet> Step<'_, F> {
             return Err(Error::StepOrder("check after the first update"));
         }
         self.validate(tensors, self.checked)?;
+        let first = self.checked;
         self.checked += tensors.len();
         let config = &self.opt.config;
         let inv = self.scalars.inv_grad_scale;
@@ -462,9 +568,20 @@ impl<F: RuleSet> Step<'_, F> {
             Some(switch @ (Switch::Global | Switch::Layer))
                 if links_switch::<F>(Some(Switch::Global)) || links_switch::<F>(Some(Switch::Layer)) =>
             {
-                for tensor in tensors.iter_mut() {
+                for (k, tensor) in tensors.iter_mut().enumerate() {
                     let n = S::slot_len(tensor.param.len());
-                    let (v_min, finite) = self.first_pass(tensor.grad, &tensor.state[n..2 * n]);
+                    let v = &tensor.state[n..2 * n];
+                    self.checked_numel += tensor.param.len();
+                    if self.decided.is_none() && self.home_proven(first + k, tensor.grad, v) {
+                        self.decided = Some(true);
+                    }
+                    if self.decided.is_some() {
+                        if self.finite {
+                            self.finite = self.grads_finite(tensor.grad, inv);
+                        }
+                        continue;
+                    }
+                    let (v_min, finite) = self.first_pass(tensor.grad, v);
                     self.finite &= finite;
                     let (all, active) = (v_min.all / bc2, v_min.active / bc2);
                     self.rho = if all < self.rho { all } else { self.rho };
@@ -497,6 +614,20 @@ impl<F: RuleSet> Step<'_, F> {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Whether the bound's chunk lies in this tensor, the model's `tensor`th, and proves the
+    /// home branch: min v_t / bc2 < τ over it (ρ_t is at most that; a NaN min proves nothing).
+    fn home_proven<G: Storage, S: StateStorage>(&self, tensor: usize, grad: &[G], v: &[S]) -> bool {
+        let Some(b) = self.bound.filter(|b| b.tensor == tensor) else {
+            return false;
+        };
+        let end = grad.len().min(b.at.saturating_add(CHUNK));
+        if S::DTYPE == Dtype::Q8 || b.at >= end {
+            return false;
+        }
+        let (min, _) = home_first_pass(&grad[b.at..end], &v[b.at..end], &self.scalars);
+        min.all / self.scalars.bc2 < self.scalars.tau
     }
 
     /// [`home_first_pass`] of one tensor, over the step's threads, compiled for the best
@@ -576,12 +707,23 @@ impl<F: RuleSet> Step<'_, F> {
 
     /// Ends the step: counts it (unless skipped) and reports it. Refused, with the step not
     /// counted, when fewer tensors were updated than checked.
-    pub fn finish(self) -> Result<StepReport, Error> {
+    pub fn finish(mut self) -> Result<StepReport, Error> {
         if !self.finite {
+            // Nothing was written: the bound still holds.
+            self.opt.decisions.bound = self.bound;
             return Ok(StepReport::skipped(self.t - 1));
         }
         if self.updated != self.checked {
             return Err(Error::StepOrder("fewer tensors updated than checked"));
+        }
+        if self.decided.is_some() {
+            // `bound` is only taken with `rho_over: all`: ρ_t is min v̂_t of the update.
+            self.pending.add(self.rho);
+        }
+        let opt = &mut *self.opt;
+        opt.decisions.bound = self.next;
+        if opt.config.rule.switch() == Some(Switch::Global) && self.decided.is_none() {
+            opt.decisions.exact += 1;
         }
         let mut report = self.report;
         if let Some(lr) = self.next_swats_lr {
@@ -756,16 +898,26 @@ impl<F: RuleSet> Step<'_, F> {
         let config = self.opt.config;
         let switch = config.rule.switch();
         if !self.updating {
+            if let (Some(home), Some(b)) = (self.decided, self.bound) {
+                if (self.checked, self.checked_numel) != (b.tensors, b.numel) {
+                    return Err(Error::StepOrder(
+                        "a model other than the last step's without Optimizer::forget_bound",
+                    ));
+                }
+                self.global_home = home;
+            } else {
+                let rho = config.rho_over.rho(self.rho, self.rho_active);
+                if switch == Some(Switch::Global) {
+                    self.pending.add(rho);
+                }
+                if self.calibrates && self.finite {
+                    self.calibrate();
+                }
+                self.global_home = switch == Some(Switch::Global) && goes_home(rho, self.scalars.tau);
+            }
             self.updating = true;
-            let rho = config.rho_over.rho(self.rho, self.rho_active);
-            if switch == Some(Switch::Global) {
-                self.pending.add(rho);
-            }
-            if self.calibrates && self.finite {
-                self.calibrate();
-            }
-            self.global_home = switch == Some(Switch::Global) && goes_home(rho, self.scalars.tau);
             self.rho = f32::INFINITY;
+            self.rho_active = f32::INFINITY;
         }
         if !self.finite {
             for tensor in tensors.iter_mut() {
@@ -825,6 +977,21 @@ impl<F: RuleSet> Step<'_, F> {
             self.has_rho |= tensor_has_rho;
             if tensor.aux.rho < self.rho {
                 self.rho = tensor.aux.rho;
+            }
+            let active = result.v_min_active / scalars.bc2;
+            if active < self.rho_active {
+                self.rho_active = active;
+            }
+            if let Some(mut next) = self.next {
+                self.next = S::stored_min(result.v_min).map(|u| {
+                    // Ties keep the earlier tensor: its check proves home sooner.
+                    if u < next.u {
+                        (next.u, next.tensor, next.at) = (u, index as usize, result.v_min_at);
+                    }
+                    next.tensors += 1;
+                    next.numel += tensor.param.len();
+                    next
+                });
             }
             self.report.home_elements += result.home as u64;
             self.report.nonfinite_applied |= result.nonfinite;

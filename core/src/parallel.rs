@@ -93,6 +93,10 @@ impl TensorResult {
     pub(crate) fn merge(mut self, other: TensorResult) -> TensorResult {
         if other.v_min < self.v_min {
             self.v_min = other.v_min;
+            self.v_min_at = other.v_min_at;
+        }
+        if other.v_min_active < self.v_min_active {
+            self.v_min_active = other.v_min_active;
         }
         self.home += other.home;
         self.nonfinite |= other.nonfinite;

@@ -87,6 +87,12 @@ pub(crate) mod sealed {
         /// element types, which were written in place).
         fn store_elements(slot: &mut [Self], start: usize, len: usize, buf: &Self::Buf, how: Requantize);
 
+        /// The minimum of a slot as stored, from the minimum of the `f32` values it was
+        /// stored from: `Self::from_f32(v_min)` read back, where each element is rounded on
+        /// its own to nearest (monotonic, so the rounding of the minimum is the minimum of the
+        /// roundings); `None` for q8, whose blocks share a scale and may round stochastically.
+        fn stored_min(v_min: f32) -> Option<f32>;
+
         /// [`kernel::min_new_second_moment`] over the elements of `v`.
         fn min_new_v<G: Storage>(
             grad: &[G],
@@ -177,6 +183,10 @@ impl<T: Storage> sealed::StateOps for T {
     #[inline(always)]
     fn store_elements(_slot: &mut [Self], _start: usize, _len: usize, _buf: &[f32; 0], _how: Requantize) {}
 
+    fn stored_min(v_min: f32) -> Option<f32> {
+        Some(T::from_f32(v_min).to_f32())
+    }
+
     #[inline(always)]
     fn min_new_v<G: Storage>(
         grad: &[G],
@@ -264,6 +274,10 @@ impl sealed::StateOps for Q8Block {
     #[inline(always)]
     fn store_elements(slot: &mut [Self], start: usize, len: usize, buf: &[f32; BLOCK], how: Requantize) {
         Self::unstage(Portable, slot, start, &buf[..len], how);
+    }
+
+    fn stored_min(_v_min: f32) -> Option<f32> {
+        None
     }
 
     #[inline(always)]

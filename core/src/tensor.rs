@@ -10,7 +10,8 @@ pub struct TensorAux {
     pub swats_lambda: f32,
     /// Telemetry: min v̂_t over this tensor at the last step (+∞ for rules without v). Between
     /// [`crate::Step::check`] and the tensor's update of global / per-layer HomeAdam(W): the
-    /// tensor's deciding ρ ([`crate::Config::rho_over`]).
+    /// tensor's deciding ρ ([`crate::Config::rho_over`]), where the first pass ran over it (the
+    /// global rule's check skips it once bounds decide, and leaves `rho` as it was).
     pub rho: f32,
     /// Telemetry: elements of this tensor that took the home (SGDM) branch at the last step.
     pub home_elements: u32,

@@ -147,7 +147,8 @@ fn update<const UNIT: bool, const SUM: bool, K: Kernel, P: Storage, G: Storage, 
     } = chunk;
     let slot = |k: usize| K::SLOTS > k;
     let (mut home, mut sum, mut bad) = (acc.home, acc.sum, acc.bad);
-    let mut v_min = acc.result.v_min;
+    let (mut v_min, mut v_min_at) = (acc.result.v_min, acc.result.v_min_at);
+    let mut v_min_active = acc.result.v_min_active;
     for i in 0..p.len() {
         let mut s = [0.0f32; 3];
         if slot(0) {
@@ -178,6 +179,10 @@ fn update<const UNIT: bool, const SUM: bool, K: Kernel, P: Storage, G: Storage, 
         if let Some(r) = K::RHO_SLOT {
             if s[r] < v_min {
                 v_min = s[r];
+                v_min_at = at;
+            }
+            if K::DECIDES && s[r] > 0.0 && s[r] < v_min_active {
+                v_min_active = s[r];
             }
         }
         home += e.home as u32;
@@ -194,6 +199,8 @@ fn update<const UNIT: bool, const SUM: bool, K: Kernel, P: Storage, G: Storage, 
     }
     (acc.home, acc.sum, acc.bad) = (home, sum, bad);
     acc.result.v_min = v_min;
+    acc.result.v_min_at = v_min_at;
+    acc.result.v_min_active = v_min_active;
 }
 
 /// Slot `k`'s chunk for [`run_scalar`] (empty past the rule's slots).

@@ -78,6 +78,7 @@ impl<const BRANCH: u8> Kernel for Home<BRANCH> {
     const SLOTS: usize = 2;
     const RHO_SLOT: Option<usize> = Some(1);
     const DOTS: bool = false;
+    const DECIDES: bool = BRANCH != branch::PER_ELEMENT;
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {

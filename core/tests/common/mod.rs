@@ -124,6 +124,10 @@ impl<P: Storage, G: Storage, S: StateBits> Model<P, G, S> {
             _ => 1,
         };
         let mut step = opt.begin(grad_scale)?.with_threads(threads);
+        if path == Path::Reference {
+            // The reference decides on the exact first pass; the fast paths on its bounds.
+            step = step.exact_decision();
+        }
         step.check(&mut tensors)?;
         match path {
             Path::Fast | Path::Threads(_) => step.update(&mut tensors)?,
