@@ -198,13 +198,16 @@ impl Rule {
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum FiniteCheck {
     /// Check every gradient before touching anything; one non-finite value skips the whole
-    /// step. Costs one extra read of the gradients (none for global / per-layer HomeAdam,
-    /// whose first pass reads them anyway).
+    /// step. Costs one extra read of the gradients (none for per-layer HomeAdam, whose first
+    /// pass reads them anyway, nor for global HomeAdam where its first pass runs).
     #[default]
     SkipStep,
     /// The caller guarantees finite gradients (e.g. its loss scaler checked them): one pass.
     /// A non-finite gradient is still detected and reported in
-    /// [`crate::StepReport::nonfinite_applied`], never silently.
+    /// [`crate::StepReport::nonfinite_applied`], never silently. Global and per-layer
+    /// HomeAdam(W) check and skip as [`FiniteCheck::SkipStep`] does: their first pass reads
+    /// the gradients anyway, and the global rule's steps that its bounds decide without it
+    /// ([`crate::Step::check`]) read them once to keep that behaviour.
     Trust,
 }
 
