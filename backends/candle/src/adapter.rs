@@ -128,6 +128,8 @@ pub struct VarOptimizer {
     /// a valid rate is set.
     pub(crate) refused_lr: Option<String>,
     last: Option<StepOutcome>,
+    /// The variables the last step updated (indices into `params`).
+    last_active: Vec<usize>,
     /// Steps skipped since construction (and before, for a loaded state).
     pub(crate) skipped: u64,
     warned: bool,
@@ -186,6 +188,7 @@ impl VarOptimizer {
             position: 0,
             refused_lr: None,
             last: None,
+            last_active: Vec::new(),
             skipped: 0,
             warned: false,
             warn: Box::new(warn_on_stderr),
@@ -397,6 +400,13 @@ impl VarOptimizer {
                 .map(|(k, g)| (params[*k].name.as_str(), &params[*k].var, g)),
         )?;
         let max_norm = self.config.max_grad_norm;
+        // The global rule bounds ρ_t from the v of the variables the last step updated: a step
+        // over another set decides on its exact first pass.
+        let now: Vec<usize> = active.iter().map(|(k, _)| *k).collect();
+        if now != self.last_active {
+            self.opt.forget_bound();
+        }
+        self.last_active = now;
         let (opt, aux) = (&mut self.opt, &mut self.aux);
         let (report, grad_norm) = match &mut self.placement {
             Placement::Host(states) => step_host(opt, params, &active, states, aux, max_norm)?,

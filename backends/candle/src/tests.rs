@@ -237,6 +237,49 @@ fn groups_are_one_core_step_with_one_global_decision() {
     }
 }
 
+/// The global rule bounds ρ_t from the variables the last step updated: a step that leaves a
+/// variable without a gradient, and the step after it, decide on the exact first pass, as the
+/// core's reference over the same variables.
+#[test]
+fn a_variable_left_without_a_gradient_decides_exactly() {
+    let mut core = Config::new(Rule::HomeAdamW(Switch::Global));
+    core.tau = 1e-6;
+    let vars = model(DType::F32);
+    let mut opt = VarOptimizer::from_named(vars.clone(), single_group(core)).unwrap();
+    let mut reference = homeadam_core::Optimizer::new(*opt.opt.config()).unwrap();
+    let g = groups(&opt);
+    let mut params: Vec<Vec<f32>> = vars.iter().map(|(_, v)| flat(v)).collect();
+    let mut states: Vec<Vec<f32>> = params
+        .iter()
+        .map(|p| vec![0.0; reference.state_len(p.len())])
+        .collect();
+    let mut aux = vec![TensorAux::default(); params.len()];
+    for step in 0..8 {
+        // conv.weight sits out steps 3 and 4.
+        let out = step == 3 || step == 4;
+        let skip = usize::from(out);
+        let (grads, cs) = grads_for(&vars[skip..], step, 1.0);
+        opt.step(&grads).unwrap();
+        let mut tensors: Vec<_> = params
+            .iter_mut()
+            .zip(states.iter_mut())
+            .zip(aux.iter_mut())
+            .zip(&g)
+            .enumerate()
+            .skip(skip)
+            .filter_map(|(k, (((p, s), a), &group))| {
+                let c = &cs[k - skip];
+                (!c.is_empty()).then(|| homeadam_core::Tensor::new(p, c, s, a).in_group(group))
+            })
+            .collect();
+        reference.step_reference(&mut tensors, 1.0).unwrap();
+        let got: Vec<Vec<f32>> = vars.iter().map(|(_, v)| flat(v)).collect();
+        assert_eq!(bits(&got), bits(&params), "step {step}");
+    }
+    let exact = opt.opt.exact_first_passes();
+    assert!((3..8).contains(&exact), "{exact} exact first passes in 8 steps");
+}
+
 /// Variables of f32, bf16 and f16 in one model: one core step over slices of three types.
 #[test]
 fn mixed_parameter_dtypes_share_one_step() {
