@@ -189,8 +189,8 @@ enum Command {
 
 #[derive(Args)]
 struct TrainArgs {
-    /// digits-mlp, wikitext2-quick, cifar10-vgg16, tinyimagenet-resnet34, wikitext2-transformer
-    /// or wikitext103-transformer.
+    /// digits-mlp, digits-cnn, wikitext2-quick, cifar10-vgg16, tinyimagenet-resnet34,
+    /// wikitext2-transformer or wikitext103-transformer.
     experiment: String,
     /// Comma-separated optimizer names, or `all` (the 11 of the paper, the element-wise
     /// HomeAdam(W), and homeadamw-active and homeadamw-calibrated beyond the paper).
@@ -264,7 +264,7 @@ struct TrainArgs {
 
 #[derive(Args)]
 struct SweepArgs {
-    /// digits-mlp or wikitext2-quick (the experiments with a validation split).
+    /// digits-mlp, digits-cnn or wikitext2-quick (the experiments with a validation split).
     experiment: String,
     /// Comma-separated optimizer names (preset entries, e.g. `adamw,homeadamw-ew`).
     #[arg(long)]

@@ -128,6 +128,33 @@ fn quick_trains_and_writes_tables_csvs_and_figures() {
     }
 }
 
+/// `homeadam train digits-cnn`: the CNN on the shipped digits learns with AdamW and
+/// HomeAdamW-ew under the digits preset (3 epochs, about a second each in release).
+#[test]
+fn digits_cnn_trains_on_the_shipped_digits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("cnn");
+    homeadam(
+        &[
+            "train",
+            "digits-cnn",
+            "--optimizers",
+            "adamw,homeadamw-ew",
+            "--epochs",
+            "3",
+            "--quiet",
+        ],
+        &out,
+    );
+    for optimizer in ["adamw", "homeadamw-ew"] {
+        let rows = metrics(&out, optimizer, Task::Classification, 3);
+        assert_learns(optimizer, &rows);
+        let accuracy = rows[2].test_quality;
+        assert!(accuracy > 0.8, "{optimizer}: test accuracy {accuracy}");
+    }
+    assert_png(&out.join("figures/curves.png"));
+}
+
 #[test]
 fn wikitext2_transformer_runs_on_real_text() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -181,6 +181,16 @@ fn trials_validate_on_a_part_of_the_training_split_and_never_on_the_test_split()
     assert_eq!(test.data.train_batches(), 1438usize.div_ceil(32));
     assert_eq!(validation.data.test_batches(), 287usize.div_ceil(32));
     assert_eq!(validation.data.train_batches(), 1151usize.div_ceil(32));
+    // The CNN reads the same splits, as images of one channel.
+    let cnn = Experiment::DigitsCnn
+        .build_for(&build, EvalSplit::Validation(0.2))
+        .unwrap();
+    assert_eq!(cnn.data.test_batches(), validation.data.test_batches());
+    assert_eq!(cnn.data.train_batches(), validation.data.train_batches());
+    let batch = cnn.data.test_batch(0).unwrap();
+    assert_eq!(batch.input.dims(), &[32, 1, 8, 8]);
+    let logits = (cnn.new_model)(0).unwrap().forward(&batch.input, false).unwrap();
+    assert_eq!(logits.dims(), &[32, 10]);
     let err = Experiment::Cifar10Vgg16
         .build_for(&build, EvalSplit::Validation(0.2))
         .err()

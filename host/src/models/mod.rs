@@ -1,4 +1,4 @@
-//! The networks the experiments train, on candle (f32): a digits MLP, VGG16 (plain or batch-norm)
+//! The networks the experiments train, on candle (f32): a digits MLP and CNN, VGG16 (plain or batch-norm)
 //! (CIFAR-10), ResNet34 (Tiny-ImageNet) and a Transformer-encoder language model (WikiText).
 //!
 //! Every initial value is drawn from the project's [`Rng`] (candle's CPU device
@@ -16,6 +16,7 @@ use candle_core::{Device, Tensor, Var};
 
 use crate::rng::Rng;
 
+pub mod cnn;
 pub mod conv2d;
 pub mod cross_entropy;
 #[cfg(feature = "cuda")]
@@ -30,6 +31,7 @@ pub mod resnet;
 pub mod transformer;
 pub mod vgg;
 
+pub use cnn::{Cnn, CnnConfig};
 pub use mlp::{Mlp, MlpConfig};
 pub use resnet::{ResNet, ResNetConfig, ResNetStem};
 pub use transformer::{TransformerConfig, TransformerLm};

@@ -3,6 +3,7 @@
 //! | experiment | paper | data | model |
 //! |---|---|---|---|
 //! | `digits-mlp` | — (offline) | shipped digits, 80/20 split | MLP 64→128→10 |
+//! | `digits-cnn` | — (offline) | shipped digits, 80/20 split | CNN: two 3×3 convolutions, 2×2 max-pool, linear |
 //! | `wikitext2-quick` | — (offline) | shipped WikiText-2 valid (train) / test (first 40,960 tokens) | tiny Transformer LM, 2,000 words |
 //! | `cifar10-vgg16` | Figure 2 | CIFAR-10 (downloaded) | VGG16, plain (`--vgg bn`: with batch norm) |
 //! | `tinyimagenet-resnet34` | Figure 3 | Tiny-ImageNet (downloaded) | ResNet34 |
@@ -22,7 +23,8 @@ use crate::data::batches::Images;
 use crate::data::wikitext::{self, Corpus, TextSplit, Vocab};
 use crate::data::{cifar10, digits, tiny_imagenet, Normalize, Split};
 use crate::models::{
-    Mlp, MlpConfig, Model, ResNet, ResNetConfig, TransformerConfig, TransformerLm, Vgg, VggConfig, VggVariant,
+    Cnn, CnnConfig, Mlp, MlpConfig, Model, ResNet, ResNetConfig, TransformerConfig, TransformerLm, Vgg,
+    VggConfig, VggVariant,
 };
 use crate::preset::{Augmentation, Choice, Preset, Vocabulary};
 
@@ -34,6 +36,9 @@ const QUICK_TEST_TOKENS: usize = 40_960;
 pub enum Experiment {
     /// Offline: an MLP on the shipped digits.
     DigitsMlp,
+    /// Offline: a small CNN on the shipped digits (the same preset, splits and protocol as
+    /// `DigitsMlp`; only the network differs).
+    DigitsCnn,
     /// Offline: a tiny Transformer LM on the shipped WikiText-2 validation / test splits.
     WikiText2Quick,
     /// Figure 2: VGG16 (plain or batch-norm) on CIFAR-10.
@@ -90,8 +95,9 @@ pub struct Setup {
 
 impl Experiment {
     /// Every experiment.
-    pub const ALL: [Experiment; 6] = [
+    pub const ALL: [Experiment; 7] = [
         Experiment::DigitsMlp,
+        Experiment::DigitsCnn,
         Experiment::WikiText2Quick,
         Experiment::Cifar10Vgg16,
         Experiment::TinyImageNetResNet34,
@@ -103,6 +109,7 @@ impl Experiment {
     pub fn name(self) -> &'static str {
         match self {
             Experiment::DigitsMlp => "digits-mlp",
+            Experiment::DigitsCnn => "digits-cnn",
             Experiment::WikiText2Quick => "wikitext2-quick",
             Experiment::Cifar10Vgg16 => "cifar10-vgg16",
             Experiment::TinyImageNetResNet34 => "tinyimagenet-resnet34",
@@ -122,7 +129,7 @@ impl Experiment {
     /// The preset file's name (`host/presets/<name>.json`).
     pub fn preset_name(self) -> &'static str {
         match self {
-            Experiment::DigitsMlp => "digits_quick",
+            Experiment::DigitsMlp | Experiment::DigitsCnn => "digits_quick",
             Experiment::WikiText2Quick => "wikitext2_quick",
             Experiment::Cifar10Vgg16 => "cifar10_vgg16",
             Experiment::TinyImageNetResNet34 => "tinyimagenet_resnet34",
@@ -143,9 +150,14 @@ impl Experiment {
             EvalSplit::Validation(f) if f > 0.0 && f < 1.0 => Some(f),
             EvalSplit::Validation(f) => bail!("validation fraction {f} must lie strictly between 0 and 1"),
         };
-        if validation.is_some() && !matches!(self, Experiment::DigitsMlp | Experiment::WikiText2Quick) {
+        if validation.is_some()
+            && !matches!(
+                self,
+                Experiment::DigitsMlp | Experiment::DigitsCnn | Experiment::WikiText2Quick
+            )
+        {
             bail!(
-                "{}: a validation split is implemented for digits-mlp and wikitext2-quick only",
+                "{}: a validation split is implemented for digits-mlp, digits-cnn and wikitext2-quick only",
                 self.name()
             );
         }
@@ -171,7 +183,7 @@ impl Experiment {
         let width = if o.small { 1.0 / 16.0 } else { 1.0 };
         let dev = o.device.clone();
         let (new_model, data): (ModelFactory, Box<dyn TrainData>) = match self {
-            Experiment::DigitsMlp => {
+            Experiment::DigitsMlp | Experiment::DigitsCnn => {
                 let path = o
                     .data_dir
                     .as_ref()
@@ -190,10 +202,17 @@ impl Experiment {
                 if augment {
                     bail!("{name}: the digits have no augmentation");
                 }
-                let data =
-                    ClassificationData::new(train, test, vec![digits::FEATURES], batch, augment, &dev)?;
-                let factory: ModelFactory =
-                    Box::new(move |seed| Ok(Box::new(Mlp::new(MlpConfig::digits(), seed, &dev)?)));
+                let (shape, factory): (_, ModelFactory) = if self == Experiment::DigitsMlp {
+                    let factory: ModelFactory =
+                        Box::new(move |seed| Ok(Box::new(Mlp::new(MlpConfig::digits(), seed, &dev)?)));
+                    (vec![digits::FEATURES], factory)
+                } else {
+                    let config = CnnConfig::digits();
+                    let factory: ModelFactory =
+                        Box::new(move |seed| Ok(Box::new(Cnn::new(config, seed, &dev)?)));
+                    (vec![1, config.side, config.side], factory)
+                };
+                let data = ClassificationData::new(train, test, shape, batch, augment, &o.device)?;
                 (factory, Box::new(data))
             }
             Experiment::Cifar10Vgg16 => {
