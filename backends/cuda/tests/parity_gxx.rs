@@ -871,23 +871,7 @@ fn exact_sums_match_the_core_bit_for_bit() {
         }
         expected.push(sum);
     }
-    let out = run_harness(&exe, &input);
-    let words: Vec<u64> = out
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect();
-    assert_eq!(words.len(), expected.len() * ExactSum::WORDS);
-    for (k, (sum, got)) in expected
-        .iter()
-        .zip(words.chunks_exact(ExactSum::WORDS))
-        .enumerate()
-    {
-        assert_eq!(&sum.to_words()[..], got, "exact sum {k}");
-    }
-    println!(
-        "parity_gxx: {} exact sums (ExactSum's words) bit-identical",
-        expected.len()
-    );
+    check_sums(&run_harness(&exe, &input), &expected, "exact sums");
 }
 
 #[test]
@@ -923,7 +907,11 @@ fn windowed_squares_match_the_core_bit_for_bit() {
     // A window at its capacity: 2^16 of the largest square.
     case(&vec![f32::MAX; 1 << 16], 1 << 16);
     case(&[f32::MAX, -f32::MAX, f32::from_bits(1), 0.0, -0.0], 5);
-    let out = run_harness(&exe, &input);
+    check_sums(&run_harness(&exe, &input), &expected, "windowed sums of squares");
+}
+
+/// The harness's sums (`ExactSum::WORDS` words each, little-endian) against the core's.
+fn check_sums(out: &[u8], expected: &[ExactSum], what: &str) {
     let words: Vec<u64> = out
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
@@ -934,10 +922,10 @@ fn windowed_squares_match_the_core_bit_for_bit() {
         .zip(words.chunks_exact(ExactSum::WORDS))
         .enumerate()
     {
-        assert_eq!(&sum.to_words()[..], got, "sum of squares {k}");
+        assert_eq!(&sum.to_words()[..], got, "{what}: sum {k}");
     }
     println!(
-        "parity_gxx: {} windowed sums of squares (ExactSum's words) bit-identical",
+        "parity_gxx: {} {what} (ExactSum's words) bit-identical",
         expected.len()
     );
 }
