@@ -18,14 +18,23 @@
 //!
 //! Storing a block: a = max |x| is its scale (0 when all are 0; NaN when any x is not finite, which
 //! poisons the block as an `f32` state would hold the non-finite element). Each `u = |x| / a` is
-//! rounded **stochastically** between its neighbours `T[j] ≤ u < T[j+1]`: up when
-//! `(r · 2⁻²⁴) · (T[j+1] − T[j]) < u − T[j]`, with 24 bits
-//! `r = mix64(mix64(key ^ 0x7138_0000_0000_0000 ^ slot) ^ element) >> 40` of the tensor's step key
-//! ([`crate::backend::tensor_key`]). To nearest, v would freeze: with β2 = 0.999 a step moves v by
-//! 0.1 %, far below the code spacing; stochastic rounding keeps `E[stored] = x`. On V a positive u
-//! never rounds to 0 (a v flushed to zero would make an srf step m̂ / ε); it rounds up to `V[1]`.
+//! computed without a division per element, as `u = (|x| · σ) · ι` with `σ = 2^(127 − E)` (E the
+//! biased exponent of a, so `a · σ` is in [1, 2), or a subnormal a lifted far from the edges)
+//! and `ι = 1 / (a · σ)` once per block (`u = 1` exactly where `|x| = a`; elsewhere within an
+//! ulp of the quotient, and never above 1). u is rounded **stochastically** between its
+//! neighbours `T[j] ≤ u < T[j+1]`: up when `(r · 2⁻²⁴) · (T[j+1] − T[j]) < u − T[j]`, with the 24
+//! bits `r = hash32(element) >> 8` keyed by the slot key `mix64(key ^ 0x7138_0000_0000_0000 ^
+//! slot)` of the tensor's step key ([`crate::backend::tensor_key`]), see [`Map::random_bits`]. To
+//! nearest, v would freeze: with β2 = 0.999 a step moves v by 0.1 %, far below the code spacing;
+//! stochastic rounding keeps `E[stored] = x`. On V a nonzero x never rounds to 0 (a v flushed to
+//! zero would make an srf step m̂ / ε); it rounds up to `V[1]`.
+//!
+//! Every step of the encode is a lane operation (integer multiplies, shifts, compares, selects;
+//! the neighbours `T[j]`, `T[j+1]` come from u's exponent and 7 or 11 comparisons of its
+//! mantissa, no table lookup), so the same loop runs in vector lanes on the fast paths and in a
+//! few 32-bit instructions per element on a microcontroller.
 
-use crate::rounding::{mix64, stochastic_bits};
+use crate::rounding::mix64;
 
 /// Elements per block: one scale per this many codes.
 pub const BLOCK: usize = 256;
@@ -178,73 +187,168 @@ impl Map {
         mix64(key ^ SLOT_SALT ^ slot as u64)
     }
 
+    /// The 24 random bits that round `element` of the slot keyed `slot_key`: with
+    /// `k₀ = slot_key mod 2³²`, `k₁ = ⌊slot_key / 2³²⌋ ^ ⌊element / 2³²⌋` and `e = element mod 2³²`,
+    ///
+    /// ```text
+    /// x = e ^ k₀;  x ^= x >> 16;  x *= 0x7FEB_352D;  x ^= x >> 15;
+    /// x ^= k₁;     x *= 0x846C_A68B;  x ^= x >> 16;  r = x >> 8      (32-bit, wrapping)
+    /// ```
+    ///
+    /// (two rounds of a multiply-xorshift mixer, the key's high half between them): 32-bit
+    /// multiplies only, which every vector unit and a Cortex-M core do in one instruction.
+    #[inline(always)]
+    pub fn random_bits(slot_key: u64, element: u64) -> u32 {
+        BlockKey::new(slot_key, element).bits(element as u32)
+    }
+
     /// The code of `x` in a block of scale `a` (finite, > 0, ≥ |x|), rounded with the 24 bits `r`.
     #[inline(always)]
     pub fn encode(self, x: f32, a: f32, r: u32) -> u8 {
+        let d = Divisor::new(a);
         match self {
-            Map::Unsigned => encode_unsigned(x, a, r),
-            Map::Signed => encode_signed(x, a, r),
+            Map::Unsigned => encode_unsigned(x, d, r),
+            Map::Signed => encode_signed(x, d, r),
+        }
+    }
+}
+
+/// The per-block part of [`Map::random_bits`]: `k₀` and `k₁` for elements that share their
+/// index's high half (a block never straddles a multiple of 2³², which is a multiple of 256).
+#[derive(Clone, Copy)]
+struct BlockKey {
+    lo: u32,
+    hi: u32,
+}
+
+impl BlockKey {
+    #[inline(always)]
+    fn new(slot_key: u64, element: u64) -> Self {
+        BlockKey {
+            lo: slot_key as u32,
+            hi: (slot_key >> 32) as u32 ^ (element >> 32) as u32,
+        }
+    }
+
+    /// [`Map::random_bits`] of the element whose index's low half is `e`.
+    #[inline(always)]
+    fn bits(self, e: u32) -> u32 {
+        let mut x = e ^ self.lo;
+        x ^= x >> 16;
+        x = x.wrapping_mul(0x7feb_352d);
+        x ^= x >> 15;
+        x ^= self.hi;
+        x = x.wrapping_mul(0x846c_a68b);
+        x ^= x >> 16;
+        x >> 8
+    }
+}
+
+/// A block's scale a (finite, > 0) and what divides by it: `σ = 2^(127 − min(max(E, 1), 253))`
+/// for a's biased exponent E, and `ι = 1 / (a · σ)`. `a · σ` is in [1, 2) (in [2, 4) for
+/// E = 254, in (2⁻²³, 1) for a subnormal a), so ι is a normal number and so are the products below.
+#[derive(Clone, Copy)]
+struct Divisor {
+    a: f32,
+    sigma: f32,
+    iota: f32,
+}
+
+impl Divisor {
+    #[inline(always)]
+    fn new(a: f32) -> Self {
+        let e = (a.to_bits() >> 23).clamp(1, 253);
+        let sigma = f32::from_bits((254 - e) << 23);
+        Divisor {
+            a,
+            sigma,
+            iota: 1.0 / (a * sigma),
+        }
+    }
+
+    /// `u` for `m = |x|`: 1 where `m = a`, else `(m · σ) · ι`. Two roundings from `m / a`, so
+    /// within about an ulp of it, and below 1 for every `m < a` (`m ≤ a · (1 − 2⁻²⁴)` and
+    /// `ι ≤ (1 + 2⁻²⁴) / (a · σ)`, whose product rounds to at most 1).
+    #[inline(always)]
+    fn quotient(self, m: f32) -> f32 {
+        if m == self.a {
+            1.0
+        } else {
+            (m * self.sigma) * self.iota
         }
     }
 }
 
 #[inline(always)]
-fn encode_unsigned(x: f32, a: f32, r: u32) -> u8 {
-    let u = crate::storage::abs(x) / a;
-    let j = round_index(&UNSIGNED, &UNSIGNED_FRACTIONS, u, r);
-    (if j == 0 && u > 0.0 { 1 } else { j }) as u8
+fn encode_unsigned(x: f32, d: Divisor, r: u32) -> u8 {
+    let u = d.quotient(crate::storage::abs(x));
+    let j = round_index::<256, 12>(&UNSIGNED_FRACTIONS, UNSIGNED[1], u, r);
+    (if j == 0 && x != 0.0 { 1 } else { j }) as u8
 }
 
 #[inline(always)]
-fn encode_signed(x: f32, a: f32, r: u32) -> u8 {
-    let u = crate::storage::abs(x) / a;
-    let j = round_index(&SIGNED, &SIGNED_FRACTIONS, u, r) as u8;
+fn encode_signed(x: f32, d: Divisor, r: u32) -> u8 {
+    let u = d.quotient(crate::storage::abs(x));
+    let j = round_index::<128, 8>(&SIGNED_FRACTIONS, SIGNED[1], u, r) as u8;
     let sign = if x < 0.0 && j != 0 { 0x80 } else { 0 };
     j | sign
 }
 
 /// `j` with `table[j] ≤ u < table[j + 1]` (`table` = [`log_map`]`::<N, K>` of `frac` =
-/// [`fractional_powers`]`::<K>`, `u ≤ 1`), plus one with probability
-/// `(u − table[j]) / (table[j + 1] − table[j])` drawn from `r`.
+/// [`fractional_powers`]`::<K>`, `bottom = table[1]`, `u ≤ 1`), plus one with probability
+/// `(u − table[j]) / (table[j + 1] − table[j])` drawn from the 24 bits `r`: up when
+/// `(r · 2⁻²⁴) · (hi − lo) < v − lo`, with `(v, lo, hi)` from [`neighbours`]. At `u = 1`,
+/// `v = lo`, so the top code never rounds up.
 #[inline(always)]
-fn round_index<const N: usize, const K: usize>(table: &[f32; N], frac: &[f32; K], u: f32, r: u32) -> usize {
-    let j = floor_index::<N, K>(frac, u);
-    let (lo, hi) = (table[j], table[(j + 1) & (N - 1)]);
-    let up = j + 1 < N && (r as f32 * (1.0 / 16_777_216.0)) * (hi - lo) < u - lo;
-    j + up as usize
+fn round_index<const N: usize, const K: usize>(frac: &[f32; K], bottom: f32, u: f32, r: u32) -> i32 {
+    let (j, v, lo, hi) = neighbours::<N, K>(frac, bottom, u);
+    j + ((r as f32 * (1.0 / 16_777_216.0)) * (hi - lo) < v - lo) as i32
 }
 
-/// The largest `j` with `table[j] ≤ u` for `u` in [0, 1], without a search (no data-dependent
-/// branches or loads): for `u = 2^−o · w`, `w` in [½, 1) (u's mantissa under the exponent of
-/// ½), the entries `2^−(o+1) ≤ u` below it are exact powers of two, and within the octave
-/// `table[N − 1 − K·(o+1) + i] = 2^−o · frac[K − i]`, so `i` counts the `frac[r] ≤ w`
-/// (exact comparisons: scaling by 2^−o is exact). Indices below 1 (u < table[1], zero,
-/// subnormal) are 0; `u = 1` is `N − 1`.
+/// The largest `j` with `table[j] ≤ u` for `u` in [0, 1] and the bracket `(v, lo, hi)` of u,
+/// without a search or a table lookup: for `u = 2^−o · w`, `w` in [½, 1) (u's mantissa under
+/// the exponent of ½), the entries `2^−(o+1) ≤ u` below it are exact powers of two, and within
+/// the octave `table[N − 1 − K·(o+1) + i] = 2^−o · frac[K − i]`, so `i` counts the `frac[r] ≤ w`
+/// and `(v, lo, hi) = (w, frac[K − i], frac[K − i − 1])` (with `frac[K] = ½`, `frac[−1] = 1`)
+/// are `(u, table[j], table[j + 1])` divided by 2^−o: exactly, so every difference and product
+/// of the rounding decision is the table's divided by 2^−o too. Indices below 1 (u < table[1],
+/// zero, subnormal) are 0 with `(v, lo, hi) = (u, 0, table[1])`; `u = 1` is `N − 1`.
 #[inline(always)]
-fn floor_index<const N: usize, const K: usize>(frac: &[f32; K], u: f32) -> usize {
+fn neighbours<const N: usize, const K: usize>(frac: &[f32; K], bottom: f32, u: f32) -> (i32, f32, f32, f32) {
     let bits = u.to_bits();
     let exponent = (bits >> 23) as i32;
     let w = f32::from_bits((bits & 0x007f_ffff) | (126 << 23));
-    let mut i = 0;
+    let (mut i, mut lo, mut hi) = (0, 0.5f32, 1.0f32);
+    // frac[1..] descends: the last f above w is the smallest, the last f ≤ w from below the largest.
     for &f in &frac[1..] {
         i += (f <= w) as i32;
+        if f > w {
+            hi = f;
+        }
+    }
+    for &f in frac[1..].iter().rev() {
+        if f <= w {
+            lo = f;
+        }
     }
     let j = N as i32 - 1 - K as i32 * (127 - exponent) + i;
-    j.clamp(0, N as i32 - 1) as usize
+    if j < 1 {
+        (0, u, 0.0, bottom)
+    } else {
+        (j, w, lo, hi)
+    }
 }
 
-/// The codes of `src` in a block of scale `a`, one loop per map (so that it vectorizes).
+/// The codes of `src` in a block of scale `d.a`, one loop per map (so that it vectorizes).
 #[inline(always)]
-fn encode_block(
-    src: &[f32],
-    a: f32,
-    slot_key: u64,
-    first: usize,
-    codes: &mut [u8],
-    encode: impl Fn(f32, f32, u32) -> u8,
-) {
+fn encode_block<const UNSIGNED: bool>(src: &[f32], d: Divisor, key: BlockKey, first: u32, codes: &mut [u8]) {
     for (i, (c, &x)) in codes.iter_mut().zip(src).enumerate() {
-        *c = encode(x, a, stochastic_bits(slot_key, (first + i) as u64));
+        let r = key.bits(first.wrapping_add(i as u32));
+        *c = if UNSIGNED {
+            encode_unsigned(x, d, r)
+        } else {
+            encode_signed(x, d, r)
+        };
     }
 }
 
@@ -257,18 +361,19 @@ pub fn dequantize(block: &Q8Block, map: Map, dst: &mut [f32]) {
 }
 
 /// Stores `src` (`src.len() ≤ 256` elements, the first being element `first` of its tensor) into
-/// `block`, rounding with the bits of `slot_key` ([`Map::slot_key`]).
+/// `block`, rounding with the bits of `slot_key` ([`Map::slot_key`], [`Map::random_bits`]).
 #[inline(always)]
 pub fn quantize(src: &[f32], map: Map, slot_key: u64, first: usize, block: &mut Q8Block) {
-    let mut a = 0.0f32;
-    let mut nonfinite = false;
+    // The largest |x| by its bits, which order as the magnitudes do (an integer maximum, which
+    // vectorizes); bits at or above +∞'s are a non-finite element.
+    let mut max = 0u32;
     for &x in src {
-        let m = crate::storage::abs(x);
-        nonfinite |= crate::kernel::is_nonfinite(x);
-        a = if m > a { m } else { a };
+        let m = x.to_bits() & 0x7fff_ffff;
+        max = if m > max { m } else { max };
     }
+    let a = f32::from_bits(max);
     block.codes = [0; BLOCK];
-    if nonfinite {
+    if max >= 0x7f80_0000 {
         block.scale = f32::NAN;
         return;
     }
@@ -276,9 +381,12 @@ pub fn quantize(src: &[f32], map: Map, slot_key: u64, first: usize, block: &mut 
     if a == 0.0 {
         return;
     }
+    let d = Divisor::new(a);
+    let key = BlockKey::new(slot_key, first as u64);
+    let first = first as u32;
     match map {
-        Map::Unsigned => encode_block(src, a, slot_key, first, &mut block.codes, encode_unsigned),
-        Map::Signed => encode_block(src, a, slot_key, first, &mut block.codes, encode_signed),
+        Map::Unsigned => encode_block::<true>(src, d, key, first, &mut block.codes),
+        Map::Signed => encode_block::<false>(src, d, key, first, &mut block.codes),
     }
 }
 
@@ -300,13 +408,31 @@ mod tests {
         }
     }
 
-    /// The largest j with `table[j] ≤ u`, by search: what `floor_index` computes.
+    /// The largest j with `table[j] ≤ u`, by search.
     fn searched(table: &[f32], u: f32) -> usize {
         table.partition_point(|&t| t <= u) - 1
     }
 
+    /// `neighbours` gives the searched index, and its bracket scaled back by u's octave is
+    /// `(u, table[j], table[j + 1])`.
+    fn check_neighbours<const N: usize, const K: usize>(table: &[f32; N], frac: &[f32; K], u: f32) {
+        let (j, v, lo, hi) = neighbours::<N, K>(frac, table[1], u);
+        let j = j as usize;
+        assert_eq!(j, searched(table, u), "{u:e}");
+        let octave = if j == 0 {
+            1.0
+        } else {
+            2f64.powi((u.to_bits() >> 23) as i32 - 126)
+        };
+        assert_eq!(v as f64 * octave, u as f64, "{u:e}");
+        assert_eq!(lo as f64 * octave, table[j] as f64, "{u:e}");
+        if j + 1 < N {
+            assert_eq!(hi as f64 * octave, table[j + 1] as f64, "{u:e}");
+        }
+    }
+
     #[test]
-    fn floor_index_equals_a_search_over_the_map() {
+    fn neighbours_equal_a_search_over_the_map() {
         let mut probes: Vec<f32> = vec![0.0, 1e-45, f32::MIN_POSITIVE, 1.0];
         for &t in UNSIGNED.iter().chain(&SIGNED) {
             let b = t.to_bits();
@@ -318,22 +444,65 @@ mod tests {
         let mut bits = 0u32;
         let mut check = |u: f32| {
             if u <= 1.0 {
-                assert_eq!(
-                    floor_index::<256, 12>(&UNSIGNED_FRACTIONS, u),
-                    searched(&UNSIGNED, u),
-                    "{u:e}"
-                );
-                assert_eq!(
-                    floor_index::<128, 8>(&SIGNED_FRACTIONS, u),
-                    searched(&SIGNED, u),
-                    "{u:e}"
-                );
+                check_neighbours(&UNSIGNED, &UNSIGNED_FRACTIONS, u);
+                check_neighbours(&SIGNED, &SIGNED_FRACTIONS, u);
             }
         };
         probes.into_iter().for_each(&mut check);
         while bits <= 1.0f32.to_bits() {
             check(f32::from_bits(bits));
             bits += stride;
+        }
+    }
+
+    #[test]
+    fn quotients_stay_within_an_ulp_and_never_pass_one() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state = mix64(state.wrapping_add(1));
+            state
+        };
+        for _ in 0..200_000 {
+            let a = f32::from_bits((next() as u32) % 0x7f80_0000).max(f32::from_bits(1));
+            let d = Divisor::new(a);
+            assert!(d.iota.is_normal(), "{a:e}");
+            assert_eq!(d.quotient(a), 1.0);
+            let below = f32::from_bits(a.to_bits() - 1);
+            assert!(d.quotient(below) <= 1.0, "{a:e}");
+            let m = a * ((next() >> 40) as f32 * (1.0 / 16_777_216.0));
+            let q = d.quotient(m);
+            let exact = m as f64 / a as f64;
+            assert!(q <= 1.0);
+            if exact >= f32::MIN_POSITIVE as f64 * 4.0 {
+                assert!((q as f64 - exact).abs() <= exact * 2.4e-7, "{m:e} / {a:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn random_bits_are_the_documented_hash_and_uniform() {
+        let key = Map::slot_key(7, 1);
+        let (k0, k1) = (key as u32, (key >> 32) as u32);
+        let mut x = 12_345u32 ^ k0;
+        x ^= x >> 16;
+        x = x.wrapping_mul(0x7feb_352d);
+        x ^= x >> 15;
+        x ^= k1 ^ 3;
+        x = x.wrapping_mul(0x846c_a68b);
+        x ^= x >> 16;
+        assert_eq!(Map::random_bits(key, (3 << 32) | 12_345), x >> 8);
+        // Each of the 24 bits is set about half the time over consecutive elements.
+        let n = 1 << 16;
+        let mut ones = [0u32; 24];
+        for e in 0..n {
+            let r = Map::random_bits(key, e);
+            assert!(r < 1 << 24);
+            for (b, o) in ones.iter_mut().enumerate() {
+                *o += (r >> b) & 1;
+            }
+        }
+        for (b, &o) in ones.iter().enumerate() {
+            assert!((o as f64 / n as f64 - 0.5).abs() < 0.01, "bit {b}: {o}");
         }
     }
 
@@ -357,19 +526,25 @@ mod tests {
         // A positive second moment never rounds to 0; a tiny m may.
         assert_eq!(Map::Unsigned.encode(1e-30, 1.0, 0xff_ffff), 1);
         assert_eq!(Map::Signed.encode(1e-30, 1.0, 0xff_ffff), 0);
+        // Not even where |x| / a underflows.
+        assert_eq!(Map::Unsigned.encode(1e-45, 1e30, 0xff_ffff), 1);
     }
 
     #[test]
     fn stochastic_codes_are_unbiased() {
-        let x = 0.3f32;
-        for map in [Map::Signed, Map::Unsigned] {
-            let n = 1 << 16;
-            let key = Map::slot_key(42, 1);
-            let sum: f64 = (0..n)
-                .map(|e| map.value(map.encode(x, 1.0, stochastic_bits(key, e))) as f64)
-                .sum();
-            let mean = sum / n as f64;
-            assert!((mean - x as f64).abs() < 5e-4, "{map:?}: mean {mean}");
+        // Scales whose reciprocals are inexact, and values between codes of every octave size.
+        for (x, a) in [(0.3f32, 1.0f32), (-1.1, 3.7), (2.9e-7, 1.3e-3), (1.0e-4, 7.0e-2)] {
+            for map in [Map::Signed, Map::Unsigned] {
+                let x = if map == Map::Unsigned { x.abs() } else { x };
+                let n = 1 << 16;
+                let key = Map::slot_key(42, 1);
+                let sum: f64 = (0..n)
+                    .map(|e| map.value(map.encode(x, a, Map::random_bits(key, e))) as f64 * a as f64)
+                    .sum();
+                let mean = sum / n as f64;
+                let rel = (mean - x as f64).abs() / x.abs() as f64;
+                assert!(rel < 2e-3, "{map:?} {x:e} in {a:e}: mean {mean:e}");
+            }
         }
     }
 

@@ -378,7 +378,7 @@ __device__ static inline void update(const HaTensor& t, const HaStepCtx& c, ha_u
             float a = ha_q8_scale(m);
             HaQ8Block& q = state[k * nb + b];
             bool unsigned_map = ha_q8_unsigned_slot<RULE>(k);
-            ha_u32 code = in ? ha_q8_code(maps, unsigned_map, st[k], a, ha_stochastic_bits(keys[k], i)) : 0u;
+            ha_u32 code = in ? ha_q8_code(maps, unsigned_map, st[k], a, ha_q8_bits(keys[k], i)) : 0u;
             q.codes[threadIdx.x] = (ha_u8)code;
             if (threadIdx.x == 0) q.scale = a;
         }

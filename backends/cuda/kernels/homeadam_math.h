@@ -374,12 +374,32 @@ HA_FN float ha_q8_scale(ha_u32 max_bits) {
     return max_bits >= HA_INF_BITS ? ha_float(0x7fc00000u) : ha_float(max_bits);
 }
 
-// The code of x in a block of scale a (ha_q8_scale; code 0 when a is 0 or NaN): u = |x| / a
-// (IEEE division) rounded stochastically between T[j] ≤ u < T[j + 1] with the 24 bits r, up when
-// (r · 2^-24) · (T[j+1] − T[j]) < u − T[j]; on the unsigned map a u > 0 never becomes code 0.
+// The 24 bits that round element i of the slot keyed ks (the core's Map::random_bits): two
+// multiply-xorshift rounds on 32-bit words, ks's high half and i's high half between them.
+HA_FN ha_u32 ha_q8_bits(ha_u64 ks, ha_u64 i) {
+    ha_u32 x = (ha_u32)i ^ (ha_u32)ks;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x ^= (ha_u32)(ks >> 32) ^ (ha_u32)(i >> 32);
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x >> 8;
+}
+
+// The code of x in a block of scale a (ha_q8_scale; code 0 when a is 0 or NaN): u = 1 where
+// |x| = a, else (|x| · σ) · ι with σ = 2^(127 − E), E a's biased exponent clamped to [1, 253], and
+// ι = 1 / (a · σ) (the core's q8::Divisor), rounded stochastically between T[j] ≤ u < T[j + 1] with
+// the 24 bits r, up when (r · 2^-24) · (T[j+1] − T[j]) < u − T[j]; on the unsigned map a nonzero x
+// never becomes code 0.
 HA_FN ha_u32 ha_q8_code(const HaQ8Maps& maps, bool unsigned_map, float x, float a, ha_u32 r) {
     if (!(a > 0.0f)) return 0u;
-    float u = ha_abs(x) / a;
+    ha_u32 e = ha_bits(a) >> 23;
+    e = e < 1u ? 1u : e > 253u ? 253u : e;
+    float sigma = ha_float((254u - e) << 23);
+    float iota = 1.0f / (a * sigma);
+    float m = ha_abs(x);
+    float u = m == a ? 1.0f : (m * sigma) * iota;
     ha_u32 len = unsigned_map ? 256u : 128u, j = 0;
     // The largest j with T[j] ≤ u: a binary search over the ascending map.
     for (ha_u32 step = len / 2; step > 0; step /= 2) {
@@ -389,7 +409,7 @@ HA_FN ha_u32 ha_q8_code(const HaQ8Maps& maps, bool unsigned_map, float x, float 
         float lo = ha_q8_entry(maps, unsigned_map, j), hi = ha_q8_entry(maps, unsigned_map, j + 1);
         if (((float)r * (1.0f / 16777216.0f)) * (hi - lo) < u - lo) j += 1;
     }
-    if (unsigned_map) return j == 0 && u > 0.0f ? 1u : j;
+    if (unsigned_map) return j == 0 && m != 0.0f ? 1u : j;
     return j == 0 ? 0u : x < 0.0f ? (j | 0x80u) : j;
 }
 

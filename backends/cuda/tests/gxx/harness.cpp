@@ -58,7 +58,7 @@ template <> struct Slots<HaQ8Block> {
         q.scale = ha_q8_scale(m);
         memset(q.codes, 0, sizeof q.codes);
         for (ha_u64 i = 0; i < len; i++) {
-            q.codes[i] = (ha_u8)ha_q8_code(maps, unsigned_map, x[i], q.scale, ha_stochastic_bits(slot_key, first + i));
+            q.codes[i] = (ha_u8)ha_q8_code(maps, unsigned_map, x[i], q.scale, ha_q8_bits(slot_key, first + i));
         }
     }
 };
