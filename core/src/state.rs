@@ -240,14 +240,14 @@ impl sealed::StateOps for Q8Block {
 
     #[inline(always)]
     fn stage<'a, C: Convert>(
-        _conv: C,
+        conv: C,
         slot: &'a mut [Self],
         start: usize,
         len: usize,
         map: Map,
         buf: &'a mut [f32],
     ) -> &'a mut [f32] {
-        q8::dequantize(&slot[start / BLOCK], map, &mut buf[..len]);
+        conv.load_q8(&slot[start / BLOCK], map, &mut buf[..len]);
         &mut buf[..len]
     }
 

@@ -25,6 +25,7 @@ pub(crate) use neon::Neon;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 pub(crate) use x86::Avx2;
 
+use crate::q8::{Map, Q8Block};
 use crate::rounding::stochastic_bits;
 use crate::storage::Storage;
 
@@ -183,6 +184,13 @@ pub trait Convert: Copy {
 
     /// `dst[i] = T::from_f32_stochastic(src[i], stochastic_bits(key, first + i))`.
     fn store_stochastic<T: Storage>(self, src: &[f32], dst: &mut [T], key: u64, first: usize);
+
+    /// `dst[i]` = element `i` of `block` decoded with `map` (`±T[c] · scale`, the bits of
+    /// [`crate::q8::dequantize`], `dst.len() ≤ 256`).
+    #[inline(always)]
+    fn load_q8(self, block: &Q8Block, map: Map, dst: &mut [f32]) {
+        crate::q8::dequantize(block, map, dst);
+    }
 }
 
 /// The conversions as plain loops over [`Storage`]'s scalar functions.

@@ -18,6 +18,7 @@ use core::arch::x86_64::*;
 use half::{bf16, f16};
 
 use super::{half_bits, half_bits_mut, Convert, Portable, WithConvert};
+use crate::q8::{Map, Q8Block, SIGNED, UNSIGNED};
 use crate::rounding::stochastic_bits;
 use crate::storage::{Dtype, Storage};
 
@@ -84,6 +85,40 @@ impl Convert for Avx2 {
             // SAFETY: as above; the other 2-byte type is f16.
             unsafe { store_stochastic::<F16Lanes>(src, bits, key, first) }
         }
+    }
+
+    #[inline(always)]
+    fn load_q8(self, block: &Q8Block, map: Map, dst: &mut [f32]) {
+        // SAFETY: `self` exists only where AVX2 and F16C were detected.
+        unsafe { load_q8(block, map, dst) }
+    }
+}
+
+/// [`Convert::load_q8`]: eight codes at a time, each map entry gathered by its code (its
+/// magnitude's on the signed map, whose bit 7 becomes the sign bit), times the scale; the same
+/// multiply, operand for operand, as [`crate::q8::dequantize`].
+///
+/// # Safety
+/// The CPU has AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn load_q8(block: &Q8Block, map: Map, dst: &mut [f32]) {
+    let (table, index, sign) = match map {
+        Map::Unsigned => (UNSIGNED.as_ptr(), 0xff, 0),
+        Map::Signed => (SIGNED.as_ptr(), 0x7f, 0x80),
+    };
+    let scale = _mm256_set1_ps(block.scale);
+    let (index, sign) = (_mm256_set1_epi32(index), _mm256_set1_epi32(sign << 24));
+    let whole = dst.len() / 8 * 8;
+    for (out, codes) in dst[..whole].chunks_exact_mut(8).zip(block.codes.chunks_exact(8)) {
+        let c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(codes.as_ptr().cast()));
+        let t = _mm256_i32gather_ps::<4>(table, _mm256_and_si256(c, index));
+        let s = _mm256_and_si256(_mm256_slli_epi32::<24>(c), sign);
+        let v = _mm256_xor_ps(t, _mm256_castsi256_ps(s));
+        _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(v, scale));
+    }
+    for (d, &c) in dst[whole..].iter_mut().zip(&block.codes[whole..]) {
+        *d = map.value(c) * block.scale;
     }
 }
 
@@ -306,5 +341,29 @@ mod tests {
         check_convert::<bf16, _>(avx2);
         check_convert::<f16, _>(avx2);
         check_convert::<f32, _>(avx2);
+    }
+
+    #[test]
+    fn avx2_decodes_q8_as_the_scalar_loop() {
+        let Some(avx2) = Avx2::detect() else {
+            return;
+        };
+        let mut block = Q8Block::ZERO;
+        for (i, c) in block.codes.iter_mut().enumerate() {
+            *c = (i as u8).wrapping_mul(167);
+        }
+        for scale in [1.0f32, 3.7e-5, 1e-40, 0.0, f32::NAN, f32::MAX] {
+            block.scale = scale;
+            for map in [Map::Unsigned, Map::Signed] {
+                for len in (0..=40).chain([255, 256]) {
+                    let (mut fast, mut slow) = ([0.0f32; 256], [0.0f32; 256]);
+                    avx2.load_q8(&block, map, &mut fast[..len]);
+                    crate::q8::dequantize(&block, map, &mut slow[..len]);
+                    for (f, s) in fast.iter().zip(&slow) {
+                        assert_eq!(f.to_bits(), s.to_bits(), "{map:?} {scale:e} {len}");
+                    }
+                }
+            }
+        }
     }
 }
