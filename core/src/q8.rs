@@ -299,10 +299,43 @@ fn encode_signed(x: f32, d: Divisor, r: u32) -> u8 {
 /// `(u − table[j]) / (table[j + 1] − table[j])` drawn from the 24 bits `r`: up when
 /// `(r · 2⁻²⁴) · (hi − lo) < v − lo`, with `(v, lo, hi)` from [`neighbours`]. At `u = 1`,
 /// `v = lo`, so the top code never rounds up.
+///
+/// Where nothing vectorizes (32-bit Arm and RISC-V), the neighbours are read from the table
+/// instead and compared unscaled: the same decision, since the scaling is exact, in fewer
+/// instructions than the selects that keep the vector loop free of lookups.
 #[inline(always)]
 fn round_index<const N: usize, const K: usize>(frac: &[f32; K], bottom: f32, u: f32, r: u32) -> i32 {
+    let threshold = r as f32 * (1.0 / 16_777_216.0);
+    if LOOKUP {
+        return round_index_lookup::<N, K>(frac, u, threshold);
+    }
     let (j, v, lo, hi) = neighbours::<N, K>(frac, bottom, u);
-    j + ((r as f32 * (1.0 / 16_777_216.0)) * (hi - lo) < v - lo) as i32
+    j + (threshold * (hi - lo) < v - lo) as i32
+}
+
+/// Whether [`round_index`] reads the neighbours from the table.
+const LOOKUP: bool = cfg!(any(target_arch = "arm", target_arch = "riscv32"));
+
+/// [`round_index`] with `(u, table[j], table[j + 1])` in place of [`neighbours`]' bracket.
+#[inline(always)]
+fn round_index_lookup<const N: usize, const K: usize>(frac: &[f32; K], u: f32, threshold: f32) -> i32 {
+    let table: &[f32] = if N == 256 { &UNSIGNED } else { &SIGNED };
+    let j = octave_index::<N, K>(frac, u);
+    let (lo, hi) = (table[j], table[(j + 1) & (N - 1)]);
+    j as i32 + (j + 1 < N && threshold * (hi - lo) < u - lo) as i32
+}
+
+/// The largest `j` with `table[j] ≤ u` ([`neighbours`]' index alone).
+#[inline(always)]
+fn octave_index<const N: usize, const K: usize>(frac: &[f32; K], u: f32) -> usize {
+    let bits = u.to_bits();
+    let w = f32::from_bits((bits & 0x007f_ffff) | (126 << 23));
+    let mut i = 0;
+    for &f in &frac[1..] {
+        i += (f <= w) as i32;
+    }
+    let j = N as i32 - 1 - K as i32 * (127 - (bits >> 23) as i32) + i;
+    j.clamp(0, N as i32 - 1) as usize
 }
 
 /// The largest `j` with `table[j] ≤ u` for `u` in [0, 1] and the bracket `(v, lo, hi)` of u,
@@ -452,6 +485,31 @@ mod tests {
         while bits <= 1.0f32.to_bits() {
             check(f32::from_bits(bits));
             bits += stride;
+        }
+    }
+
+    #[test]
+    fn table_lookups_decide_as_the_scaled_bracket() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..400_000 {
+            state = mix64(state.wrapping_add(1));
+            let u = f32::from_bits((state as u32) % (1.0f32.to_bits() + 1));
+            let r = (state >> 40) as u32;
+            let threshold = r as f32 * (1.0 / 16_777_216.0);
+            let (j, v, lo, hi) = neighbours::<256, 12>(&UNSIGNED_FRACTIONS, UNSIGNED[1], u);
+            let scaled = j + (threshold * (hi - lo) < v - lo) as i32;
+            assert_eq!(
+                round_index_lookup::<256, 12>(&UNSIGNED_FRACTIONS, u, threshold),
+                scaled,
+                "{u:e} {r}"
+            );
+            let (j, v, lo, hi) = neighbours::<128, 8>(&SIGNED_FRACTIONS, SIGNED[1], u);
+            let scaled = j + (threshold * (hi - lo) < v - lo) as i32;
+            assert_eq!(
+                round_index_lookup::<128, 8>(&SIGNED_FRACTIONS, u, threshold),
+                scaled,
+                "{u:e} {r}"
+            );
         }
     }
 
