@@ -31,8 +31,9 @@
 //!
 //! Every step of the encode is a lane operation (integer multiplies, shifts, compares, selects;
 //! the neighbours `T[j]`, `T[j+1]` come from u's exponent and 7 or 11 comparisons of its
-//! mantissa, no table lookup), so the same loop runs in vector lanes on the fast paths and in a
-//! few 32-bit instructions per element on a microcontroller.
+//! mantissa, no table lookup), so the same loop runs in vector lanes on the fast paths; on
+//! 32-bit Arm and RISC-V, where nothing vectorizes, the neighbours are read from the table (the
+//! same decision) and no step needs a 64-bit multiply or a division.
 
 use crate::rounding::mix64;
 
