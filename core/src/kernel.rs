@@ -4,8 +4,8 @@
 //! ([`run_reference`]) applies it one element at a time, loading and storing through the
 //! storage types; the fast path ([`run_fast`]) runs the same function over chunks in a loop
 //! the compiler vectorizes: in place for `f32` data, in blocks of 16 held in registers where θ
-//! and the state are half precision, through `f32` staging arrays in L1 for the other half or
-//! q8 data (converted with the instruction set's conversions, [`crate::simd`]); on 32-bit
+//! and the state are of one half-precision type, through `f32` staging arrays in L1 for other
+//! half or q8 data (converted with the instruction set's conversions, [`crate::simd`]); on 32-bit
 //! Arm and RISC-V, where nothing vectorizes, as one in-place loop ([`run_scalar`]). All must
 //! give the same bits (property-tested for every rule × storage combination); a backend that
 //! re-implements a rule (CUDA, MCU) is tested against [`run_reference`] too.
@@ -15,7 +15,7 @@ use crate::config::RhoOver;
 use crate::exact::ExactSum;
 use crate::q8::Map;
 use crate::rounding::ParamStore;
-use crate::simd::{Convert, Isa, Portable, WithConvert};
+use crate::simd::{Convert, Isa, Portable, SlicesJob, WithConvert};
 use crate::state::{Requantize, StateStorage};
 use crate::storage::{Dtype, Storage};
 use crate::tensor::Tensor;
@@ -91,7 +91,7 @@ pub(crate) struct TensorResult {
 }
 
 impl TensorResult {
-    const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         TensorResult {
             v_min: f32::INFINITY,
             v_min_active: f32::INFINITY,
@@ -125,8 +125,7 @@ pub(crate) fn run_reference<K: Kernel, P: Storage, G: Storage, S: StateStorage, 
     let mut start = 0;
     while start < n {
         let len = CHUNK.min(n - start);
-        let mut staged =
-            stage_slots::<CHUNK, K, S, _>(Portable, &mut part.slots, &mut bufs, start, len, slots);
+        let mut staged = stage_slots(Portable, K::SLOTS, &mut part.slots, &mut bufs, start, len, slots);
         for i in 0..len {
             let p = part.param[start + i].to_f32();
             let g = part.grad[start + i].to_f32() * inv_grad_scale;
@@ -155,7 +154,15 @@ pub(crate) fn run_reference<K: Kernel, P: Storage, G: Storage, S: StateStorage, 
                 result.step_grad.add_product(e.step, e.grad);
             }
         }
-        unstage_slots::<CHUNK, K, S, _>(Portable, &mut part.slots, &bufs, start, len, slots, 0);
+        unstage_slots(
+            Portable,
+            K::SLOTS,
+            &mut part.slots,
+            &bufs,
+            start..start + len,
+            slots,
+            0,
+        );
         start += len;
     }
     result
@@ -180,11 +187,12 @@ impl SlotStores {
     }
 }
 
-/// The rule's slots of the chunk of `len` elements at `start`, as `f32` (see
+/// The first `used` slots of the chunk of `len` elements at `start`, as `f32` (see
 /// [`StateOps::stage`]); the unused ones are parts of `bufs`.
 #[inline(always)]
-fn stage_slots<'a, const N: usize, K: Kernel, S: StateStorage, C: Convert>(
+fn stage_slots<'a, const N: usize, S: StateStorage, C: Convert>(
     conv: C,
+    used: usize,
     slots: &'a mut [&mut [S]; 3],
     bufs: &'a mut [[f32; N]; 3],
     start: usize,
@@ -194,7 +202,7 @@ fn stage_slots<'a, const N: usize, K: Kernel, S: StateStorage, C: Convert>(
     let [s0, s1, s2] = slots;
     let [b0, b1, b2] = bufs;
     let one = |k: usize, s: &'a mut [S], b: &'a mut [f32; N]| -> &'a mut [f32] {
-        if K::SLOTS > k {
+        if used > k {
             S::stage(conv, s, start, len, how.maps[k], b)
         } else {
             &mut b[..len]
@@ -203,19 +211,20 @@ fn stage_slots<'a, const N: usize, K: Kernel, S: StateStorage, C: Convert>(
     [one(0, s0, b0), one(1, s1, b1), one(2, s2, b2)]
 }
 
-/// Stores back what [`stage_slots`] staged; `first` is the tensor's index of the slots' first
-/// element.
+/// Stores back what [`stage_slots`] staged of `chunk`; `first` is the tensor's index of the
+/// slots' first element.
 #[inline(always)]
-fn unstage_slots<const N: usize, K: Kernel, S: StateStorage, C: Convert>(
+fn unstage_slots<const N: usize, S: StateStorage, C: Convert>(
     conv: C,
+    used: usize,
     slots: &mut [&mut [S]; 3],
     bufs: &[[f32; N]; 3],
-    start: usize,
-    len: usize,
+    chunk: core::ops::Range<usize>,
     how: SlotStores,
     first: usize,
 ) {
-    for (k, (slot, buf)) in slots.iter_mut().zip(bufs).enumerate().take(K::SLOTS) {
+    let (start, len) = (chunk.start, chunk.len());
+    for (k, (slot, buf)) in slots.iter_mut().zip(bufs).enumerate().take(used) {
         let requantize = Requantize {
             map: how.maps[k],
             slot_key: how.keys[k],
@@ -290,7 +299,14 @@ impl<'a, P, G, S: StateStorage> Part<'a, P, G, S> {
 
 /// The fast path: chunks of [`CHUNK`] elements, each converted into `f32` arrays in L1 where its
 /// storage is not `f32` (in place where it is), updated by a vectorizable element loop, and
-/// converted back. `isa` picks the conversions and the instructions the loop is compiled for.
+/// converted back. `isa` picks the conversions and the instructions the loop is compiled for;
+/// the elements are spread over up to `threads` threads (`std`).
+///
+/// Only for the layouts of [`fused`] ([`run_chunks`]) and on the scalar targets
+/// ([`run_scalar`]) is the element loop compiled into the storage loop. Every other layout
+/// runs [`run_staged`], which is not generic over the rule: compiling each rule's element loop
+/// once per instruction set, and each storage loop once for all rules, rather than every rule ×
+/// storage × rounding combination, keeps the core's build short.
 pub(crate) fn run_fast<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
     kernel: K,
     part: Part<'_, P, G, S>,
@@ -298,14 +314,178 @@ pub(crate) fn run_fast<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: Pa
     store: R,
     slots: SlotStores,
     isa: Isa,
+    threads: usize,
 ) -> TensorResult {
-    isa.run(Chunks {
+    if const { SCALAR_LOOP || fused::<P, G, S>() } {
+        let run = |part| {
+            isa.run(Chunks {
+                kernel,
+                part,
+                inv_grad_scale,
+                store,
+                slots,
+            })
+        };
+        return over_threads(part, threads, run);
+    }
+    let elements = Elements {
         kernel,
-        part,
         inv_grad_scale,
-        store,
-        slots,
-    })
+    };
+    run_staged(part, &elements, K::SLOTS, store, slots, isa, threads)
+}
+
+/// `run` over `part`, its elements spread over `threads` threads where there are threads (`std`).
+#[inline(always)]
+fn over_threads<'a, P: Storage, G: Storage, S: StateStorage>(
+    part: Part<'a, P, G, S>,
+    threads: usize,
+    run: impl Fn(Part<'a, P, G, S>) -> TensorResult + Sync,
+) -> TensorResult {
+    #[cfg(feature = "std")]
+    if threads > 1 {
+        return crate::parallel::run_split(part, threads, run, TensorResult::merge, TensorResult::new());
+    }
+    #[cfg(not(feature = "std"))]
+    let _ = threads;
+    run(part)
+}
+
+/// Whether [`run_fast`] compiles the rule's element loop into the storage loop ([`run_chunks`])
+/// rather than calling it per chunk ([`run_staged`]): the layouts whose speed the benchmarks
+/// hold (θ, g and the state `f32`, or q8 state; θ and the state of one half-precision type).
+const fn fused<P: Storage, G: Storage, S: StateStorage>() -> bool {
+    let f32_data = matches!((P::DTYPE, G::DTYPE), (Dtype::F32, Dtype::F32));
+    in_blocks::<P, S>() || (f32_data && matches!(S::DTYPE, Dtype::F32 | Dtype::Q8))
+}
+
+/// Whether [`run_chunks`] runs blocks of [`BLOCK`] elements: θ and the state of one half-precision
+/// type (the layout of mixed-precision training; a mix of the two half types is staged).
+const fn in_blocks<P: Storage, S: StateStorage>() -> bool {
+    matches!(
+        (P::DTYPE, S::DTYPE),
+        (Dtype::BF16, Dtype::BF16) | (Dtype::F16, Dtype::F16)
+    )
+}
+
+/// [`run_fast`] of the layouts that [`fused`] leaves out: chunks staged by the storage types'
+/// conversions, each updated by `elements` (the rule's loop, compiled on its own:
+/// [`Isa::run_on_slices`]).
+#[inline(never)]
+fn run_staged<P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
+    part: Part<'_, P, G, S>,
+    elements: &dyn ElementLoop,
+    used: usize,
+    store: R,
+    how: SlotStores,
+    isa: Isa,
+    threads: usize,
+) -> TensorResult {
+    let run = |part| {
+        isa.run(StagedChunks {
+            part,
+            elements,
+            used,
+            store,
+            how,
+            isa,
+        })
+    };
+    over_threads(part, threads, run)
+}
+
+/// A rule's element loop over one staged chunk, as an object, so that [`run_staged`] is not
+/// generic over the rule.
+trait ElementLoop: Sync {
+    /// Updates `chunk` with `isa`'s instructions, folding its reductions into `sums`.
+    fn update(&self, isa: Isa, chunk: Staged<'_>, sums: &mut Reductions);
+}
+
+/// The rule `K` and the gradients' scale: [`ElementLoop`] of `K`.
+struct Elements<K> {
+    kernel: K,
+    inv_grad_scale: f32,
+}
+
+impl<K: Kernel> ElementLoop for Elements<K> {
+    fn update(&self, isa: Isa, chunk: Staged<'_>, sums: &mut Reductions) {
+        let Staged { p, g, slots, first } = chunk;
+        let job = OneChunk {
+            kernel: self.kernel,
+            inv_grad_scale: self.inv_grad_scale,
+            first,
+            sums,
+        };
+        isa.run_on_slices(job, p, g, slots);
+    }
+}
+
+/// [`element_loop`] as a job of [`Isa::run_on_slices`].
+struct OneChunk<'a, K> {
+    kernel: K,
+    inv_grad_scale: f32,
+    first: usize,
+    sums: &'a mut Reductions,
+}
+
+impl<K: Kernel> SlicesJob for OneChunk<'_, K> {
+    #[inline(always)]
+    fn run<C: Convert>(self, _: C, p: &mut [f32], g: &[f32], slots: [&mut [f32]; 3]) {
+        let chunk = Staged {
+            p,
+            g,
+            slots,
+            first: self.first,
+        };
+        element_loop(self.kernel, self.inv_grad_scale, chunk, self.sums);
+    }
+}
+
+/// The arguments of [`run_staged`]'s chunk loop but its conversions.
+struct StagedChunks<'a, 'e, P, G, S, R> {
+    part: Part<'a, P, G, S>,
+    elements: &'e dyn ElementLoop,
+    used: usize,
+    store: R,
+    how: SlotStores,
+    isa: Isa,
+}
+
+impl<P: Storage, G: Storage, S: StateStorage, R: ParamStore> WithConvert
+    for StagedChunks<'_, '_, P, G, S, R>
+{
+    type Output = TensorResult;
+
+    #[inline(always)]
+    fn run<C: Convert>(self, conv: C) -> TensorResult {
+        let StagedChunks {
+            mut part,
+            elements,
+            used,
+            store,
+            how,
+            isa,
+        } = self;
+        let each = Chunk {
+            store,
+            how,
+            conv,
+            used,
+        };
+        let n = part.param.len();
+        let mut sums = Reductions::new();
+        // Zeroed once: each chunk overwrites what it reads; the slots a rule does not use stay unread.
+        let mut staging = Staging::<CHUNK>::new();
+        let mut start = 0;
+        while start < n {
+            let len = CHUNK.min(n - start);
+            let chunk = each.stage(&mut part, &mut staging, start, len);
+            elements.update(isa, chunk, &mut sums);
+            each.unstage(&mut part, &staging, start, len);
+            start += len;
+        }
+        sums.finish()
+    }
 }
 
 /// The arguments of [`run_chunks`] but its conversions.
@@ -369,11 +549,11 @@ fn stage<'a, T: Storage, C: Convert>(conv: C, src: &'a [T], buf: &'a mut [f32]) 
 /// math (one block is one AVX-512 register, two AVX2 and four NEON ones).
 const BLOCK: usize = 16;
 
-/// The chunk loop of [`run_fast`] with the conversions of `conv`: blocks of [`BLOCK`] elements
-/// where θ and the state are half precision, then chunks of up to [`CHUNK`]. Only there: a
-/// block whose loop also writes `f32` slices in place is not vectorized (LLVM weighs the
-/// checks that those slices do not overlap against 16 iterations), and q8 state is encoded a
-/// chunk at a time.
+/// The chunk loop of [`run_fast`] for the layouts of [`fused`], with the conversions of `conv`:
+/// where θ and the state are of one half-precision type, blocks of [`BLOCK`] elements first;
+/// then chunks of up to [`CHUNK`]. Blocks only there: a block whose loop also writes `f32`
+/// slices in place is not vectorized (LLVM weighs the checks that those slices do not overlap
+/// against 16 iterations), and q8 state is encoded a chunk at a time.
 #[inline(always)]
 fn run_chunks<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore, C: Convert>(
     kernel: K,
@@ -384,18 +564,20 @@ fn run_chunks<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore,
     conv: C,
 ) -> TensorResult {
     let each = Chunk {
-        kernel,
-        inv_grad_scale,
         store,
         how,
         conv,
+        used: K::SLOTS,
     };
     let n = part.param.len();
     let mut sums = Reductions::new();
     let mut start = 0;
-    if P::DTYPE != Dtype::F32 && S::DTYPE != Dtype::F32 && S::DTYPE != Dtype::Q8 {
+    if in_blocks::<P, S>() {
         while n - start >= BLOCK {
-            each.update(&mut part, &mut Staging::<BLOCK>::new(), start, BLOCK, &mut sums);
+            let mut staging = Staging::<BLOCK>::new();
+            let chunk = each.stage(&mut part, &mut staging, start, BLOCK);
+            element_loop(kernel, inv_grad_scale, chunk, &mut sums);
+            each.unstage(&mut part, &staging, start, BLOCK);
             start += BLOCK;
         }
     }
@@ -403,7 +585,9 @@ fn run_chunks<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore,
     let mut staging = Staging::<CHUNK>::new();
     while start < n {
         let len = CHUNK.min(n - start);
-        each.update(&mut part, &mut staging, start, len, &mut sums);
+        let chunk = each.stage(&mut part, &mut staging, start, len);
+        element_loop(kernel, inv_grad_scale, chunk, &mut sums);
+        each.unstage(&mut part, &staging, start, len);
         start += len;
     }
     sums.finish()
@@ -463,97 +647,139 @@ fn lanes_min(lanes: &[f32; 8], init: f32) -> f32 {
     lanes.iter().fold(init, |a, &b| if b < a { b } else { a })
 }
 
-/// One update of [`run_chunks`]: everything but the data.
-struct Chunk<K, R, C> {
-    kernel: K,
-    inv_grad_scale: f32,
+/// How [`run_chunks`] and [`run_staged`] convert a chunk: everything but the data and the rule.
+struct Chunk<R, C> {
     store: R,
     how: SlotStores,
     conv: C,
+    /// The rule's state slots.
+    used: usize,
 }
 
-impl<K: Kernel, R: ParamStore, C: Convert> Chunk<K, R, C> {
-    /// Converts elements `start .. start + len` of `part` into `staging` where they are not
-    /// `f32`, runs the element loop over them, and converts back.
+impl<R: ParamStore, C: Convert> Chunk<R, C> {
+    /// Elements `start .. start + len` of `part` as `f32`: converted into `staging` where they
+    /// are not `f32`, the data itself where they are.
     #[inline(always)]
-    fn update<const N: usize, P: Storage, G: Storage, S: StateStorage>(
+    fn stage<'s, const N: usize, P: Storage, G: Storage, S: StateStorage>(
         &self,
-        part: &mut Part<'_, P, G, S>,
-        staging: &mut Staging<N>,
+        part: &'s mut Part<'_, P, G, S>,
+        staging: &'s mut Staging<N>,
         start: usize,
         len: usize,
-        sums: &mut Reductions,
+    ) -> Staged<'s> {
+        let (conv, end) = (self.conv, start + len);
+        let p = stage_mut(conv, &mut part.param[start..end], &mut staging.param[..len]);
+        let g = stage(conv, &part.grad[start..end], &mut staging.grad[..len]);
+        let slots = stage_slots(
+            conv,
+            self.used,
+            &mut part.slots,
+            &mut staging.slots,
+            start,
+            len,
+            self.how,
+        );
+        let first = part.first + start;
+        Staged { p, g, slots, first }
+    }
+
+    /// Converts back what [`Chunk::stage`] staged of elements `start .. start + len`.
+    #[inline(always)]
+    fn unstage<const N: usize, P: Storage, G: Storage, S: StateStorage>(
+        &self,
+        part: &mut Part<'_, P, G, S>,
+        staging: &Staging<N>,
+        start: usize,
+        len: usize,
     ) {
         let (conv, end) = (self.conv, start + len);
-        let slot = |k: usize| K::SLOTS > k;
-        let p = &mut stage_mut(conv, &mut part.param[start..end], &mut staging.param[..len])[..len];
-        let g = &stage(conv, &part.grad[start..end], &mut staging.grad[..len])[..len];
-        let [c0, c1, c2] =
-            stage_slots::<N, K, S, C>(conv, &mut part.slots, &mut staging.slots, start, len, self.how);
-        let mut home = 0u32;
-        let mut nonfinite = 0u32;
-        for i in 0..len {
-            let mut s = [0.0f32; 3];
-            if slot(0) {
-                s[0] = c0[i];
-            }
-            if slot(1) {
-                s[1] = c1[i];
-            }
-            if slot(2) {
-                s[2] = c2[i];
-            }
-            let gi = g[i] * self.inv_grad_scale;
-            let e = self.kernel.element(p[i], gi, &mut s);
-            p[i] = e.p;
-            if slot(0) {
-                c0[i] = s[0];
-            }
-            if slot(1) {
-                c1[i] = s[1];
-            }
-            if slot(2) {
-                c2[i] = s[2];
-            }
-            home += e.home as u32;
-            nonfinite |= is_nonfinite(gi) as u32;
-            if K::DOTS {
-                sums.result.step_sq.add_square(e.step);
-                sums.result.step_grad.add_product(e.step, e.grad);
-            }
-        }
-        sums.result.home += home;
-        sums.nonfinite |= nonfinite;
-        if let Some(r) = K::RHO_SLOT {
-            let v = [&*c0, &*c1, &*c2][r];
-            if K::DECIDES {
-                // One minimum per chunk: the next step's bound needs the chunk where min v sits.
-                let mut lanes = [f32::INFINITY; 8];
-                fold_min(&mut lanes, v);
-                let chunk_min = lanes_min(&lanes, f32::INFINITY);
-                if chunk_min < sums.result.v_min {
-                    sums.result.v_min = chunk_min;
-                    sums.result.v_min_at = part.first + start;
-                }
-                fold_min_active(&mut sums.v_min_active, v);
-            } else {
-                fold_min(&mut sums.v_min, v);
-            }
-        }
         if P::DTYPE != Dtype::F32 {
             let first = part.first + start;
             self.store
                 .store_chunk(conv, &staging.param[..len], &mut part.param[start..end], first);
         }
-        unstage_slots::<N, K, S, C>(
+        unstage_slots(
             conv,
+            self.used,
             &mut part.slots,
             &staging.slots,
-            start,
-            len,
+            start..end,
             self.how,
             part.first,
         );
+    }
+}
+
+/// One chunk's θ, g and state slots as `f32` (copies, or the data itself where it is `f32`),
+/// all of one length, and the tensor's index of its first element.
+struct Staged<'a> {
+    p: &'a mut [f32],
+    g: &'a [f32],
+    slots: [&'a mut [f32]; 3],
+    first: usize,
+}
+
+/// The rule's element function over one staged chunk, its reductions folded into `sums`.
+#[inline(always)]
+fn element_loop<K: Kernel>(kernel: K, inv_grad_scale: f32, chunk: Staged<'_>, sums: &mut Reductions) {
+    let Staged {
+        p,
+        g,
+        slots: [c0, c1, c2],
+        first,
+    } = chunk;
+    let len = p.len();
+    let (g, c0, c1, c2) = (&g[..len], &mut c0[..len], &mut c1[..len], &mut c2[..len]);
+    let slot = |k: usize| K::SLOTS > k;
+    let mut home = 0u32;
+    let mut nonfinite = 0u32;
+    for i in 0..len {
+        let mut s = [0.0f32; 3];
+        if slot(0) {
+            s[0] = c0[i];
+        }
+        if slot(1) {
+            s[1] = c1[i];
+        }
+        if slot(2) {
+            s[2] = c2[i];
+        }
+        let gi = g[i] * inv_grad_scale;
+        let e = kernel.element(p[i], gi, &mut s);
+        p[i] = e.p;
+        if slot(0) {
+            c0[i] = s[0];
+        }
+        if slot(1) {
+            c1[i] = s[1];
+        }
+        if slot(2) {
+            c2[i] = s[2];
+        }
+        home += e.home as u32;
+        nonfinite |= is_nonfinite(gi) as u32;
+        if K::DOTS {
+            sums.result.step_sq.add_square(e.step);
+            sums.result.step_grad.add_product(e.step, e.grad);
+        }
+    }
+    sums.result.home += home;
+    sums.nonfinite |= nonfinite;
+    if let Some(r) = K::RHO_SLOT {
+        let v = [&*c0, &*c1, &*c2][r];
+        if K::DECIDES {
+            // One minimum per chunk: the next step's bound needs the chunk where min v sits.
+            let mut lanes = [f32::INFINITY; 8];
+            fold_min(&mut lanes, v);
+            let chunk_min = lanes_min(&lanes, f32::INFINITY);
+            if chunk_min < sums.result.v_min {
+                sums.result.v_min = chunk_min;
+                sums.result.v_min_at = first;
+            }
+            fold_min_active(&mut sums.v_min_active, v);
+        } else {
+            fold_min(&mut sums.v_min, v);
+        }
     }
 }
 

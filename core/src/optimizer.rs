@@ -644,7 +644,8 @@ impl<F: RuleSet> Step<'_, F> {
         #[cfg(feature = "std")]
         if self.threads > 1 {
             let merge = |a: (SecondMomentMin, bool), b: (SecondMomentMin, bool)| (a.0.merge(b.0), a.1 && b.1);
-            return parallel::run_split((grad, v), self.threads, pass, merge);
+            let empty = (SecondMomentMin::EMPTY, true);
+            return parallel::run_split((grad, v), self.threads, pass, merge, empty);
         }
         pass((grad, v))
     }
@@ -664,7 +665,8 @@ impl<F: RuleSet> Step<'_, F> {
                 a.0.merge(&b.0);
                 (a.0, a.1 && b.1)
             };
-            let (values, finite) = parallel::run_split((grad, v), self.threads, pass, merge);
+            let empty = (Histogram::new(), true);
+            let (values, finite) = parallel::run_split((grad, v), self.threads, pass, merge, empty);
             self.pending.merge(&values);
             return finite;
         }
@@ -677,7 +679,7 @@ impl<F: RuleSet> Step<'_, F> {
         let check = |g: &[G]| simd::fastest(|| kernel::grads_finite(g, inv));
         #[cfg(feature = "std")]
         if self.threads > 1 {
-            return parallel::run_split(grad, self.threads, check, |a, b| a && b);
+            return parallel::run_split(grad, self.threads, check, |a, b| a && b, true);
         }
         check(grad)
     }
@@ -1075,12 +1077,11 @@ impl<const REFERENCE: bool> Run<REFERENCE> {
             return kernel::run_reference(kernel, tensor, self.inv, store, self.slots);
         }
         let part = Part::whole(&mut *tensor.param, tensor.grad, &mut *tensor.state, K::SLOTS);
-        let run = |part| kernel::run_fast(kernel, part, self.inv, store, self.slots, self.isa);
         #[cfg(feature = "std")]
-        if self.threads > 1 {
-            return parallel::run_split(part, self.threads, run, TensorResult::merge);
-        }
-        run(part)
+        let threads = self.threads;
+        #[cfg(not(feature = "std"))]
+        let threads = 1;
+        kernel::run_fast(kernel, part, self.inv, store, self.slots, self.isa, threads)
     }
 }
 

@@ -7,7 +7,6 @@
 //! thread count.
 
 use std::thread;
-use std::vec::Vec;
 
 use crate::kernel::{Part, TensorResult, CHUNK};
 use crate::state::StateStorage;
@@ -55,37 +54,59 @@ impl<G: Sync> Split for &[G] {
 }
 
 /// `f` over `data` split into up to `threads` pieces of whole chunks, each on its own thread
-/// (the last on the caller's), the results combined with `merge`, which must be exact and
-/// order-independent.
+/// (one on the caller's), the results combined with `merge`, which must be exact and
+/// order-independent, with `empty` as its identity.
 pub(crate) fn run_split<D: Split, R: Send>(
     data: D,
     threads: usize,
     f: impl Fn(D) -> R + Sync,
-    merge: impl Fn(R, R) -> R,
+    merge: impl Fn(R, R) -> R + Sync,
+    empty: R,
 ) -> R {
     let pieces = threads.min(data.len() / MIN_PIECE).max(1);
-    if pieces == 1 {
-        return f(data);
+    split_in(data, pieces, &f, &merge).unwrap_or(empty)
+}
+
+/// [`run_split`] over `pieces` pieces: two halves side by side, each split further (`None`
+/// only if a half did not run, which [`join`] rules out).
+fn split_in<D: Split, R: Send>(
+    data: D,
+    pieces: usize,
+    f: &(impl Fn(D) -> R + Sync),
+    merge: &(impl Fn(R, R) -> R + Sync),
+) -> Option<R> {
+    if pieces <= 1 {
+        return Some(f(data));
     }
-    let per = data.len().div_ceil(pieces).next_multiple_of(CHUNK);
+    let head_pieces = pieces / 2;
+    let mid = (data.len() / pieces * head_pieces).next_multiple_of(CHUNK);
+    let (head, tail) = data.split_at(mid);
+    let (mut head, mut tail) = (Some(head), Some(tail));
+    let (mut a, mut b) = (None, None);
+    join(
+        &mut || a = head.take().and_then(|head| split_in(head, head_pieces, f, merge)),
+        &mut || {
+            b = tail
+                .take()
+                .and_then(|tail| split_in(tail, pieces - head_pieces, f, merge))
+        },
+    );
+    match (a, b) {
+        (Some(a), Some(b)) => Some(merge(a, b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Runs `a` on a scoped thread and `b` on the caller's. Not generic, so that the threads' code
+/// is compiled once rather than once per rule and storage combination.
+fn join(a: &mut (dyn FnMut() + Send), b: &mut dyn FnMut()) {
     thread::scope(|scope| {
-        let f = &f;
-        let mut rest = data;
-        let mut handles = Vec::with_capacity(pieces - 1);
-        while handles.len() + 1 < pieces && rest.len() > per {
-            let (head, tail) = rest.split_at(per);
-            rest = tail;
-            handles.push(scope.spawn(move || f(head)));
-        }
-        let mut result = f(rest);
-        for handle in handles {
-            let piece = handle
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            result = merge(piece, result);
-        }
-        result
-    })
+        let handle = scope.spawn(a);
+        b();
+        handle
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    });
 }
 
 impl TensorResult {

@@ -16,7 +16,7 @@
 
 use core::arch::x86_64::*;
 
-use super::{half_bits, half_bits_mut, Convert, Portable, WithConvert};
+use super::{half_bits, half_bits_mut, Convert, Portable, SlicesJob, WithConvert};
 use crate::storage::{Dtype, Storage};
 
 /// Proof that the CPU has AVX-512 F, BW, DQ and VL.
@@ -42,6 +42,24 @@ impl Avx512 {
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
 pub(crate) unsafe fn run_avx512<J: WithConvert>(job: J, avx512: Avx512) -> J::Output {
     job.run(avx512)
+}
+
+/// [`super::Isa::run_on_slices`] with Avx512.
+///
+/// # Safety
+/// As [`run_avx512`].
+#[inline(never)]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+pub(crate) unsafe fn run_avx512_on_slices<J: SlicesJob>(
+    job: J,
+    avx512: Avx512,
+    p: &mut [f32],
+    g: &[f32],
+    s0: &mut [f32],
+    s1: &mut [f32],
+    s2: &mut [f32],
+) {
+    job.run(avx512, p, g, [s0, s1, s2]);
 }
 
 impl Convert for Avx512 {

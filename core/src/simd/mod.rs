@@ -143,11 +143,46 @@ impl Isa {
             Isa::Portable => job.run(Portable),
         }
     }
+
+    /// Runs `job` over the slices, with this instruction set, in a function of its own that is
+    /// never inlined and takes the slices as separate arguments: a job that many callers share
+    /// (a rule's element loop) is then compiled once per instruction set rather than once per
+    /// caller, and the compiler knows the slices do not overlap (as borrows, they cannot), so
+    /// it vectorizes the job's loop without run-time overlap checks.
+    #[inline(always)]
+    pub fn run_on_slices<J: SlicesJob>(self, job: J, p: &mut [f32], g: &[f32], s: [&mut [f32]; 3]) {
+        let [s0, s1, s2] = s;
+        match self {
+            // SAFETY: the tokens exist only where their features were detected.
+            #[cfg(all(feature = "std", target_arch = "x86_64"))]
+            Isa::Avx2(avx2) => unsafe { x86::run_avx2_on_slices(job, avx2, p, g, s0, s1, s2) },
+            #[cfg(all(feature = "std", target_arch = "x86_64"))]
+            Isa::Avx512(avx512) => unsafe { avx512::run_avx512_on_slices(job, avx512, p, g, s0, s1, s2) },
+            #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+            Isa::Neon => run_on_slices(job, Neon, p, g, s0, s1, s2),
+            Isa::Portable => run_on_slices(job, Portable, p, g, s0, s1, s2),
+        }
+    }
 }
 
 /// Runs `pass` (a loop over slices without conversions: a reduction, a check) compiled for this
 /// CPU's best instruction set, so that it vectorizes at that width; `pass` must be inlined
 /// into it, so what it calls is `#[inline(always)]`.
+/// `job` with `conv`, never inlined (see [`Isa::run_on_slices`]); for the instruction sets
+/// that need no target feature.
+#[inline(never)]
+fn run_on_slices<J: SlicesJob, C: Convert>(
+    job: J,
+    conv: C,
+    p: &mut [f32],
+    g: &[f32],
+    s0: &mut [f32],
+    s1: &mut [f32],
+    s2: &mut [f32],
+) {
+    job.run(conv, p, g, [s0, s1, s2]);
+}
+
 #[inline(always)]
 pub(crate) fn fastest<R>(pass: impl FnOnce() -> R) -> R {
     /// The pass as a job whose conversions go unused.
@@ -166,6 +201,13 @@ pub(crate) fn fastest<R>(pass: impl FnOnce() -> R) -> R {
 }
 
 /// Work over chunks that runs with any instruction set's conversions ([`Isa::run`]).
+/// Work over θ, g and three state slots as `f32` slices with the conversions and instructions of
+/// one instruction set ([`Isa::run_on_slices`]).
+pub(crate) trait SlicesJob {
+    /// Runs the job with `conv`'s instruction set.
+    fn run<C: Convert>(self, conv: C, p: &mut [f32], g: &[f32], s: [&mut [f32]; 3]);
+}
+
 pub(crate) trait WithConvert {
     /// What the work returns.
     type Output;

@@ -17,7 +17,7 @@ use core::arch::x86_64::*;
 
 use half::{bf16, f16};
 
-use super::{half_bits, half_bits_mut, Convert, Portable, WithConvert};
+use super::{half_bits, half_bits_mut, Convert, Portable, SlicesJob, WithConvert};
 use crate::q8::{Map, Q8Block, SIGNED, UNSIGNED};
 use crate::rounding::stochastic_bits;
 use crate::storage::{Dtype, Storage};
@@ -42,6 +42,24 @@ impl Avx2 {
 #[target_feature(enable = "avx2,f16c")]
 pub(crate) unsafe fn run_avx2<J: WithConvert>(job: J, avx2: Avx2) -> J::Output {
     job.run(avx2)
+}
+
+/// [`super::Isa::run_on_slices`] with Avx2.
+///
+/// # Safety
+/// As [`run_avx2`].
+#[inline(never)]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) unsafe fn run_avx2_on_slices<J: SlicesJob>(
+    job: J,
+    avx2: Avx2,
+    p: &mut [f32],
+    g: &[f32],
+    s0: &mut [f32],
+    s1: &mut [f32],
+    s2: &mut [f32],
+) {
+    job.run(avx2, p, g, [s0, s1, s2]);
 }
 
 impl Convert for Avx2 {
