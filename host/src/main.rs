@@ -100,6 +100,10 @@ enum Command {
         /// Epochs.
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
         epochs: u64,
+        /// A preset file in place of the experiment's own, e.g. the `best.json` of `homeadam
+        /// sweep`: stability at the tuned settings.
+        #[arg(long)]
+        preset: Option<PathBuf>,
         /// The example of S that S⁽ⁱ⁾ replaces.
         #[arg(long, default_value_t = 0)]
         replace: usize,
@@ -491,14 +495,7 @@ fn stability(o: &StabilityOptions) -> Result<()> {
 
 fn train(a: TrainArgs) -> Result<()> {
     let experiment = Experiment::from_name(&a.experiment)?;
-    let preset = match &a.preset {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            Some(Preset::from_json(&text).with_context(|| format!("--preset {}", path.display()))?)
-        }
-        None => None,
-    };
+    let preset = a.preset.as_deref().map(Preset::read).transpose()?;
     let device = a.device.open()?;
     let run = ExperimentRun {
         experiment,
@@ -617,6 +614,7 @@ fn main() -> ExitCode {
             decay_mask,
             optimizers,
             epochs,
+            preset,
             replace,
             seed,
             out,
@@ -629,6 +627,7 @@ fn main() -> ExitCode {
                 small,
                 vgg,
                 decay_mask,
+                preset: preset.as_deref().map(Preset::read).transpose()?,
                 optimizers: optimizer_list(&optimizers)?,
                 epochs,
                 seed,

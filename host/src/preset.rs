@@ -11,6 +11,7 @@
 //! and the README's list is that text (a test checks it).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
 use homeadam_candle::OptimConfig;
@@ -357,6 +358,14 @@ impl Preset {
             bail!("preset {experiment}.json names itself {:?}", preset.experiment);
         }
         Ok(preset)
+    }
+
+    /// The preset in the file at `path` (e.g. the `best.json` of `homeadam sweep`), read as
+    /// [`Preset::from_json`] reads text, so that every command taking `--preset` accepts the
+    /// same files.
+    pub fn read(path: &Path) -> Result<Preset> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Preset::from_json(&text).with_context(|| format!("--preset {}", path.display()))
     }
 
     /// A preset from its JSON text (e.g. the `best.json` of `homeadam sweep`), with the checks

@@ -318,6 +318,60 @@ fn stability_writes_its_csv_and_figure_on_digits() {
     assert_png(&out.join("figures/stability.png"));
 }
 
+/// `stability --preset FILE` measures the rows of the file (a sweep's `best.json`): the
+/// experiment's own preset written to a file gives the same table, a row changed in the file
+/// a different one, and another experiment's preset is refused.
+#[test]
+fn stability_reads_the_rows_of_a_preset_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let own = homeadam_host::preset::Preset::json("digits_quick").expect("digits preset");
+    let mut changed: serde_json::Value = serde_json::from_str(own).expect("json");
+    let lr = changed["optimizers"]["sgdm"]["lr"].as_f64().expect("sgdm's lr");
+    changed["optimizers"]["sgdm"]["lr"] = serde_json::json!(lr / 10.0);
+    let files = [
+        ("own.json", own.to_string()),
+        ("changed.json", changed.to_string()),
+        (
+            "lm.json",
+            homeadam_host::preset::Preset::json("wikitext2_quick")
+                .expect("LM preset")
+                .to_string(),
+        ),
+    ];
+    for (name, text) in &files {
+        std::fs::write(dir.path().join(name), text).expect("write preset");
+    }
+    let args = ["stability", "--optimizers", "sgdm", "--epochs", "1", "--quiet"];
+    let table = |preset: Option<&str>| {
+        let out = dir.path().join(format!("run-{}", preset.unwrap_or("default")));
+        let file = preset.map(|p| dir.path().join(p));
+        let mut all: Vec<&str> = args.to_vec();
+        if let Some(f) = &file {
+            all.extend(["--preset", f.to_str().expect("utf-8 path")]);
+        }
+        homeadam(&all, &out);
+        assert_stability(&out, "sgdm", 1);
+        std::fs::read_to_string(out.join("sgdm/stability.csv")).expect("stability.csv")
+    };
+    let default = table(None);
+    assert_eq!(table(Some("own.json")), default);
+    assert_ne!(table(Some("changed.json")), default);
+
+    let refused = Command::new(env!("CARGO_BIN_EXE_homeadam"))
+        .args(args)
+        .arg("--preset")
+        .arg(dir.path().join("lm.json"))
+        .arg("--out")
+        .arg(dir.path().join("lm"))
+        .output()
+        .expect("run homeadam");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("not digits-mlp's"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn stability_runs_on_cifar10_batches() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -126,6 +126,22 @@ impl Experiment {
         })
     }
 
+    /// `given` (e.g. a sweep's `best.json`) when it is this experiment's preset, else the
+    /// experiment's own; another experiment's preset is refused, since its rows were chosen for
+    /// another model and data.
+    pub fn preset(self, given: Option<&Preset>) -> Result<Preset> {
+        match given {
+            None => Preset::load(self.preset_name()),
+            Some(p) if p.experiment == self.preset_name() => Ok(p.clone()),
+            Some(p) => bail!(
+                "the preset given is {}'s, not {}'s ({}.json)",
+                p.experiment,
+                self.name(),
+                self.preset_name()
+            ),
+        }
+    }
+
     /// The preset file's name (`host/presets/<name>.json`).
     pub fn preset_name(self) -> &'static str {
         match self {
@@ -161,16 +177,7 @@ impl Experiment {
                 self.name()
             );
         }
-        let preset = match &o.preset {
-            None => Preset::load(self.preset_name())?,
-            Some(p) if p.experiment == self.preset_name() => p.clone(),
-            Some(p) => bail!(
-                "the preset given is {}'s, not {}'s ({}.json)",
-                p.experiment,
-                self.name(),
-                self.preset_name()
-            ),
-        };
+        let preset = self.preset(o.preset.as_ref())?;
         let protocol = &preset.protocol;
         if o.vgg.is_some() && self != Experiment::Cifar10Vgg16 {
             bail!("--vgg applies to cifar10-vgg16, not {}", self.name());

@@ -21,7 +21,9 @@
 //! S is the training split but its last example, which is the fresh one: offline on the shipped
 //! digits (MLP, S of 1,437), or on CIFAR-10 (VGG16 of the preset's variant or `--vgg`, S of
 //! 49,999; augmentation draws depend on (seed, epoch, position) only, so both runs see the same
-//! crops). The decay mask is the preset's (or `--decay-mask`).
+//! crops). The rows and the decay mask are the experiment's preset's, or those of the preset
+//! file `--preset` names (a sweep's `best.json`: stability at tuned settings); `--decay-mask`
+//! overrides the mask.
 
 use std::path::PathBuf;
 
@@ -53,6 +55,9 @@ pub struct StabilityOptions {
     pub vgg: Option<VggVariant>,
     /// Overrides the preset's decay mask.
     pub decay_mask: Option<DecayMask>,
+    /// A preset in place of the experiment's own (e.g. the `best.json` of `homeadam sweep`), so
+    /// that stability is measured at tuned settings.
+    pub preset: Option<Preset>,
     /// Optimizers by name.
     pub optimizers: Vec<String>,
     /// Epochs.
@@ -177,23 +182,17 @@ fn distance(a: &dyn Model, b: &dyn Model) -> Result<f64> {
 /// Runs the experiment for every optimizer; returns each one's last epoch and the figures.
 pub fn run_stability(o: &StabilityOptions) -> Result<(Vec<StabilitySummary>, Vec<PathBuf>)> {
     let dev = o.device.clone();
+    let preset = o.experiment.preset(o.preset.as_ref())?;
     match o.experiment {
         Experiment::DigitsMlp => {
             let (s, s_i, test) = digit_sets(o.replace)?;
             let factory: ModelFactory =
                 Box::new(move |seed| Ok(Box::new(Mlp::new(MlpConfig::digits(), seed, &dev)?)));
-            lockstep(
-                o,
-                "digits_quick",
-                (s, s_i, test),
-                vec![digits::FEATURES],
-                false,
-                factory,
-            )
+            lockstep(o, preset, (s, s_i, test), vec![digits::FEATURES], false, factory)
         }
         Experiment::Cifar10Vgg16 => {
-            let name = "cifar10_vgg16";
-            let protocol = Preset::load(name)?.protocol;
+            let name = o.experiment.preset_name();
+            let protocol = &preset.protocol;
             let augmentation = needed(name, "augmentation", &protocol.augmentation)?.value;
             let pad = augmentation.padding().unwrap_or(0);
             let (s, s_i, test) = cifar_sets(o.data_dir.as_deref(), o.replace, pad)?;
@@ -208,7 +207,7 @@ pub fn run_stability(o: &StabilityOptions) -> Result<(Vec<StabilitySummary>, Vec
             let factory: ModelFactory = Box::new(move |seed| Ok(Box::new(Vgg::new(config, seed, &dev)?)));
             lockstep(
                 o,
-                "cifar10_vgg16",
+                preset,
                 (s, s_i, test),
                 cifar10::SHAPE.to_vec(),
                 augmentation != Augmentation::None,
@@ -225,13 +224,12 @@ pub fn run_stability(o: &StabilityOptions) -> Result<(Vec<StabilitySummary>, Vec
 /// The two runs of every optimizer, in lockstep, on S and S⁽ⁱ⁾.
 fn lockstep<E: Examples + Clone>(
     o: &StabilityOptions,
-    preset: &str,
+    preset: Preset,
     (s, s_i, test): (E, E, E),
     shape: Vec<usize>,
     augment: bool,
     new_model: ModelFactory,
 ) -> Result<(Vec<StabilitySummary>, Vec<PathBuf>)> {
-    let preset = Preset::load(preset)?;
     let dev = &o.device;
     let batch = preset.batch_size;
     let on_s = ClassificationData::new(s.clone(), test.clone(), shape.clone(), batch, augment, dev)?;
