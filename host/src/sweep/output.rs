@@ -72,6 +72,25 @@ fn score(task: Task, x: f64) -> String {
     }
 }
 
+/// The interval `(low, high)` as the tables print it, clipped to the values the score can take
+/// (an accuracy in [0, 1], a perplexity of at least 1) and then marked `*`: the Student-t
+/// interval assumes a normal spread over the seeds and, near a bound, reaches values no run
+/// can score. Returns the text and whether it was clipped.
+pub fn interval_text(task: Task, (low, high): (f64, f64)) -> (String, bool) {
+    let (floor, ceiling) = match task {
+        Task::Classification => (0.0, 1.0),
+        Task::LanguageModel => (1.0, f64::INFINITY),
+    };
+    let clipped = low < floor || high > ceiling;
+    let text = format!(
+        "[{}, {}]{}",
+        score(task, low.max(floor)),
+        score(task, high.min(ceiling)),
+        if clipped { "*" } else { "" }
+    );
+    (text, clipped)
+}
+
 /// The test scores' estimate of one optimizer.
 pub fn estimate(o: &OptimizerOutcome) -> Estimate {
     Estimate::of(&o.finals.iter().map(|f| f.2).collect::<Vec<_>>())
@@ -99,11 +118,14 @@ pub fn summary_markdown(opts: &SweepOptions, outcome: &SweepOutcome) -> String {
         "| optimizer | trials | chosen | validation {q} | test {q} (mean ± std) | 95 % CI | seeds |"
     );
     text.push_str("|---|---:|---|---:|---:|---|---:|\n");
+    let mut any_clipped = false;
     for o in &outcome.optimizers {
         let e = estimate(o);
         let spread = e.std.map_or(String::new(), |s| format!(" ± {}", score(task, s)));
-        let ci = e.interval().map_or("–".to_string(), |(lo, hi)| {
-            format!("[{}, {}]", score(task, lo), score(task, hi))
+        let ci = e.interval().map_or("–".to_string(), |interval| {
+            let (text, clipped) = interval_text(task, interval);
+            any_clipped |= clipped;
+            text
         });
         let c = o.chosen();
         let _ = writeln!(
@@ -116,6 +138,12 @@ pub fn summary_markdown(opts: &SweepOptions, outcome: &SweepOutcome) -> String {
             score(task, c.quality),
             score(task, e.mean),
             e.n
+        );
+    }
+    if any_clipped {
+        let _ = writeln!(
+            text,
+            "\n\\* clipped to the range of the {q}: the t interval of a few seeds reaches past it."
         );
     }
     text
@@ -178,4 +206,19 @@ pub fn write_all(opts: &SweepOptions, outcome: &SweepOutcome) -> Result<Vec<Path
     super::figure::draw(&figure, opts, outcome)?;
     written.push(figure);
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_past_a_bound_are_clipped_and_marked() {
+        let within = interval_text(Task::Classification, (0.95, 0.99));
+        assert_eq!(within, ("[0.9500, 0.9900]".to_string(), false));
+        let above = interval_text(Task::Classification, (0.9582, 1.0028));
+        assert_eq!(above, ("[0.9582, 1.0000]*".to_string(), true));
+        let below = interval_text(Task::LanguageModel, (0.5, 120.0));
+        assert_eq!(below, ("[1.00, 120.00]*".to_string(), true));
+    }
 }

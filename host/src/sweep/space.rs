@@ -63,7 +63,8 @@ impl Knob {
 
     /// The knobs the rule of `c` reads: η always; ε for every adaptive rule; λ where the entry
     /// decays (a rule run without decay has no λ to tune); for HomeAdam(W), τ (or the home share
-    /// when τ is calibrated) and the home-branch rate.
+    /// when τ is calibrated) and the home-branch rate. λ is drawn log-uniformly, so never 0: the
+    /// decay-free candidate is the rule's non-W entry (`adam` for `adamw`), swept beside it.
     pub fn read_by(c: &Config) -> Vec<Knob> {
         let mut knobs = vec![Knob::Lr];
         if c.rule != Rule::Sgd {
