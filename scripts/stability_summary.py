@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Summarises many `homeadam stability` runs of the same optimizers, one per (seed, replaced
+example), as a Markdown table.
+
+    scripts/stability_summary.py RUN_DIR...
+
+Each RUN_DIR holds `<optimizer>/stability.csv` and is named `seed<S>-replace<I>`. Per run,
+two readings: the distance ‖θ(S) − θ(S⁽ⁱ⁾)‖ after the last epoch, and the distance at the
+training loss every optimizer of the run reached (the largest of their smallest losses),
+interpolated linearly between the two epochs whose losses bracket it (the first epoch's value
+when the first epoch is already below it). A seed is the unit of the interval: each seed's
+runs are averaged over the replaced examples first, so the interval has (seeds − 1) degrees of
+freedom; the replaced examples only make each seed's value less noisy. Each optimizer is also
+compared with adamw-srf run by run (same seed and replaced example).
+"""
+import csv
+import math
+import os
+import re
+import sys
+from collections import defaultdict
+
+# Two-sided 97.5 % quantiles of Student's t, 1 to 10 degrees of freedom.
+# The paper's baseline, against which each optimizer's runs are also compared one by one.
+REFERENCE = "adamw-srf"
+
+T_975 = [12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281]
+
+
+def rows(path):
+    with open(path) as f:
+        return [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def at_loss(curve, loss):
+    """The distance where the training loss first falls to `loss`, interpolated linearly."""
+    for k, r in enumerate(curve):
+        if r["train_loss"] <= loss:
+            if k == 0:
+                return r["param_distance"]
+            a = curve[k - 1]
+            w = (a["train_loss"] - loss) / (a["train_loss"] - r["train_loss"])
+            return a["param_distance"] + w * (r["param_distance"] - a["param_distance"])
+    return math.nan
+
+
+def estimate(values):
+    n = len(values)
+    mean = sum(values) / n
+    std = math.sqrt(sum((x - mean) ** 2 for x in values) / (n - 1))
+    h = T_975[n - 2] * std / math.sqrt(n)
+    # A distance is never negative: an interval reaching below 0 is clipped and marked.
+    low = f"{max(mean - h, 0):.4f}" + ("*" if mean - h < 0 else "")
+    return f"{mean:.4f} ± {std:.4f}", f"[{low}, {mean + h:.4f}]"
+
+
+def main(dirs):
+    last = defaultdict(lambda: defaultdict(list))  # optimizer -> seed -> values
+    matched = defaultdict(lambda: defaultdict(list))
+    losses = defaultdict(list)
+    names = []
+    for d in dirs:
+        seed = int(re.search(r"seed(\d+)-replace\d+", d).group(1))
+        curves = {
+            o: rows(os.path.join(d, o, "stability.csv"))
+            for o in sorted(os.listdir(d))
+            if os.path.exists(os.path.join(d, o, "stability.csv"))
+        }
+        names = names or list(curves)
+        loss = max(min(r["train_loss"] for r in c) for c in curves.values())
+        losses[seed].append(loss)
+        for o, c in curves.items():
+            last[o][seed].append(c[-1]["param_distance"])
+            matched[o][seed].append(at_loss(c, loss))
+    seeds = sorted(losses)
+    runs = sum(len(v) for v in losses.values())
+    print(f"{runs} runs, seeds {seeds}; matched training loss {min(min(v) for v in losses.values()):.4f}"
+          f"–{max(max(v) for v in losses.values()):.4f}\n")
+    print("| optimizer | after the last epoch: mean ± std | 95 % CI | at the matched loss: mean ± std | 95 % CI |")
+    print("|---|---:|---|---:|---|")
+    for o in names:
+        per_seed = lambda table: [sum(table[o][s]) / len(table[o][s]) for s in seeds]
+        a, b = estimate(per_seed(last)), estimate(per_seed(matched))
+        print(f"| {o} | {a[0]} | {a[1]} | {b[0]} | {b[1]} |")
+    if REFERENCE in names:
+        print()
+        for o in (n for n in names if n != REFERENCE):
+            pairs = [(x, y) for s in seeds for x, y in zip(matched[o][s], matched[REFERENCE][s])]
+            closer = sum(x < y for x, y in pairs)
+            print(f"- at the matched loss, {o} closer than {REFERENCE} in {closer} of {len(pairs)} runs")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
