@@ -7,19 +7,25 @@
 # (xz-compressed; gzipped or plain also work): homeadam (the host with its `cuda` feature) and the test binaries cuda-gpu and
 # jetson-gpu (homeadam-cuda's kernels and the Jetson path against the core), candle-gpu
 # (VarOptimizer on CUDA against the CPU), host-gpu (the host's device code against the CPU),
-# host-resume (kill and resume) and cuda-bench (homeadam-cuda's step benchmark). The CUDA 13 libraries and cuDNN 9 come from
+# host-resume (kill and resume) and cuda-bench (homeadam-cuda's step benchmark); optionally
+# homeadam-before, an earlier build of the host, timed beside it. The CUDA 13 libraries and cuDNN 9 come from
 # LD_LIBRARY_PATH, or else from the Python environment's `nvidia` packages (PyTorch's CUDA
 # wheels: `nvidia/cu13/lib`, `nvidia/cudnn/lib`).
 #
 # In this order, each check with a time limit, so that the whole script stays within BUDGET
 # seconds (default 480; a check that would start after it is reported as not run):
 #   1. training speed: `homeadam bench-train` and host/benches/torch_train.py on VGG16 (batch
-#      64 and 128), ResNet34 and the paper's WikiText-2 Transformer, then their table
-#      (host/benches/compare.py) in OUT_DIR/bench.md;
+#      64 and 128), ResNet34 and the paper's WikiText-2 Transformer (5 warm-up steps, then STEPS
+#      timed steps, default 20), then their table
+#      (host/benches/compare.py) in OUT_DIR/bench.md; with homeadam-before in the bundle, its
+#      AdamW rows too, each run beside the current build's, in OUT_DIR/bench-before.md;
 #   2. the GPU test binaries;
 #   3. short training runs of each experiment on the device;
-#   4. compute-sanitizer's memcheck over a short training run of each model.
-# CHECKS picks the sections (default "speed tests train"; "speed tests train memcheck" for all).
+#   4. compute-sanitizer's memcheck over a short training run of each model;
+#   5. the kernel time per step of the Transformer, ResNet34 and VGG16, per kernel (Nsight Compute, one
+#      warm-up and one timed step; scripts/kernel_times.py) in OUT_DIR/kernels-E.md.
+# CHECKS picks the sections (default "speed tests train"; "speed tests train memcheck profile"
+# for all).
 # Each check prints its exit status and wall time; the script fails when any check failed.
 # --dry-run prints the checks' commands instead of running them (no GPU needed).
 set -uo pipefail
@@ -31,10 +37,12 @@ fi
 bundle=${1:?usage: gpu-check.sh [--dry-run] BUNDLE_DIR [OUT_DIR]}
 out=${2:-$(mktemp -d)}
 budget=${BUDGET:-480}
+steps=${STEPS:-20}
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin="$out/bin"
 bench="$out/bench"
-mkdir -p "$bin" "$bench"
+before="$out/bench-before"
+mkdir -p "$bin" "$bench" "$before"
 if [[ $dry -eq 0 ]]; then
     for f in "$bundle"/*; do
         name=$(basename "$(basename "$f" .gz)" .xz)
@@ -85,10 +93,16 @@ speed() {
     local experiment=$1 batch=$2 optimizer=$3
     local tag="$experiment-b$batch"
     check "bench-train $tag $optimizer" 120 "$bin/homeadam" bench-train --experiment "$experiment" \
-        --batch-size "$batch" --optimizer "$optimizer" --device cuda --json "$bench/ours-$tag-$optimizer.json"
+        --batch-size "$batch" --optimizer "$optimizer" --steps "$steps" --device cuda \
+        --json "$bench/ours-$tag-$optimizer.json"
+    if [[ $optimizer == adamw && ($dry -eq 1 || -x $bin/homeadam-before) ]]; then
+        check "bench-train $tag $optimizer (the earlier build, if bundled)" 120 "$bin/homeadam-before" \
+            bench-train --experiment "$experiment" --batch-size "$batch" --optimizer "$optimizer" \
+            --steps "$steps" --device cuda --json "$before/ours-$tag-$optimizer.json"
+    fi
     if [[ $optimizer == adamw ]]; then
         check "torch_train.py $tag" 120 python3 "$here/host/benches/torch_train.py" --experiment "$experiment" \
-            --batch-size "$batch" --device cuda --json "$bench/torch-$tag.json"
+            --batch-size "$batch" --steps "$steps" --device cuda --json "$bench/torch-$tag.json"
     fi
 }
 if [[ $checks == *" speed "* ]]; then
@@ -100,17 +114,22 @@ if [[ $checks == *" speed "* ]]; then
     speed wikitext2-transformer 32 homeadamw
     if [[ $dry -eq 0 ]]; then
         python3 "$here/host/benches/compare.py" "$bench" | tee "$out/bench.md"
+        if compgen -G "$before/*.json" >/dev/null; then
+            cp "$bench"/torch-*.json "$before/"
+            echo "The earlier build:"
+            python3 "$here/host/benches/compare.py" "$before" | tee "$out/bench-before.md"
+        fi
     fi
 fi
 
 # 2. The GPU test binaries.
 if [[ $checks == *" tests "* ]]; then
+check "homeadam-host: the host's device ops (cuDNN convolutions and batch norm, dropout, pooling, the loss, the layers' fused ops) and training steps = the CPU's" 90 "$bin/host-gpu" --test-threads 1 --nocapture
 check "homeadam-cuda: every rule and q8 state = the core's scalar reference" 150 "$bin/cuda-gpu" --test-threads 1
 check "homeadam-jetson: mapped memory = the core" 60 "$bin/jetson-gpu" --test-threads 1
 check "homeadam-cuda: step times (q8 and global rows included) and clipping's exact norm against a plain sum" 120 \
     "$bin/cuda-bench" $((128 << 20))
 check "homeadam-candle: VarOptimizer on CUDA = on the CPU" 150 "$bin/candle-gpu" --test-threads 1
-check "homeadam-host: dropout, pooling, cuDNN convolutions and batch norm, cross-entropy on the device = the CPU's" 90 "$bin/host-gpu" --test-threads 1 --nocapture
 check "kill and resume on the GPU" 120 env HOMEADAM_TEST_BIN="$bin/homeadam" HOMEADAM_TEST_DEVICE=cuda \
     "$bin/host-resume" --test-threads 1
 fi
@@ -153,6 +172,16 @@ if [[ $checks == *" memcheck "* ]]; then
     for e in cifar10-vgg16 tinyimagenet-resnet34 wikitext2-transformer; do
         check "memcheck bench-train $e" 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
             "$bin/homeadam" bench-train --experiment "$e" --batch-size 8 --warmup 0 --steps 2 --device cuda
+    done
+fi
+# 5. Per-kernel times.
+if [[ $checks == *" profile "* ]]; then
+    for run in "wikitext2-transformer 32" "tinyimagenet-resnet34 64" "cifar10-vgg16 64"; do
+        read -r e b <<<"$run"
+        check "kernel times $e-b$b" 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+            --page raw --log-file "$out/ncu-$e.csv" "$bin/homeadam" bench-train --experiment "$e" \
+            --batch-size "$b" --warmup 1 --steps 1 --device cuda
+        [[ $dry -eq 1 ]] || python3 "$here/scripts/kernel_times.py" "$out/ncu-$e.csv" 2 40 | tee "$out/kernels-$e.md"
     done
 fi
 echo "== gpu-check: $((SECONDS - started)) s, $([[ $failed -eq 0 ]] && echo passed || echo FAILED)"

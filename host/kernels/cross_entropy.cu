@@ -1,36 +1,5 @@
 // The fused cross-entropy on the device (host/src/models/cross_entropy.rs).
-#define NEG_INF (-__int_as_float(0x7f800000))
 #define QNAN (__int_as_float(0x7fc00000))
-
-__device__ float block_max(float v) {
-    __shared__ float shared[32];
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        v = threadIdx.x < blockDim.x / 32 ? shared[threadIdx.x] : NEG_INF;
-        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-        if (threadIdx.x == 0) shared[0] = v;
-    }
-    __syncthreads();
-    return shared[0];
-}
-
-__device__ float block_sum(float v) {
-    __shared__ float shared[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        v = threadIdx.x < blockDim.x / 32 ? shared[threadIdx.x] : 0.0f;
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (threadIdx.x == 0) shared[0] = v;
-    }
-    __syncthreads();
-    return shared[0];
-}
 
 /* The row's maximum and Σ e^{x − max}. */
 __device__ void row_stats(const float *row, unsigned int cols, float *m, float *s) {

@@ -1,14 +1,22 @@
-//! On a CUDA device (feature `cuda`): the host's own device code gives the CPU's bits (dropout)
-//! or its values within a stated tolerance (cuDNN's convolutions and batch norm, the fused
-//! loss), and the same bits run after run. Without a CUDA device the tests say so and pass.
+//! On a CUDA device (feature `cuda`): the host's own device code gives the CPU's bits (dropout,
+//! max pooling, ReLU) or its values within a stated tolerance (cuDNN's convolutions and batch
+//! norm, the fused loss, linear layers, layer norm, the causal softmax, whole training steps),
+//! and the same bits run after run. Without a CUDA device the tests say so and pass.
 #![cfg(feature = "cuda")]
 
-use candle_core::{Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor, Var};
+use homeadam_host::models::channel_bias::channel_bias;
 use homeadam_host::models::conv2d::conv2d;
 use homeadam_host::models::cross_entropy::cross_entropy;
 use homeadam_host::models::dropout::dropout;
+use homeadam_host::models::embedding::embedding;
+use homeadam_host::models::heads::{merge_heads, to_heads};
+use homeadam_host::models::layer_norm::layer_norm;
+use homeadam_host::models::linear::linear;
 use homeadam_host::models::max_pool::max_pool2d;
-use homeadam_host::models::{Model, ResNet, ResNetConfig, ResNetStem};
+use homeadam_host::models::relu::relu;
+use homeadam_host::models::softmax::causal_softmax;
+use homeadam_host::models::{Model, ResNet, ResNetConfig, ResNetStem, TransformerConfig, TransformerLm};
 use homeadam_host::rng::Rng;
 
 fn cuda() -> Option<Device> {
@@ -213,4 +221,241 @@ fn max_pooling_on_the_device_gives_the_cpus_bits() {
         );
     }
     eprintln!("gpu: max pooling and its gradient bit-identical to the CPU");
+}
+
+/// Normal values of the given dims on `device`, as a variable.
+fn normal_var(seed: u64, dims: &[usize], scale: f32, device: &Device) -> Var {
+    let mut r = Rng::new(seed);
+    let n: usize = dims.iter().product();
+    let values: Vec<f32> = (0..n).map(|_| r.normal() * scale).collect();
+    Var::from_vec(values, dims, device).unwrap()
+}
+
+/// `(1, 2, …, n) / n` in the shape of `y`, on its device.
+fn ramp(y: &Tensor) -> Tensor {
+    let n = y.elem_count();
+    let steps = Tensor::arange(1u32, n as u32 + 1, y.device()).unwrap();
+    let steps = steps.to_dtype(y.dtype()).unwrap().reshape(y.dims()).unwrap();
+    (steps / n as f64).unwrap()
+}
+
+/// Runs `f` on the CPU in f64 and twice on the GPU in f32 over variables made by `inputs`,
+/// backward from `Σ y ⊙ ramp(y)` (so that every output's gradient differs), and checks that the
+/// GPU's output and input gradients are within `tolerance` of the CPU's (relative: the f64 run
+/// stands for the exact values, so the tolerance is the GPU's f32 rounding alone) and repeat
+/// their bits.
+fn same_as_the_cpu(
+    what: &str,
+    gpu: &Device,
+    tolerance: f32,
+    inputs: impl Fn(&Device) -> Vec<Var>,
+    f: impl Fn(&[Var]) -> Tensor,
+) {
+    let mut runs = Vec::new();
+    for device in [Device::Cpu, gpu.clone(), gpu.clone()] {
+        let mut vars = inputs(&device);
+        if device.is_cpu() {
+            vars = vars
+                .iter()
+                .map(|v| Var::from_tensor(&v.as_tensor().to_dtype(DType::F64).unwrap()).unwrap())
+                .collect();
+        }
+        let y = f(&vars);
+        let grads = y.mul(&ramp(&y)).unwrap().sum_all().unwrap().backward().unwrap();
+        let as_f32 = |t: &Tensor| t.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
+        let mut outputs = vec![as_f32(&y)];
+        for v in &vars {
+            outputs.push(as_f32(grads.get(v).unwrap()));
+        }
+        runs.push(outputs);
+    }
+    for (k, (cpu, device)) in runs[0].iter().zip(&runs[1]).enumerate() {
+        let name = if k == 0 {
+            "y".to_string()
+        } else {
+            format!("dL/d input {}", k - 1)
+        };
+        let d = max_relative_difference(device, cpu);
+        assert!(d < tolerance, "{what}: {name} differs from the CPU's by {d}");
+    }
+    for (first, second) in runs[1].iter().zip(&runs[2]) {
+        assert_eq!(bits(first), bits(second), "{what}: a second run differs");
+    }
+}
+
+#[test]
+fn linear_layers_on_the_device_equal_the_cpus() {
+    let Some(gpu) = cuda() else { return };
+    // The Transformer's shapes at a small batch, its decoder's width, a 2-D input.
+    for (x_dims, out) in [(vec![2, 35, 64], 192), (vec![3, 5, 7], 33_278), (vec![9, 13], 1)] {
+        let inp = *x_dims.last().unwrap();
+        same_as_the_cpu(
+            &format!("linear {x_dims:?} → {out}"),
+            &gpu,
+            1e-4,
+            |d| {
+                vec![
+                    normal_var(1, &x_dims, 1.0, d),
+                    normal_var(2, &[out, inp], 0.3, d),
+                    normal_var(3, &[out], 1.0, d),
+                ]
+            },
+            |v| linear(v[0].as_tensor(), v[1].as_tensor(), Some(v[2].as_tensor())).unwrap(),
+        );
+    }
+    eprintln!(
+        "gpu: linear layers and their three gradients = the CPU's in f64 (relative 1e-4), repeatable bits"
+    );
+}
+
+#[test]
+fn a_convolutions_bias_on_the_device_equals_the_cpus() {
+    let Some(gpu) = cuda() else { return };
+    // VGG16's first layer at batch 64, an odd shape.
+    for dims in [[64, 64, 32, 32], [3, 5, 7, 9]] {
+        same_as_the_cpu(
+            &format!("channel bias {dims:?}"),
+            &gpu,
+            1e-4,
+            |dev| {
+                vec![
+                    normal_var(9, &dims, 1.0, dev),
+                    normal_var(10, &[dims[1]], 1.0, dev),
+                ]
+            },
+            |v| channel_bias(v[0].as_tensor(), v[1].as_tensor()).unwrap(),
+        );
+    }
+    eprintln!(
+        "gpu: a convolution's bias and its gradients = the CPU's in f64 (relative 1e-4), repeatable bits"
+    );
+}
+
+#[test]
+fn layer_norm_on_the_device_equals_the_cpus() {
+    let Some(gpu) = cuda() else { return };
+    // The paper's width, a row shorter than a warp, one longer than a warp but not a multiple.
+    for dims in [vec![4, 35, 768], vec![3, 5], vec![70, 45]] {
+        let d = *dims.last().unwrap();
+        same_as_the_cpu(
+            &format!("layer norm {dims:?}"),
+            &gpu,
+            1e-4,
+            |dev| {
+                vec![
+                    normal_var(4, &dims, 2.0, dev),
+                    normal_var(5, &[d], 1.0, dev),
+                    normal_var(6, &[d], 1.0, dev),
+                ]
+            },
+            |v| layer_norm(v[0].as_tensor(), v[1].as_tensor(), v[2].as_tensor(), 1e-5).unwrap(),
+        );
+    }
+    eprintln!("gpu: layer norm and its three gradients = the CPU's in f64 (relative 1e-4), repeatable bits");
+}
+
+#[test]
+fn the_causal_softmax_on_the_device_equals_the_cpus() {
+    let Some(gpu) = cuda() else { return };
+    // The Transformer's 35 positions, more positions than a warp's lanes, one position.
+    for (dims, divisor) in [([2, 8, 35, 35], 8.0), ([1, 2, 70, 70], 3.0), ([2, 1, 1, 1], 1.0)] {
+        let t = dims[3];
+        same_as_the_cpu(
+            &format!("causal softmax {dims:?}"),
+            &gpu,
+            1e-5,
+            |dev| vec![normal_var(7, &dims, 4.0, dev)],
+            |v| {
+                let mask: Vec<f32> = (0..t * t)
+                    .map(|i| if i % t > i / t { f32::NEG_INFINITY } else { 0.0 })
+                    .collect();
+                let mask = Tensor::from_vec(mask, (t, t), v[0].device()).unwrap();
+                let mask = mask.to_dtype(v[0].dtype()).unwrap();
+                causal_softmax(v[0].as_tensor(), divisor, &mask).unwrap()
+            },
+        );
+    }
+    eprintln!("gpu: the causal softmax and its gradient = the CPU's in f64 (relative 1e-5), repeatable bits");
+}
+
+#[test]
+fn attention_heads_and_embeddings_on_the_device_equal_the_cpus() {
+    let Some(gpu) = cuda() else { return };
+    for which in 0..3 {
+        same_as_the_cpu(
+            &format!("attention heads, part {which}"),
+            &gpu,
+            1e-7,
+            |dev| vec![normal_var(11, &[2, 35, 3 * 96], 1.0, dev)],
+            |v| merge_heads(&(to_heads(v[0].as_tensor(), 3, which, 8).unwrap() * 2.0).unwrap()).unwrap(),
+        );
+    }
+    // Repeated ids (their gradient rows add up), the paper's vocabulary and width.
+    for (vocab, d, n) in [(50, 64, 18), (33_278, 768, 1_120)] {
+        same_as_the_cpu(
+            &format!("embedding {vocab} × {d}, {n} ids"),
+            &gpu,
+            1e-6,
+            |dev| vec![normal_var(12, &[vocab, d], 1.0, dev)],
+            |v| {
+                let ids: Vec<u32> = (0..n)
+                    .map(|i| ((i * i * 7 + 3) % vocab.min(n / 2 + 1)) as u32)
+                    .collect();
+                let ids = Tensor::from_vec(ids, n, v[0].device()).unwrap();
+                embedding(v[0].as_tensor(), &ids).unwrap()
+            },
+        );
+    }
+    eprintln!("gpu: attention heads and embeddings with their gradients = the CPU's in f64, repeatable bits");
+}
+
+#[test]
+fn relu_on_the_device_gives_the_cpus_bits() {
+    let Some(gpu) = cuda() else { return };
+    // Rounded values, so that some are exactly zero (where the gradient passes, as candle's).
+    let n = (1 << 20) + 3;
+    let mut r = Rng::new(8);
+    let values: Vec<f32> = (0..n).map(|_| (r.normal() * 2.0).round() + 0.0).collect();
+    let mut runs = Vec::new();
+    for device in [Device::Cpu, gpu] {
+        let x = Var::from_vec(values.clone(), n, &device).unwrap();
+        let y = relu(x.as_tensor()).unwrap();
+        let grads = y.mul(&ramp(&y)).unwrap().sum_all().unwrap().backward().unwrap();
+        runs.push((bits(&y), bits(grads.get(&x).unwrap())));
+    }
+    assert!(runs[0] == runs[1], "ReLU: the GPU differs from the CPU");
+    eprintln!("gpu: ReLU and its gradient bit-identical to the CPU");
+}
+
+#[test]
+fn a_transformer_step_on_the_device_equals_the_cpus() {
+    let Some(gpu) = cuda() else { return };
+    // Dropout draws the same masks on both devices, so a training step compares.
+    let config = TransformerConfig::tiny(50);
+    let tokens: Vec<u32> = (0..2 * 9).map(|i| (i * 7 % 50) as u32).collect();
+    let mut runs = Vec::new();
+    for device in [Device::Cpu, gpu] {
+        let model = TransformerLm::new(config, 3, &device).unwrap();
+        let x = Tensor::from_vec(tokens.clone(), (2, 9), &device).unwrap();
+        let logits = model.forward(&x, true).unwrap();
+        let grads = logits.sqr().unwrap().mean_all().unwrap().backward().unwrap();
+        let mut named = vec![("logits".to_string(), logits)];
+        for (name, var) in model.vars() {
+            named.push((format!("d/d {name}"), grads.get(&var).unwrap().clone()));
+        }
+        runs.push(
+            named
+                .into_iter()
+                .map(|(n, t)| (n, t.to_device(&Device::Cpu).unwrap()))
+                .collect::<Vec<_>>(),
+        );
+    }
+    for ((name, cpu), (_, gpu)) in runs[0].iter().zip(&runs[1]) {
+        let d = max_relative_difference(gpu, cpu);
+        assert!(d < 1e-3, "{name}: the GPU differs from the CPU by {d}");
+    }
+    eprintln!(
+        "gpu: a Transformer training step ({} tensors) = the CPU's (relative 1e-3)",
+        runs[0].len()
+    );
 }

@@ -3,8 +3,8 @@
 //! (`cargo xtask test` installs NVRTC 12.9 from PyPI and sets `HOMEADAM_NVRTC_LIB` and
 //! `LD_LIBRARY_PATH`). Skipped, with a message, when `HOMEADAM_NVRTC_LIB` is not set.
 //!
-//! The host's own kernels (`host/kernels/*.cu`, compiled by NVRTC when it trains on a GPU) are
-//! compiled here too, because this test has NVRTC in CI and the host's tests do not.
+//! The host's own kernels (`host/kernels/*.cu`, each after `reduce.cuh`, compiled by NVRTC when it
+//! trains on a GPU) are compiled here too, because this test has NVRTC in CI and the host's tests do not.
 
 use homeadam_cuda::kernels::{self, UpdateKernel, ARCHS};
 use homeadam_cuda::nvrtc;
@@ -53,8 +53,11 @@ fn the_hosts_kernels_compile_for_every_arch_without_spills() {
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no kernels in {}", dir.display());
+    // The host's compilation puts the shared reductions before every kernel source.
+    let header = std::fs::read_to_string(dir.join("reduce.cuh")).expect("host/kernels/reduce.cuh");
     for file in files {
         let source = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let source = format!("{header}{source}");
         let names: Vec<&str> = source
             .split("extern \"C\" __global__ void ")
             .skip(1)

@@ -143,7 +143,7 @@ mod cuda {
         g: Option<(&CudaStorage, &Layout)>,
     ) -> candle_core::Result<(CudaStorage, Shape)> {
         static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-        let ptx = crate::models::cuda::ptx(&PTX, "cross-entropy", || SOURCE.to_string())?;
+        let ptx = crate::models::cuda::ptx(&PTX, "cross-entropy", SOURCE)?;
         let dev = x.device.clone();
         let (rows, cols) = x_layout.shape().dims2()?;
         let cols_arg = u32::try_from(cols)

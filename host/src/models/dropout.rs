@@ -112,7 +112,7 @@ mod cuda {
     /// The kernel's PTX, compiled by NVRTC once per process.
     fn ptx() -> candle_core::Result<&'static str> {
         static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-        crate::models::cuda::ptx(&PTX, "dropout", || SOURCE.to_string())
+        crate::models::cuda::ptx(&PTX, "dropout", SOURCE)
     }
 
     pub(super) fn forward(

@@ -1,11 +1,13 @@
 //! Building blocks shared by the models: a parameter builder that draws every initial value from
 //! the project's [`Rng`], and the layers (linear, convolution, batch norm, layer norm).
 //!
-//! The layers are written from candle primitives that all have a backward pass: candle's fused
+//! The layers are the host's ops (each candle's composition on the CPU, one op on CUDA:
+//! [`super::linear`], [`super::channel_bias`], [`super::layer_norm`]), cuDNN's convolutions and
+//! batch norm on CUDA, and candle primitives that all have a backward pass: candle's fused
 //! `layer_norm` and `softmax_last_dim` do not, and its `Dropout` draws from the unseedable device
 //! generator.
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{ensure, Result};
 use candle_core::{DType, Device, Tensor, Var};
 
 use crate::rng::Rng;
@@ -144,24 +146,11 @@ impl Linear {
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let dims = x.dims();
-        let Some((&inp, lead)) = dims.split_last() else {
-            bail!("linear: scalar input");
-        };
-        let (out, w_in) = self.weight.dims2()?;
-        ensure!(
-            inp == w_in,
-            "linear: input has {inp} features, layer expects {w_in}"
-        );
-        // One 2-D matmul over all leading positions: cheaper than a broadcast batched matmul.
-        let y = x.reshape(((), inp))?.matmul(&self.weight.as_tensor().t()?)?;
-        let y = match &self.bias {
-            Some(b) => y.broadcast_add(b.as_tensor())?,
-            None => y,
-        };
-        let mut out_dims = lead.to_vec();
-        out_dims.push(out);
-        Ok(y.reshape(out_dims)?)
+        super::linear::linear(
+            x,
+            self.weight.as_tensor(),
+            self.bias.as_ref().map(|b| b.as_tensor()),
+        )
     }
 }
 
@@ -208,10 +197,10 @@ impl Conv2d {
 
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = super::conv2d::conv2d(x, self.weight.as_tensor(), self.stride, self.padding)?;
-        Ok(match &self.bias {
-            Some(b) => y.broadcast_add(&b.as_tensor().reshape((1, (), 1, 1))?)?,
-            None => y,
-        })
+        match &self.bias {
+            Some(b) => super::channel_bias::channel_bias(&y, b.as_tensor()),
+            None => Ok(y),
+        }
     }
 }
 
@@ -260,7 +249,8 @@ impl BatchNorm2d {
         if train && x.device().is_cuda() {
             let (y, mean, unbiased) =
                 super::cudnn::batch_norm::train(x, self.weight.as_tensor(), self.bias.as_tensor(), BN_EPS)?;
-            self.update_running(&mean, &unbiased, 1.0)?;
+            super::cudnn::batch_norm::running_average(&self.running_mean, &mean, BN_MOMENTUM)?;
+            super::cudnn::batch_norm::running_average(&self.running_var, &unbiased, BN_MOMENTUM)?;
             return Ok(y);
         }
         let shape = (1, c, 1, 1);
@@ -298,8 +288,8 @@ impl BatchNorm2d {
     }
 }
 
-/// Layer normalisation over the last dimension (PyTorch `nn.LayerNorm`, eps 1e-5), built on
-/// `candle_nn::ops::layer_norm_slow` because candle's fused `layer_norm` has no backward pass.
+/// Layer normalisation over the last dimension (PyTorch `nn.LayerNorm`, eps 1e-5), through
+/// [`super::layer_norm`].
 pub(crate) struct LayerNorm {
     weight: Var,
     bias: Var,
@@ -315,11 +305,6 @@ impl LayerNorm {
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(candle_nn::ops::layer_norm_slow(
-            x,
-            self.weight.as_tensor(),
-            self.bias.as_tensor(),
-            1e-5,
-        )?)
+        super::layer_norm::layer_norm(x, self.weight.as_tensor(), self.bias.as_tensor(), 1e-5)
     }
 }

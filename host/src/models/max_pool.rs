@@ -215,7 +215,7 @@ mod cuda {
         grad: Option<(&CudaStorage, &Layout)>,
     ) -> candle_core::Result<(CudaStorage, Shape)> {
         static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-        let ptx = crate::models::cuda::ptx(&PTX, "max-pool", || SOURCE.to_string())?;
+        let ptx = crate::models::cuda::ptx(&PTX, "max-pool", SOURCE)?;
         let [n, c, h, w] = pool.dims;
         let (oh, ow) = pool.out();
         let int = |v: usize| {

@@ -8,6 +8,7 @@ use anyhow::{ensure, Result};
 use candle_core::{Device, Tensor, Var};
 
 use super::layers::{expect_f32, Linear, ParamBuilder, Params};
+use super::relu::relu;
 use super::Model;
 
 /// The MLP's sizes.
@@ -73,7 +74,7 @@ impl Model for Mlp {
             "MLP: expected [batch, {}], got {dims:?}",
             self.config.inputs
         );
-        self.fc2.forward(&self.fc1.forward(x)?.relu()?)
+        self.fc2.forward(&relu(&self.fc1.forward(x)?)?)
     }
 
     fn vars(&self) -> Vec<(String, Var)> {

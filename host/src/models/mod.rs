@@ -16,6 +16,7 @@ use candle_core::{Device, Tensor, Var};
 
 use crate::rng::Rng;
 
+pub mod channel_bias;
 pub mod cnn;
 pub mod conv2d;
 pub mod cross_entropy;
@@ -24,10 +25,16 @@ pub(crate) mod cuda;
 #[cfg(feature = "cuda")]
 mod cudnn;
 pub mod dropout;
+pub mod embedding;
+pub mod heads;
+pub mod layer_norm;
 mod layers;
+pub mod linear;
 pub mod max_pool;
 pub mod mlp;
+pub mod relu;
 pub mod resnet;
+pub mod softmax;
 pub mod transformer;
 pub mod vgg;
 

@@ -22,8 +22,10 @@
 //! `√(6 / (d + 3d))`) with bias 0, `out_proj` weight `nn.Linear` default with bias 0; feed-forward
 //! linears `nn.Linear` default (uniform in `±1/√fan_in`); LayerNorm weight 1 and bias 0.
 //!
-//! Layer norm is `candle_nn::ops::layer_norm_slow` and softmax `candle_nn::ops::softmax`, the
-//! variants with a backward pass. Dropout masks come from the model's own [`Rng`], exposed by
+//! The embedding, linear layers, layer norm, the attention's heads and causal softmax and ReLU
+//! are the host's ops ([`super::embedding`], [`super::linear`], [`super::layer_norm`],
+//! [`super::heads`], [`super::softmax`], [`super::relu`]): candle's composed ops on the CPU, one
+//! op each on CUDA. Dropout masks come from the model's own [`Rng`], exposed by
 //! [`Model::rng`] / [`Model::set_rng`], and are computed where the activations live
 //! ([`super::dropout`]); the positional encoding and the causal mask are built once per sequence
 //! length and device.
@@ -36,10 +38,14 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{anyhow, ensure, Result};
-use candle_core::{DType, Device, DeviceLocation, Tensor, Var, D};
+use candle_core::{DType, Device, DeviceLocation, Tensor, Var};
 
 use super::dropout::dropout;
+use super::embedding::embedding;
+use super::heads::{merge_heads, to_heads};
 use super::layers::{Init, LayerNorm, Linear, ParamBuilder, Params};
+use super::relu::relu;
+use super::softmax::causal_softmax;
 use super::Model;
 use crate::rng::Rng;
 
@@ -152,25 +158,21 @@ impl EncoderLayer {
         c: &TransformerConfig,
         rng: &mut Option<MutexGuard<'_, Rng>>,
     ) -> Result<Tensor> {
-        let (b, t, d) = x.dims3()?;
+        let d = x.dim(2)?;
         let h = c.heads;
         let dh = d / h;
         let qkv = self.in_proj.forward(x)?;
-        // [b, t, d] → [b, h, t, dh]
-        let split = |i: usize| -> Result<Tensor> {
-            Ok(qkv
-                .narrow(2, i * d, d)?
-                .reshape((b, t, h, dh))?
-                .transpose(1, 2)?
-                .contiguous()?)
-        };
-        let (q, k, v) = (split(0)?, split(1)?, split(2)?);
-        let scores = (q.matmul(&k.t()?)? / (dh as f64).sqrt())?.broadcast_add(mask)?;
-        let weights = maybe_dropout(candle_nn::ops::softmax(&scores, D::Minus1)?, c, rng)?;
-        let attn = weights.matmul(&v)?.transpose(1, 2)?.reshape((b, t, d))?;
+        let (q, k, v) = (
+            to_heads(&qkv, 3, 0, h)?,
+            to_heads(&qkv, 3, 1, h)?,
+            to_heads(&qkv, 3, 2, h)?,
+        );
+        let scores = q.matmul(&k.t()?)?;
+        let weights = maybe_dropout(causal_softmax(&scores, (dh as f64).sqrt(), mask)?, c, rng)?;
+        let attn = merge_heads(&weights.matmul(&v)?)?;
         let attn = maybe_dropout(self.out_proj.forward(&attn)?, c, rng)?;
         let x = self.norm1.forward(&(x + attn)?)?;
-        let ff = maybe_dropout(self.linear1.forward(&x)?.relu()?, c, rng)?;
+        let ff = maybe_dropout(relu(&self.linear1.forward(&x)?)?, c, rng)?;
         let ff = maybe_dropout(self.linear2.forward(&ff)?, c, rng)?;
         self.norm2.forward(&(x + ff)?)
     }
@@ -307,11 +309,7 @@ impl Model for TransformerLm {
         let device = x.device();
         let d = c.d_model;
         let mut rng = if train { Some(self.lock_rng()?) } else { None };
-        let emb = self
-            .embedding
-            .as_tensor()
-            .index_select(&x.flatten_all()?, 0)?
-            .reshape((b, t, d))?;
+        let emb = embedding(self.embedding.as_tensor(), &x.flatten_all()?)?.reshape((b, t, d))?;
         let Tables { encoding, mask } = self.tables(t, device)?;
         let h = (emb * (d as f64).sqrt())?.broadcast_add(&encoding)?;
         let mut h = maybe_dropout(h, c, &mut rng)?;

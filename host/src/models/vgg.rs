@@ -32,6 +32,7 @@ use serde::Deserialize;
 
 use super::dropout::dropout;
 use super::layers::{expect_f32, scaled, BatchNorm2d, Conv2d, ConvSpec, Init, Linear, ParamBuilder, Params};
+use super::relu::relu;
 use super::Model;
 use crate::rng::Rng;
 
@@ -199,8 +200,8 @@ impl Model for Vgg {
         let mut h = x.clone();
         for layer in &self.features {
             h = match layer {
-                Layer::Conv(conv, Some(bn)) => bn.forward(&conv.forward(&h)?, train)?.relu()?,
-                Layer::Conv(conv, None) => conv.forward(&h)?.relu()?,
+                Layer::Conv(conv, Some(bn)) => relu(&bn.forward(&conv.forward(&h)?, train)?)?,
+                Layer::Conv(conv, None) => relu(&conv.forward(&h)?)?,
                 Layer::Pool => super::max_pool::max_pool2d(&h, 2, 2, 0)?,
             };
         }
@@ -213,8 +214,8 @@ impl Model for Vgg {
                     Some(r) => dropout(&t, HEAD_DROPOUT, r),
                     None => Ok(t),
                 };
-                let h = fc1.forward(&drop(h)?)?.relu()?;
-                let h = fc2.forward(&drop(h)?)?.relu()?;
+                let h = relu(&fc1.forward(&drop(h)?)?)?;
+                let h = relu(&fc2.forward(&drop(h)?)?)?;
                 fc3.forward(&h)
             }
         }

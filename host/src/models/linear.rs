@@ -1,0 +1,211 @@
+//! The affine map `y = x Wᵀ + b` over the last dimension of `x` (any leading dimensions):
+//! candle's matmul and broadcast add on the CPU, one op on CUDA.
+//!
+//! Composed from candle's ops, a linear layer is four autograd nodes (two reshapes, the matmul
+//! with `Wᵀ`, the bias add), each of whose gradients candle accumulates into a zero-filled
+//! buffer, and the bias gradient is a strided reduction over the rows. On CUDA the layer is one
+//! op: forward, `b` written into every row then one cuBLAS GEMM adding `x Wᵀ` (FP32 math, as
+//! candle's matmul); backward, `∂L/∂x = ∂L/∂y W` and `∂L/∂W = (∂L/∂y)ᵀ x` by candle's matmul and
+//! `∂L/∂b = Σ_r ∂L/∂y_r` by a fixed-order column sum, so that a seed repeats its bits.
+
+use anyhow::{bail, ensure, Result};
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Shape, Tensor};
+
+/// `x Wᵀ + b` for `x` `[.., in]`, `w` `[out, in]` and `b` `[out]`; the result is `[.., out]`.
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let dims = x.dims();
+    let Some((&inp, lead)) = dims.split_last() else {
+        bail!("linear: scalar input");
+    };
+    let (out, w_in) = w.dims2()?;
+    ensure!(
+        inp == w_in,
+        "linear: input has {inp} features, layer expects {w_in}"
+    );
+    if let Some(b) = b {
+        ensure!(b.dims() == [out], "linear: bias {:?} for {out} outputs", b.dims());
+        if x.device().is_cuda() {
+            return Ok(x.contiguous()?.apply_op3(w, b, Affine)?);
+        }
+    }
+    // One 2-D matmul over all leading positions: cheaper than a broadcast batched matmul.
+    let y = x.reshape(((), inp))?.matmul(&w.t()?)?;
+    let y = match b {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    };
+    let mut out_dims = lead.to_vec();
+    out_dims.push(out);
+    Ok(y.reshape(out_dims)?)
+}
+
+/// `(x, W, b) → x Wᵀ + b` on CUDA.
+struct Affine;
+
+/// `g → Σ_r g_r` for a `[rows, cols]` tensor, on CUDA.
+struct ColumnSum;
+
+fn cpu_refused(what: &str) -> candle_core::Result<(CpuStorage, Shape)> {
+    candle_core::bail!("the fused {what} runs on CUDA tensors only (the CPU composes candle's ops)")
+}
+
+impl CustomOp3 for Affine {
+    fn name(&self) -> &'static str {
+        "homeadam-linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_refused("linear layer")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        x: &candle_core::CudaStorage,
+        x_layout: &Layout,
+        w: &candle_core::CudaStorage,
+        w_layout: &Layout,
+        b: &candle_core::CudaStorage,
+        b_layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        cuda::forward((x, x_layout), (w, w_layout), (b, b_layout))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _: &Tensor,
+        _: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (out, inp) = w.dims2()?;
+        let g = grad.contiguous()?.reshape(((), out))?;
+        let dx = g.matmul(&w.detach())?.reshape(x.dims())?;
+        let dw = g.t()?.matmul(&x.detach().reshape(((), inp))?)?;
+        let db = g.apply_op1_no_bwd(&ColumnSum)?;
+        Ok((Some(dx), Some(dw), Some(db)))
+    }
+}
+
+impl CustomOp1 for ColumnSum {
+    fn name(&self) -> &'static str {
+        "homeadam-column-sum"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_refused("column sum")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        g: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let (rows, cols) = layout.shape().dims2()?;
+        let dev = g.device.clone();
+        let g = crate::models::cuda::contiguous::<f32>(g, layout, "column sum")?;
+        // SAFETY: the column sum writes every element.
+        let mut out = unsafe { dev.alloc::<f32>(cols)? };
+        crate::models::cuda::column_sum(&dev, &g, rows, cols, &mut out.as_view_mut())?;
+        Ok((
+            candle_core::CudaStorage::wrap_cuda_slice(out, dev),
+            Shape::from(cols),
+        ))
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    //! The bias into every row (`host/kernels/linear.cu`), then cuBLAS's SGEMM with β = 1.
+
+    use std::sync::OnceLock;
+
+    use candle_core::cuda::cudarc::cublas::{sys::cublasOperation_t, Gemm, GemmConfig};
+    use candle_core::cuda::cudarc::driver::PushKernelArg;
+    use candle_core::cuda_backend::WrapErr;
+    use candle_core::{CudaStorage, Layout, Shape};
+
+    use crate::models::cuda::{contiguous, kernel_u32, per_element, ptx};
+
+    const SOURCE: &str = include_str!("../../kernels/linear.cu");
+
+    pub(super) fn forward(
+        (x, x_layout): (&CudaStorage, &Layout),
+        (w, w_layout): (&CudaStorage, &Layout),
+        (b, b_layout): (&CudaStorage, &Layout),
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        static PTX: OnceLock<Result<String, String>> = OnceLock::new();
+        let ptx = ptx(&PTX, "linear", SOURCE)?;
+        let (out, inp) = w_layout.shape().dims2()?;
+        let rows = x_layout.shape().elem_count() / inp;
+        let dev = x.device.clone();
+        let (x, w, b) = (
+            contiguous::<f32>(x, x_layout, "linear")?,
+            contiguous::<f32>(w, w_layout, "linear")?,
+            contiguous::<f32>(b, b_layout, "linear")?,
+        );
+        let gemm_int = |v: usize| {
+            i32::try_from(v)
+                .map_err(|_| candle_core::Error::Msg(format!("linear: size {v} exceeds cuBLAS's int")))
+        };
+        let (m, n, k) = (gemm_int(out)?, gemm_int(rows)?, gemm_int(inp)?);
+        // SAFETY: the bias kernel writes every element before the GEMM reads them (β = 1).
+        let mut y = unsafe { dev.alloc::<f32>(rows * out)? };
+        let func = dev.get_or_load_custom_func("homeadam_bias_rows_f32", "homeadam_linear", ptx)?;
+        let (n_arg, cols_arg) = (kernel_u32(rows * out, "linear")?, kernel_u32(out, "linear")?);
+        let mut builder = func.builder();
+        builder.arg(&b).arg(&mut y).arg(&n_arg).arg(&cols_arg);
+        // SAFETY: b holds `out` values and y rows × out.
+        unsafe { builder.launch(per_element(rows * out)) }.w()?;
+        // Row-major y [rows, out] is column-major yᵀ = W xᵀ: W's rows (length `in`) are the
+        // columns of the column-major [in, out] matrix, hence op(A) = Aᵀ.
+        let config = GemmConfig {
+            transa: cublasOperation_t::CUBLAS_OP_T,
+            transb: cublasOperation_t::CUBLAS_OP_N,
+            m,
+            n,
+            k,
+            alpha: 1.0f32,
+            lda: k,
+            ldb: k,
+            beta: 1.0f32,
+            ldc: m,
+        };
+        // SAFETY: w holds out × in values, x rows × in and y rows × out, as the leading
+        // dimensions above describe; the handle runs on the device's stream.
+        unsafe { dev.cublas_handle().gemm(config, &w, &x, &mut y) }.w()?;
+        let mut dims = x_layout.dims().to_vec();
+        *dims.last_mut().expect("an input of rank ≥ 1") = out;
+        Ok((CudaStorage::wrap_cuda_slice(y, dev), Shape::from(dims)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    #[test]
+    fn leading_dimensions_are_kept_and_bad_shapes_are_errors() {
+        let dev = Device::Cpu;
+        let x = Tensor::ones((2, 3, 4), candle_core::DType::F32, &dev).unwrap();
+        let w = Var::ones((5, 4), candle_core::DType::F32, &dev).unwrap();
+        let b = Tensor::ones(5, candle_core::DType::F32, &dev).unwrap();
+        let y = linear(&x, w.as_tensor(), Some(&b)).unwrap();
+        assert_eq!(y.dims(), [2, 3, 5]);
+        assert_eq!(y.flatten_all().unwrap().to_vec1::<f32>().unwrap(), vec![5.0; 30]);
+        let bad = Tensor::ones(4, candle_core::DType::F32, &dev).unwrap();
+        assert!(linear(&x, w.as_tensor(), Some(&bad)).is_err());
+        assert!(linear(&x.t().unwrap(), w.as_tensor(), None).is_err());
+    }
+}

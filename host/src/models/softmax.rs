@@ -1,0 +1,157 @@
+//! Attention's causal softmax, `softmax(s / c + M)` over the last dimension of `[.., t, t]`
+//! scores `s`, where the mask `M` is 0 on and below the diagonal and `−∞` above it (query `i`
+//! sees keys `j ≤ i`): candle's division, broadcast add and `candle_nn::ops::softmax` on the
+//! CPU, one op on CUDA.
+//!
+//! Composed, the three are seven autograd nodes. On CUDA one warp per row computes
+//! `y_j = e^{z_j − max z} / Σ_{k ≤ i} e^{z_k − max z}` with `z = s / c` (zero above the diagonal,
+//! as `e^{−∞}`), and the backward pass `∂L/∂s_j = y_j (∂L/∂y_j − Σ_k y_k ∂L/∂y_k) / c` from the
+//! output (`host/kernels/softmax.cu`).
+
+use anyhow::{ensure, Result};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor, D};
+
+/// The causal softmax of `scores` (`[.., t, t]`) divided by `divisor`; `mask` is the `[t, t]`
+/// additive causal mask the CPU adds (0 or `−∞`), unused on CUDA, which computes it.
+pub fn causal_softmax(scores: &Tensor, divisor: f64, mask: &Tensor) -> Result<Tensor> {
+    let dims = scores.dims();
+    ensure!(
+        dims.len() >= 2
+            && dims[dims.len() - 1] == dims[dims.len() - 2]
+            && mask.dims() == &dims[dims.len() - 2..],
+        "causal softmax: scores {dims:?} are not [.., t, t] or the mask {:?} not [t, t]",
+        mask.dims()
+    );
+    if scores.device().is_cuda() {
+        let divisor = divisor as f32;
+        return Ok(scores.contiguous()?.apply_op1(Forward { divisor })?);
+    }
+    Ok(candle_nn::ops::softmax(
+        &(scores / divisor)?.broadcast_add(mask)?,
+        D::Minus1,
+    )?)
+}
+
+/// `s → y`.
+struct Forward {
+    divisor: f32,
+}
+
+/// `(y, ∂L/∂y) → ∂L/∂s`.
+struct Backward {
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    divisor: f32,
+}
+
+fn cpu_refused() -> candle_core::Result<(CpuStorage, Shape)> {
+    candle_core::bail!("the fused causal softmax runs on CUDA tensors only (the CPU composes candle's ops)")
+}
+
+impl CustomOp1 for Forward {
+    fn name(&self) -> &'static str {
+        "homeadam-causal-softmax"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_refused()
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        cuda::run(self.divisor, (s, layout), None)
+    }
+
+    fn bwd(&self, _: &Tensor, y: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let backward = Backward {
+            divisor: self.divisor,
+        };
+        Ok(Some(y.apply_op2_no_bwd(&grad.contiguous()?, &backward)?))
+    }
+}
+
+impl CustomOp2 for Backward {
+    fn name(&self) -> &'static str {
+        "homeadam-causal-softmax-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_refused()
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        y: &candle_core::CudaStorage,
+        y_layout: &Layout,
+        grad: &candle_core::CudaStorage,
+        grad_layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        cuda::run(self.divisor, (y, y_layout), Some((grad, grad_layout)))
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    //! One warp per row of scores (`host/kernels/softmax.cu`).
+
+    use std::sync::OnceLock;
+
+    use candle_core::cuda::cudarc::driver::PushKernelArg;
+    use candle_core::cuda_backend::WrapErr;
+    use candle_core::{CudaStorage, Layout, Shape};
+
+    use crate::models::cuda::{contiguous, kernel_u32, ptx, warp_per_row};
+
+    const SOURCE: &str = include_str!("../../kernels/softmax.cu");
+
+    /// The forward pass over `first` = the scores, or with `grad` the backward pass over
+    /// `first` = the forward pass's output.
+    pub(super) fn run(
+        divisor: f32,
+        (first, first_layout): (&CudaStorage, &Layout),
+        grad: Option<(&CudaStorage, &Layout)>,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        static PTX: OnceLock<Result<String, String>> = OnceLock::new();
+        let ptx = ptx(&PTX, "causal softmax", SOURCE)?;
+        let shape = first_layout.shape().clone();
+        let n = shape.elem_count();
+        let t = *shape.dims().last().expect("scores of rank ≥ 2");
+        let rows = n / t;
+        let dev = first.device.clone();
+        let first = contiguous::<f32>(first, first_layout, "causal softmax")?;
+        let grad = match grad {
+            Some((g, l)) => Some(contiguous::<f32>(g, l, "causal softmax")?),
+            None => None,
+        };
+        let name = match grad {
+            None => "homeadam_causal_softmax_f32",
+            Some(_) => "homeadam_causal_softmax_backward_f32",
+        };
+        let func = dev.get_or_load_custom_func(name, "homeadam_causal_softmax", ptx)?;
+        // SAFETY: the kernel writes every element.
+        let mut out = unsafe { dev.alloc::<f32>(n)? };
+        let (rows_arg, t_arg) = (
+            kernel_u32(rows, "causal softmax")?,
+            kernel_u32(t, "causal softmax")?,
+        );
+        let mut builder = func.builder();
+        builder.arg(&first);
+        if let Some(g) = &grad {
+            builder.arg(g);
+        }
+        builder.arg(&mut out).arg(&rows_arg).arg(&t_arg).arg(&divisor);
+        // SAFETY: every tensor holds rows × t values, as the kernel reads and writes them.
+        unsafe { builder.launch(warp_per_row(rows)) }.w()?;
+        Ok((CudaStorage::wrap_cuda_slice(out, dev), shape))
+    }
+}
