@@ -70,16 +70,25 @@ impl<'a> AnyTensor<'a> {
     #[inline(always)]
     pub fn of<P: Storage, G: Storage, S: StateStorage>(t: &'a mut Tensor<'_, P, G, S>) -> Self {
         // SAFETY (every cast): `Storage` and `StateStorage` are sealed, and each of their types
-        // has its own `DTYPE`: f32, bf16, f16 and (state only) Q8Block.
+        // has its own `DTYPE`: f32, bf16, f16 and (state only) Q8Block. The matches name every
+        // `Dtype`, so that a new one does not compile until it has its own arm.
+        const {
+            assert!(
+                !matches!(P::DTYPE, Dtype::Q8) && !matches!(G::DTYPE, Dtype::Q8),
+                "q8 is a state type only"
+            )
+        };
         let param = match P::DTYPE {
             Dtype::F32 => Param::F32(unsafe { same_mut(t.param) }),
             Dtype::BF16 => Param::Bf16(unsafe { same_mut(t.param) }),
-            _ => Param::F16(unsafe { same_mut(t.param) }),
+            Dtype::F16 => Param::F16(unsafe { same_mut(t.param) }),
+            Dtype::Q8 => unreachable!("refused at compile time above"),
         };
         let grad = match G::DTYPE {
             Dtype::F32 => Grad::F32(unsafe { same(t.grad) }),
             Dtype::BF16 => Grad::Bf16(unsafe { same(t.grad) }),
-            _ => Grad::F16(unsafe { same(t.grad) }),
+            Dtype::F16 => Grad::F16(unsafe { same(t.grad) }),
+            Dtype::Q8 => unreachable!("refused at compile time above"),
         };
         let state = match S::DTYPE {
             Dtype::F32 => State::F32(unsafe { same_mut(t.state) }),
