@@ -308,8 +308,8 @@ pub(crate) struct Part<'a, P, G, S> {
 impl<'a, P, G, S: StateStorage> Part<'a, P, G, S> {
     /// The whole tensor, whose `state` holds `slots` slots one after the other.
     ///
-    /// Not inlined: it runs once per tensor, and its slice splits inlined into the step cost
-    /// the single-rule firmware ~80 B of its 4 KB.
+    /// Not inlined: it runs once per tensor, and its slice splits inlined into the step would
+    /// grow the single-rule firmware's flash.
     #[inline(never)]
     pub fn whole(param: &'a mut [P], grad: &'a [G], state: &'a mut [S], slots: usize) -> Self {
         let n = S::slot_len(param.len());

@@ -11,8 +11,8 @@ use std::thread;
 use crate::kernel::{Part, TensorResult, CHUNK};
 use crate::state::StateStorage;
 
-/// Elements below which a piece is not worth a thread (spawning one costs ~20 µs, the time of
-/// ~100 K elements of a step).
+/// Elements below which a piece is not worth a thread (spawning one costs more than a step
+/// over a smaller piece).
 const MIN_PIECE: usize = 128 * CHUNK;
 
 /// Data that splits at an element index into two disjoint halves.

@@ -79,8 +79,8 @@ fn assert_learns(optimizer: &str, rows: &[EpochRecord]) {
     );
 }
 
-/// `homeadam quick`, cut to two optimizers on the digits (10 epochs, ~0.03 s each in release)
-/// and a 2-epoch, 3-batch language model (~15 s in release, mostly its evaluation).
+/// `homeadam quick`, cut to two optimizers on the digits (10 epochs) and a 2-epoch, 3-batch
+/// language model (its time mostly the evaluation).
 #[test]
 fn quick_trains_and_writes_tables_csvs_and_figures() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -4,7 +4,7 @@
 //! `qemu-aarch64`, so that the NEON conversions (bf16 and f16, to nearest and stochastic; f16's
 //! also against `half`'s software conversion, under the FPCR that Linux gives a thread) and the
 //! fast path compiled for NEON are proven equal to the scalar reference bit for bit. Emulation
-//! is ~20× slower than this machine, so the step runs the unit tests (every conversion), and
+//! is many times slower than native, so the step runs the unit tests (every conversion), and
 //! the property test (with fewer cases) and the chunk-crossing sizes over 6 of the 27 storage
 //! combinations, which cover each storage type in each position, so every NEON conversion of
 //! θ, g and the state (`--cfg homeadam_emulated`, core/tests/common/mod.rs).

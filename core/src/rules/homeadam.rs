@@ -20,8 +20,8 @@ use crate::scalars::StepScalars;
 /// Whether an element's step η m̂/(v̂ + ε) or η_h m̂ is a select between the two products
 /// rather than one product of the selected rate and direction: the same operations and bits,
 /// written for the compiler. On scalar FPUs one select of the products makes the Cortex-M4F's
-/// loop 3 instructions shorter; on soft-float cores each product is a library call (~100
-/// instructions on the Cortex-M0), and the host's vectorized loop keeps its blends.
+/// loop shorter; on soft-float cores each product is a library call (a long one on the
+/// Cortex-M0), and the host's vectorized loop keeps its blends.
 const SELECT_PRODUCTS: bool = SCALAR_FPU;
 
 /// Which branch an element takes: a const parameter of the kernel, so that the element loop has

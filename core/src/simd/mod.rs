@@ -329,7 +329,7 @@ mod tests {
             0x3f81_8000,
             0xbf80_8000,
         ];
-        // Fewer in unoptimized builds, where the scalar conversions are ~30× slower.
+        // Fewer in unoptimized builds, where the scalar conversions are far slower.
         let random = if cfg!(homeadam_unoptimized) {
             20_000
         } else {
