@@ -16,7 +16,7 @@ use homeadam_host::sweep::{run_sweep, SweepOptions};
 use homeadam_host::train::bench::{bench_train, BenchOptions};
 use homeadam_host::train::experiments::{BuildOptions, Experiment};
 use homeadam_host::train::run::RunSettings;
-use homeadam_host::train::runner::{outcome, run_experiment, ExperimentRun, Outcome};
+use homeadam_host::train::runner::{outcome, run_experiment, ExperimentOutcome, ExperimentRun};
 use homeadam_host::train::stability::{matched_loss, run_stability, StabilityOptions};
 
 #[derive(Parser)]
@@ -361,7 +361,7 @@ fn optimizer_list(spec: &str) -> Result<Vec<String>> {
     Ok(names)
 }
 
-fn print_outcome(title: &str, o: &Outcome) {
+fn print_outcome(title: &str, o: &ExperimentOutcome) {
     println!("\n{title}\n\n{}", o.table.to_text());
     for f in &o.figures {
         println!("figure: {}", f.display());

@@ -4,30 +4,10 @@
 use std::io::Write;
 use std::path::Path;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use homeadam_replay::{output_bytes, replay, telemetry_line, ReplayConfig, ReplayInput};
 
-/// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| anyhow!("output: {} is not a file path", path.display()))?;
-    let tmp = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.with_context(|| format!("output: cannot write {}", path.display()))
-}
+use crate::train::checkpoint::write_atomically;
 
 /// The whole command: read, replay (printing telemetry lines to `out`), write.
 pub fn run(config: &Path, input: &Path, output: &Path, out: &mut impl Write) -> Result<()> {

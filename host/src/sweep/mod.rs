@@ -422,7 +422,7 @@ fn claim(o: &SweepOptions, space: &SearchSpace) -> Result<()> {
     if !path.exists() {
         std::fs::create_dir_all(&o.out_dir)
             .with_context(|| format!("cannot create {}", o.out_dir.display()))?;
-        return crate::replay::write_atomically(&path, text.as_bytes());
+        return crate::train::checkpoint::write_atomically(&path, text.as_bytes());
     }
     let old = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     if old != text {

@@ -10,8 +10,8 @@ use super::space::{Knob, Trial};
 use super::stats::Estimate;
 use super::{OptimizerOutcome, SweepOptions, SweepOutcome};
 use crate::preset::Preset;
-use crate::replay::write_atomically;
 use crate::report::Task;
+use crate::train::checkpoint::write_atomically;
 
 /// `sweep.csv`: one row per trial, optimizers in the order asked and trials by index; a knob
 /// the rule does not read is left empty. Numbers are written as the shortest text that reads

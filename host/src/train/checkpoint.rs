@@ -15,6 +15,7 @@
 //! Files are written atomically (temporary file, fsync, rename), so a crash leaves the previous
 //! checkpoint or the new one, never a torn file.
 
+use std::io::Write;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -22,6 +23,29 @@ use homeadam_core::backend::Crc32;
 use serde::{Deserialize, Serialize};
 
 use crate::models::SavedVar;
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename (checkpoints,
+/// summaries and every other output that a kill must not leave torn).
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| anyhow!("output: {} is not a file path", path.display()))?;
+    let tmp = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.with_context(|| format!("output: cannot write {}", path.display()))
+}
 
 const MAGIC: &[u8; 8] = b"HARUNCK\x01";
 
@@ -209,7 +233,7 @@ impl RunCheckpoint {
 
     /// Writes the checkpoint atomically to `path`.
     pub fn save(&self, path: &Path) -> Result<()> {
-        crate::replay::write_atomically(path, &self.to_bytes()?)
+        write_atomically(path, &self.to_bytes()?)
     }
 
     /// Reads and verifies the checkpoint at `path`.

@@ -32,7 +32,7 @@ pub struct ExperimentRun {
 }
 
 /// The figures and table of a finished run directory.
-pub struct Outcome {
+pub struct ExperimentOutcome {
     /// The figures written.
     pub figures: Vec<PathBuf>,
     /// The summary of every optimizer's last epoch.
@@ -45,7 +45,7 @@ pub struct Outcome {
 /// With `resume`, each run continues from its checkpoint, and a run without one (it had not
 /// started when the command was killed) starts from scratch; at least one run must have a
 /// checkpoint, else `--resume` was given by mistake and nothing is trained.
-pub fn run_experiment(r: &ExperimentRun) -> Result<Outcome> {
+pub fn run_experiment(r: &ExperimentRun) -> Result<ExperimentOutcome> {
     let Setup {
         data,
         new_model,
@@ -99,9 +99,9 @@ pub fn run_experiment(r: &ExperimentRun) -> Result<Outcome> {
 
 /// Redraws the figures of `run_dir` from its CSVs and writes its summary table to
 /// `RUN_DIR/summary.md`.
-pub fn outcome(run_dir: &Path) -> Result<Outcome> {
+pub fn outcome(run_dir: &Path) -> Result<ExperimentOutcome> {
     let figures = draw_figures(run_dir)?;
     let table = SummaryTable::from_run(&load_run(run_dir)?);
-    crate::replay::write_atomically(&run_dir.join("summary.md"), table.to_markdown().as_bytes())?;
-    Ok(Outcome { figures, table })
+    super::checkpoint::write_atomically(&run_dir.join("summary.md"), table.to_markdown().as_bytes())?;
+    Ok(ExperimentOutcome { figures, table })
 }
