@@ -30,10 +30,6 @@ struct Forward;
 /// `∂L/∂y → [Σ_{n,h,w} ∂L/∂y_c]_c`.
 struct ChannelSum;
 
-fn cpu_refused() -> candle_core::Result<(CpuStorage, Shape)> {
-    candle_core::bail!("the fused channel bias runs on CUDA tensors only (the CPU uses candle's)")
-}
-
 impl CustomOp2 for Forward {
     fn name(&self) -> &'static str {
         "homeadam-channel-bias"
@@ -46,7 +42,7 @@ impl CustomOp2 for Forward {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        super::cuda_only("the fused channel bias")
     }
 
     #[cfg(feature = "cuda")]
@@ -79,7 +75,7 @@ impl CustomOp1 for ChannelSum {
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        super::cuda_only("the fused channel bias")
     }
 
     #[cfg(feature = "cuda")]

@@ -33,10 +33,6 @@ struct PerRow;
 /// `(x, t, g) → ∂(Σ_r g_r L_r)/∂x`.
 struct RowGradient;
 
-fn cpu_refused() -> candle_core::Result<(CpuStorage, Shape)> {
-    candle_core::bail!("the fused cross-entropy runs on CUDA tensors only (the CPU uses candle's)")
-}
-
 impl CustomOp2 for PerRow {
     fn name(&self) -> &'static str {
         "homeadam-cross-entropy"
@@ -49,7 +45,7 @@ impl CustomOp2 for PerRow {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        super::cuda_only("the fused cross-entropy")
     }
 
     #[cfg(feature = "cuda")]
@@ -89,7 +85,7 @@ impl CustomOp3 for RowGradient {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        super::cuda_only("the fused cross-entropy")
     }
 
     #[cfg(feature = "cuda")]

@@ -35,10 +35,6 @@ struct Backward {
     vocab: usize,
 }
 
-fn cpu_refused() -> candle_core::Result<(CpuStorage, Shape)> {
-    candle_core::bail!("the fused embedding runs on CUDA tensors only (the CPU uses candle's)")
-}
-
 impl CustomOp2 for Lookup {
     fn name(&self) -> &'static str {
         "homeadam-embedding"
@@ -51,7 +47,7 @@ impl CustomOp2 for Lookup {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        super::cuda_only("the fused embedding")
     }
 
     #[cfg(feature = "cuda")]
@@ -89,7 +85,7 @@ impl CustomOp2 for Backward {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        super::cuda_only("the fused embedding")
     }
 
     #[cfg(feature = "cuda")]

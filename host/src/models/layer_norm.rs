@@ -39,10 +39,6 @@ struct Backward {
     eps: f32,
 }
 
-fn cpu_refused() -> candle_core::Result<(CpuStorage, Shape)> {
-    candle_core::bail!("the fused layer norm runs on CUDA tensors only (the CPU uses candle's)")
-}
-
 impl CustomOp3 for Forward {
     fn name(&self) -> &'static str {
         "homeadam-layer-norm"
@@ -57,7 +53,7 @@ impl CustomOp3 for Forward {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        super::cuda_only("the fused layer norm")
     }
 
     #[cfg(feature = "cuda")]
@@ -110,7 +106,7 @@ impl CustomOp3 for Backward {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        super::cuda_only("the fused layer norm")
     }
 
     #[cfg(feature = "cuda")]

@@ -45,10 +45,6 @@ struct Affine;
 /// `g → Σ_r g_r` for a `[rows, cols]` tensor, on CUDA.
 struct ColumnSum;
 
-fn cpu_refused(what: &str) -> candle_core::Result<(CpuStorage, Shape)> {
-    candle_core::bail!("the fused {what} runs on CUDA tensors only (the CPU composes candle's ops)")
-}
-
 impl CustomOp3 for Affine {
     fn name(&self) -> &'static str {
         "homeadam-linear"
@@ -63,7 +59,7 @@ impl CustomOp3 for Affine {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused("linear layer")
+        super::cuda_only("the fused linear layer")
     }
 
     #[cfg(feature = "cuda")]
@@ -102,7 +98,7 @@ impl CustomOp1 for ColumnSum {
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused("column sum")
+        super::cuda_only("the fused column sum")
     }
 
     #[cfg(feature = "cuda")]

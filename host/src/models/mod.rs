@@ -44,6 +44,12 @@ pub use resnet::{ResNet, ResNetConfig, ResNetStem};
 pub use transformer::{TransformerConfig, TransformerLm};
 pub use vgg::{Vgg, VggConfig, VggVariant};
 
+/// The CPU half of a candle op that runs on CUDA only: an error naming the op (`what`); the
+/// models call each such op on CUDA tensors and compose candle's ops on the CPU.
+pub(crate) fn cuda_only(what: &str) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+    candle_core::bail!("{what} runs on CUDA tensors only (the CPU composes candle's ops)")
+}
+
 /// One saved variable: its name, shape and values (row-major).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SavedVar {

@@ -19,17 +19,13 @@ struct Forward;
 /// `(x, ∂L/∂y) → ∂L/∂y [x ≥ 0]`.
 struct Backward;
 
-fn cpu_refused() -> candle_core::Result<(CpuStorage, Shape)> {
-    candle_core::bail!("the fused ReLU runs on CUDA tensors only (the CPU uses candle's)")
-}
-
 impl CustomOp1 for Forward {
     fn name(&self) -> &'static str {
         "homeadam-relu"
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        super::cuda_only("the fused ReLU")
     }
 
     #[cfg(feature = "cuda")]
@@ -58,7 +54,7 @@ impl CustomOp2 for Backward {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        super::cuda_only("the fused ReLU")
     }
 
     #[cfg(feature = "cuda")]

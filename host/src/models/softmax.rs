@@ -43,17 +43,13 @@ struct Backward {
     divisor: f32,
 }
 
-fn cpu_refused() -> candle_core::Result<(CpuStorage, Shape)> {
-    candle_core::bail!("the fused causal softmax runs on CUDA tensors only (the CPU composes candle's ops)")
-}
-
 impl CustomOp1 for Forward {
     fn name(&self) -> &'static str {
         "homeadam-causal-softmax"
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        super::cuda_only("the fused causal softmax")
     }
 
     #[cfg(feature = "cuda")]
@@ -85,7 +81,7 @@ impl CustomOp2 for Backward {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        super::cuda_only("the fused causal softmax")
     }
 
     #[cfg(feature = "cuda")]

@@ -198,10 +198,6 @@ struct Backward {
     stash: Stash,
 }
 
-fn cpu_refused() -> candle_core::Result<(CpuStorage, Shape)> {
-    candle_core::bail!("cuDNN's batch norm runs on CUDA tensors only (the CPU uses candle's ops)")
-}
-
 impl CustomOp3 for Forward {
     fn name(&self) -> &'static str {
         "homeadam-cudnn-batch-norm"
@@ -216,7 +212,7 @@ impl CustomOp3 for Forward {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        crate::models::cuda_only("cuDNN's batch norm")
     }
 
     fn cuda_fwd(
@@ -331,7 +327,7 @@ impl CustomOp3 for Backward {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_refused()
+        crate::models::cuda_only("cuDNN's batch norm")
     }
 
     fn cuda_fwd(
