@@ -16,7 +16,8 @@
 # seconds (default 480; a check that would start after it is reported as not run):
 #   1. training speed: `homeadam bench-train` and host/benches/torch_train.py on VGG16 (batch
 #      64 and 128), ResNet34 and the paper's WikiText-2 Transformer (5 warm-up steps, then STEPS
-#      timed steps, default 20), then their table
+#      timed steps, default 20; all of it ROUNDS times, default 1, each side's best run compared),
+#      then their table
 #      (host/benches/compare.py) in OUT_DIR/bench.md; with homeadam-before in the bundle, its
 #      AdamW rows too, each run beside the current build's, in OUT_DIR/bench-before.md;
 #   2. the GPU test binaries;
@@ -38,6 +39,7 @@ bundle=${1:?usage: gpu-check.sh [--dry-run] BUNDLE_DIR [OUT_DIR]}
 out=${2:-$(mktemp -d)}
 budget=${BUDGET:-480}
 steps=${STEPS:-20}
+rounds=${ROUNDS:-1}
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin="$out/bin"
 bench="$out/bench"
@@ -90,8 +92,8 @@ check() {
 
 # 1. Training speed, ours and PyTorch's on the same card, in one run.
 speed() {
-    local experiment=$1 batch=$2 optimizer=$3
-    local tag="$experiment-b$batch"
+    local experiment=$1 batch=$2 optimizer=$3 round=$4
+    local tag="$experiment-b$batch-r$round"
     check "bench-train $tag $optimizer" 120 "$bin/homeadam" bench-train --experiment "$experiment" \
         --batch-size "$batch" --optimizer "$optimizer" --steps "$steps" --device cuda \
         --json "$bench/ours-$tag-$optimizer.json"
@@ -106,12 +108,14 @@ speed() {
     fi
 }
 if [[ $checks == *" speed "* ]]; then
-    speed cifar10-vgg16 64 adamw
-    speed cifar10-vgg16 128 adamw
-    speed tinyimagenet-resnet34 64 adamw
-    speed wikitext2-transformer 32 adamw
-    speed cifar10-vgg16 64 homeadamw
-    speed wikitext2-transformer 32 homeadamw
+    for ((round = 1; round <= rounds; round++)); do
+        speed cifar10-vgg16 64 adamw "$round"
+        speed cifar10-vgg16 128 adamw "$round"
+        speed tinyimagenet-resnet34 64 adamw "$round"
+        speed wikitext2-transformer 32 adamw "$round"
+        speed cifar10-vgg16 64 homeadamw "$round"
+        speed wikitext2-transformer 32 homeadamw "$round"
+    done
     if [[ $dry -eq 0 ]]; then
         python3 "$here/host/benches/compare.py" "$bench" | tee "$out/bench.md"
         if compgen -G "$before/*.json" >/dev/null; then

@@ -5,7 +5,10 @@
 
 DIR holds the JSON files both wrote (`--json`). Rows pair ours with PyTorch's measurement of
 the same experiment, batch size and device; ratio = our throughput / PyTorch's. Each side's
-phases are milliseconds per step: data, forward, backward, optimizer.
+phases are milliseconds per step: data, forward, backward, optimizer. Where a side was measured
+more than once (`ROUNDS` in scripts/gpu-check.sh), its best run is compared and the range of
+its runs shown: the machine's load slows either side between runs, and the best run is the
+least disturbed one.
 """
 
 import glob
@@ -24,18 +27,37 @@ def key(r):
     return r["experiment"], r["batch_size"], r["device"].split(":")[0]
 
 
+def best(runs):
+    """The run of the highest throughput."""
+    return max(runs, key=lambda r: r["throughput"])
+
+
+def spread(runs):
+    """The throughputs' range over several runs, or a dash for one."""
+    t = [r["throughput"] for r in runs]
+    return f"{min(t):.0f}–{max(t):.0f}" if len(t) > 1 else "—"
+
+
 def table(results):
-    ours = [r for r in results if r["implementation"] == "homeadam"]
-    torch = {key(r): r for r in results if r["implementation"] != "homeadam"}
-    lines = ["| model | batch | optimizer | unit | ours /s | PyTorch /s | ratio | ours ms: data / fwd / bwd / opt | PyTorch ms |",
-             "|---|---:|---|---|---:|---:|---:|---|---|"]
-    for r in sorted(ours, key=lambda r: (r["experiment"], r["batch_size"], r["optimizer"])):
-        peer = torch.get(key(r))
+    ours, torch = {}, {}
+    for r in results:
+        if r["implementation"] == "homeadam":
+            ours.setdefault(key(r) + (r["optimizer"],), []).append(r)
+        else:
+            torch.setdefault(key(r), []).append(r)
+    lines = ["| model | batch | optimizer | unit | ours /s | PyTorch /s | ratio | ours ms: data / fwd / bwd / opt "
+             "| PyTorch ms | runs: ours / PyTorch | range /s: ours / PyTorch |",
+             "|---|---:|---|---|---:|---:|---:|---|---|---:|---|"]
+    for k in sorted(ours, key=lambda k: (k[0], k[1], k[3])):
+        r = best(ours[k])
+        peers = torch.get(k[:3], [])
+        peer = best(peers) if peers else None
         theirs = f"{peer['throughput']:.0f}" if peer else "—"
         ratio = f"{r['throughput'] / peer['throughput']:.3f}" if peer else "—"
         lines.append(f"| {r['experiment']} | {r['batch_size']} | {r['optimizer']} | {r['unit']} | "
                      f"{r['throughput']:.0f} | {theirs} | {ratio} | {phases(r)} | "
-                     f"{phases(peer) if peer else '—'} |")
+                     f"{phases(peer) if peer else '—'} | {len(ours[k])} / {len(peers)} | "
+                     f"{spread(ours[k])} / {spread(peers) if peers else '—'} |")
     versions = sorted({r["implementation"] for r in results if r["implementation"] != "homeadam"})
     return "\n".join(lines + ([""] + [f"PyTorch: {v}" for v in versions] if versions else []))
 
