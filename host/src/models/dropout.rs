@@ -101,11 +101,12 @@ mod cuda {
 
     use std::sync::OnceLock;
 
-    use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use candle_core::cuda::cudarc::driver::PushKernelArg;
     use candle_core::cuda_backend::WrapErr;
     use candle_core::{CudaStorage, Layout, Shape};
 
     use super::Mask;
+    use crate::models::cuda::{contiguous, per_element};
 
     const SOURCE: &str = include_str!("../../kernels/dropout.cu");
 
@@ -120,21 +121,13 @@ mod cuda {
         storage: &CudaStorage,
         layout: &Layout,
     ) -> candle_core::Result<(CudaStorage, Shape)> {
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("dropout: the input is not contiguous");
-        };
         let dev = &storage.device;
-        let x = storage.as_cuda_slice::<f32>()?.slice(start..end);
-        let n = end - start;
+        let x = contiguous::<f32>(storage, layout, "dropout")?;
+        let n = layout.shape().elem_count();
         let func = dev.get_or_load_custom_func("homeadam_dropout_f32", "homeadam_dropout", ptx()?)?;
         // SAFETY: every element is written by the kernel below.
         let y = unsafe { dev.alloc::<f32>(n)? };
-        let blocks = n.div_ceil(256).clamp(1, 65_535) as u32;
-        let config = LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let config = per_element(n);
         let n = n as u64;
         let mut builder = func.builder();
         builder

@@ -184,12 +184,12 @@ mod cuda {
 
     use std::sync::OnceLock;
 
-    use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use candle_core::cuda::cudarc::driver::PushKernelArg;
     use candle_core::cuda_backend::WrapErr;
     use candle_core::{CudaStorage, Layout, Shape};
 
     use super::Pool;
-    use crate::models::cuda::contiguous;
+    use crate::models::cuda::{contiguous, per_element};
 
     const SOURCE: &str = include_str!("../../kernels/max_pool.cu");
 
@@ -249,11 +249,7 @@ mod cuda {
         let func = dev.get_or_load_custom_func(name, "homeadam_max_pool", ptx)?;
         // SAFETY: the kernel writes every element.
         let out = unsafe { dev.alloc::<f32>(len)? };
-        let config = LaunchConfig {
-            grid_dim: (len.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let config = per_element(len);
         let g = match grad {
             Some((g, gl)) => Some(contiguous::<f32>(g, gl, "max_pool2d")?),
             None => None,
