@@ -27,10 +27,10 @@
 //! (homeadam-core 0.1) numbered rules by their position in a list; it is refused by name.
 
 use crate::calibration::{Histogram, BUCKETS};
-use crate::config::Rule;
 use crate::crc32::Crc32;
 use crate::error::{CheckpointError, Error};
 use crate::optimizer::Optimizer;
+use crate::rules::Rule;
 use crate::state::StateStorage;
 use crate::storage::Dtype;
 use crate::tensor::TensorAux;

@@ -3,20 +3,13 @@
 use crate::calibration::TauCalibration;
 use crate::error::Error;
 use crate::rounding::Rounding;
+use crate::rules::spec::{reads, Decay, LastSlot};
+use crate::rules::{Rule, Switch, ALL_RULES};
 use crate::storage::Dtype;
 use crate::tensor::Group;
 
-/// Where HomeAdam(W) decides between the srf step and the home (SGDM) step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum Switch {
-    /// Alg. 2: one decision for the whole model, on min v̂ over every element of every tensor.
-    Global,
-    /// One decision per tensor, on that tensor's min v̂.
-    Layer,
-    /// Alg. 3: one decision per element.
-    Element,
-}
+/// The config name of SGD with momentum.
+const SGDM: &str = "sgdm";
 
 /// Over which elements the global and per-layer HomeAdam(W) rules take ρ = min v̂.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,137 +52,6 @@ impl RhoOver {
             RhoOver::Active if active == f32::INFINITY => 0.0,
             RhoOver::Active => active,
         }
-    }
-}
-
-/// An update rule. [`Rule::from_name`] takes the config names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum Rule {
-    /// `sgd`: SGD with optional momentum μ (PyTorch `SGD`); the config name `sgdm`
-    /// ([`Config::named`]) is this rule with μ = 0.9.
-    Sgd,
-    /// `adam`: Adam with coupled L2 (PyTorch `Adam`).
-    Adam,
-    /// `adamw`: Adam with decoupled weight decay (PyTorch `AdamW`).
-    AdamW,
-    /// `adam-srf`: Alg. 1 with λ = 0.
-    AdamSrf,
-    /// `adamw-srf`: Alg. 1.
-    AdamWSrf,
-    /// `homeadam`, `homeadam-layer`, `homeadam-ew`: Alg. 2 / 3 with λ = 0.
-    HomeAdam(Switch),
-    /// `homeadamw`, `homeadamw-layer`, `homeadamw-ew`: Alg. 2 / 3.
-    HomeAdamW(Switch),
-    /// `adabelief`: `adabelief-pytorch` 0.2.1.
-    AdaBelief,
-    /// `swats`: `pytorch-optimizer` 4.1.0 `SWATS`.
-    Swats,
-    /// `miadam`: the official `MIAdam1`.
-    MiAdam,
-}
-
-/// ε of [`Config::new`] for the rules with the srf step (see there).
-const SRF_EPS: f64 = 1e-3;
-
-/// The config name of SGD with momentum.
-const SGDM: &str = "sgdm";
-
-/// Every rule, in the order of the README's table.
-pub const ALL_RULES: [Rule; 14] = [
-    Rule::Sgd,
-    Rule::Adam,
-    Rule::AdamW,
-    Rule::AdamSrf,
-    Rule::AdamWSrf,
-    Rule::HomeAdam(Switch::Global),
-    Rule::HomeAdamW(Switch::Global),
-    Rule::HomeAdam(Switch::Layer),
-    Rule::HomeAdamW(Switch::Layer),
-    Rule::HomeAdam(Switch::Element),
-    Rule::HomeAdamW(Switch::Element),
-    Rule::AdaBelief,
-    Rule::Swats,
-    Rule::MiAdam,
-];
-
-impl Rule {
-    /// The config name, e.g. `"homeadamw-ew"`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Rule::Sgd => "sgd",
-            Rule::Adam => "adam",
-            Rule::AdamW => "adamw",
-            Rule::AdamSrf => "adam-srf",
-            Rule::AdamWSrf => "adamw-srf",
-            Rule::HomeAdam(Switch::Global) => "homeadam",
-            Rule::HomeAdam(Switch::Layer) => "homeadam-layer",
-            Rule::HomeAdam(Switch::Element) => "homeadam-ew",
-            Rule::HomeAdamW(Switch::Global) => "homeadamw",
-            Rule::HomeAdamW(Switch::Layer) => "homeadamw-layer",
-            Rule::HomeAdamW(Switch::Element) => "homeadamw-ew",
-            Rule::AdaBelief => "adabelief",
-            Rule::Swats => "swats",
-            Rule::MiAdam => "miadam",
-        }
-    }
-
-    /// Parses a rule name (see [`Config::named`] for the config names, which add `sgdm`).
-    pub fn from_name(name: &str) -> Option<Self> {
-        ALL_RULES.iter().copied().find(|r| r.name() == name)
-    }
-
-    /// The rule's code in the state byte format: fixed forever, whatever the order of
-    /// [`ALL_RULES`] (a checkpoint names its rule by this number).
-    pub const fn code(self) -> u8 {
-        match self {
-            Rule::Sgd => 1,
-            Rule::Adam => 3,
-            Rule::AdamW => 4,
-            Rule::AdamSrf => 5,
-            Rule::AdamWSrf => 6,
-            Rule::HomeAdam(Switch::Global) => 7,
-            Rule::HomeAdamW(Switch::Global) => 8,
-            Rule::HomeAdam(Switch::Layer) => 9,
-            Rule::HomeAdamW(Switch::Layer) => 10,
-            Rule::HomeAdam(Switch::Element) => 11,
-            Rule::HomeAdamW(Switch::Element) => 12,
-            Rule::AdaBelief => 13,
-            Rule::Swats => 14,
-            Rule::MiAdam => 15,
-        }
-    }
-
-    /// The rule of a [`Rule::code`].
-    pub fn from_code(code: u8) -> Option<Self> {
-        ALL_RULES.iter().copied().find(|r| r.code() == code)
-    }
-
-    /// The HomeAdam switch granularity, if this is a HomeAdam(W) rule.
-    pub const fn switch(self) -> Option<Switch> {
-        match self {
-            Rule::HomeAdam(s) | Rule::HomeAdamW(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// Whether the rule keeps a second moment: v, or AdaBelief's s (f16 storage is refused
-    /// for it unless allowed). Not the same as reporting ρ: see [`Config::rho_slot`].
-    pub const fn has_second_moment(self) -> bool {
-        !matches!(self, Rule::Sgd)
-    }
-
-    /// Whether λ is decoupled (θ ← θ(1 − ηλ)) rather than coupled L2 (g ← g + λθ).
-    pub const fn decoupled_decay(self, weight_decouple: bool) -> bool {
-        match self {
-            Rule::AdamW | Rule::AdamWSrf | Rule::HomeAdamW(_) => true,
-            Rule::AdaBelief | Rule::Swats => weight_decouple,
-            _ => false,
-        }
-    }
-
-    const fn takes_weight_decay(self) -> bool {
-        !matches!(self, Rule::AdamSrf | Rule::HomeAdam(_))
     }
 }
 
@@ -275,38 +137,27 @@ pub struct Config {
 
 impl Config {
     /// The rule with the defaults of its peer package (PyTorch, adabelief-pytorch 0.2.1,
-    /// pytorch-optimizer 4.1.0, official MIAdam); for the paper's rules, AdamW's defaults but
-    /// ε = 1e-3, and τ = 1e-12 (the paper's CIFAR-10 HomeAdam setting).
-    ///
-    /// ε = 1e-3, not Adam's 1e-8, because the srf step η · m̂ / (v̂ + ε) reaches η / (2√ε) per
-    /// element: 5000 η with ε = 1e-8 (weights jump by 5 at η = 1e-3 and a typical model
-    /// diverges), 16 η with ε = 1e-3. Tune ε with η (the crate's front page, "Choosing
-    /// hyper-parameters"); the paper pairs ε = 1e-7 with η = 1e-6.
+    /// pytorch-optimizer 4.1.0, official MIAdam, lion-pytorch 0.2.5: the rule's
+    /// [`crate::rules::spec::Defaults`]); for the paper's rules, Adam(W)'s defaults but
+    /// ε = 1e-3 ([`crate::rules::homeadam::SRF_EPS`] says why), and τ = 1e-12 (the paper's
+    /// CIFAR-10 HomeAdam setting).
     pub const fn new(rule: Rule) -> Self {
-        let (lr, beta2, eps, weight_decay, momentum, weight_decouple) = match rule {
-            Rule::Sgd => (1e-3, 0.999, 1e-8, 0.0, 0.0, false),
-            Rule::AdamW => (1e-3, 0.999, 1e-8, 1e-2, 0.0, true),
-            Rule::AdamWSrf | Rule::HomeAdamW(_) => (1e-3, 0.999, SRF_EPS, 1e-2, 0.0, true),
-            Rule::AdamSrf | Rule::HomeAdam(_) => (1e-3, 0.999, SRF_EPS, 0.0, 0.0, false),
-            Rule::AdaBelief => (1e-3, 0.999, 1e-16, 0.0, 0.0, true),
-            Rule::Swats => (1e-3, 0.999, 1e-6, 0.0, 0.0, false),
-            _ => (1e-3, 0.999, 1e-8, 0.0, 0.0, false),
-        };
+        let d = rule.spec().defaults;
         Config {
             rule,
-            lr,
+            lr: d.lr,
             beta1: 0.9,
-            beta2,
-            eps,
-            weight_decay,
+            beta2: d.beta2,
+            eps: d.eps,
+            weight_decay: d.weight_decay,
             tau: 1e-12,
             rho_over: RhoOver::All,
             tau_calibration: None,
             home_lr_scale: 1.0,
-            momentum,
+            momentum: 0.0,
             dampening: 0.0,
             nesterov: false,
-            weight_decouple,
+            weight_decouple: d.weight_decouple,
             fixed_decay: false,
             rectify: true,
             amsgrad: false,
@@ -396,21 +247,21 @@ impl Config {
         self.for_group(group).validate()
     }
 
-    /// Number of state slots (each one element per parameter) the rule keeps.
+    /// Number of state slots (each one element per parameter) the rule keeps: its spec's,
+    /// less the last where this config does not keep it.
     pub const fn state_slots(&self) -> usize {
-        match self.rule {
-            Rule::Sgd => (self.momentum != 0.0) as usize,
-            Rule::AdaBelief => 2 + self.amsgrad as usize,
-            Rule::Swats | Rule::MiAdam => 3,
-            _ => 2,
-        }
+        let spec = self.rule.spec();
+        let last_kept = match spec.last_slot {
+            LastSlot::Always => true,
+            LastSlot::WithMomentum => self.momentum != 0.0,
+            LastSlot::WithAmsgrad => self.amsgrad,
+        };
+        spec.slots.len() - !last_kept as usize
     }
 
     /// Whether state slot `slot` holds a second moment (f16 is refused there).
     pub const fn is_second_moment_slot(&self, slot: usize) -> bool {
-        self.rule.has_second_moment()
-            && slot >= 1
-            && !(matches!(self.rule, Rule::Swats | Rule::MiAdam) && slot == 2)
+        slot < self.state_slots() && self.rule.spec().second_moments >> slot & 1 == 1
     }
 
     /// The q8 code map of state slot `slot` ([`crate::q8`]): unsigned for second moments,
@@ -424,13 +275,10 @@ impl Config {
     }
 
     /// The state slot holding v, whose minimum over the elements divided by bc2 is ρ = min v̂
-    /// (reported by every step); `None` for rules that report no ρ (SGD, AdaBelief). SWATS
-    /// reports it in its adaptive phase only.
+    /// (reported by every step); `None` for rules that report no ρ (SGD, AdaBelief, Lion).
+    /// SWATS reports it in its adaptive phase only.
     pub const fn rho_slot(&self) -> Option<usize> {
-        match self.rule {
-            Rule::Sgd | Rule::AdaBelief => None,
-            _ => Some(1),
-        }
+        self.rule.spec().rho_slot
     }
 
     /// Refuses f16 storage for a second moment unless `allow_f16_state` (DESIGN §3): every
@@ -445,14 +293,7 @@ impl Config {
 
     /// Names of the state slots, as in checkpoints and `homeadam replay` outputs.
     pub const fn state_names(&self) -> &'static [&'static str] {
-        match self.rule {
-            Rule::Sgd if self.momentum == 0.0 => &[],
-            Rule::Sgd => &["b"],
-            Rule::AdaBelief if self.amsgrad => &["m", "s", "s_max"],
-            Rule::AdaBelief => &["m", "s"],
-            Rule::Swats | Rule::MiAdam => &["m", "v", "b"],
-            _ => &["m", "v"],
-        }
+        self.rule.spec().slots.split_at(self.state_slots()).0
     }
 
     /// Checks every hyper-parameter; the error names the first one out of range.
@@ -470,7 +311,7 @@ impl Config {
             (0.0..=1.0).contains(&x)
         })?;
         check(self.kappa, "kappa", "a finite value >= 0", |x| x >= 0.0)?;
-        if self.rule.switch().is_some() {
+        if reads(self, reads::HOME) {
             check(self.tau, "tau", "a finite value > 0", |x| x > 0.0)?;
             check(self.home_lr_scale, "home_lr_scale", "a finite value >= 0", |x| {
                 x >= 0.0
@@ -493,7 +334,7 @@ impl Config {
                 });
             }
         }
-        if self.rule == Rule::Sgd && self.nesterov && (self.momentum == 0.0 || self.dampening != 0.0) {
+        if reads(self, reads::MOMENTUM) && self.nesterov && (self.momentum == 0.0 || self.dampening != 0.0) {
             return Err(Error::InvalidHyper {
                 name: "nesterov",
                 value: self.dampening,
@@ -629,19 +470,14 @@ struct KnobSpec {
     hint: &'static str,
 }
 
-/// Whether the rule is SGD.
-fn sgd(c: &Config) -> bool {
-    c.rule == Rule::Sgd
+/// Whether the rule reads the knobs of `bits` ([`reads`]), from its spec.
+const fn reads(c: &Config, bits: u32) -> bool {
+    c.rule.spec().reads & bits != 0
 }
 
-/// Whether the rule is HomeAdam(W).
-fn home(c: &Config) -> bool {
-    c.rule.switch().is_some()
-}
-
-/// Whether the rule is AdaBelief or SWATS, which choose how λ applies.
+/// Whether the rule chooses how λ applies (AdaBelief, SWATS).
 fn decouple_choice(c: &Config) -> bool {
-    matches!(c.rule, Rule::AdaBelief | Rule::Swats)
+    matches!(c.rule.spec().decay, Decay::Chosen)
 }
 
 /// Every knob, in the order [`Config::knobs`] lists them.
@@ -657,84 +493,84 @@ const KNOBS: [KnobSpec; 21] = [
         name: "beta1",
         get: |c| Knob::Real(c.beta1),
         set: |c, k| c.beta1 = k.real(),
-        reads: |c| !sgd(c),
-        hint: "SGD has momentum, not betas",
+        reads: |c| reads(c, reads::BETA1),
+        hint: "the rule keeps no first moment with β1 (SGD's momentum is μ)",
     },
     KnobSpec {
         name: "beta2",
         get: |c| Knob::Real(c.beta2),
         set: |c, k| c.beta2 = k.real(),
-        reads: |c| !sgd(c),
-        hint: "SGD keeps no second moment",
+        reads: |c| reads(c, reads::BETA2),
+        hint: "the rule keeps no moment with β2",
     },
     KnobSpec {
         name: "eps",
         get: |c| Knob::Real(c.eps),
         set: |c, k| c.eps = k.real(),
-        reads: |c| !sgd(c),
-        hint: "SGD divides by no second moment",
+        reads: |c| reads(c, reads::EPS),
+        hint: "the rule divides by no second moment",
     },
     KnobSpec {
         name: "weight_decay",
         get: |c| Knob::Real(c.weight_decay),
         set: |c, k| c.weight_decay = k.real(),
-        reads: |c| c.rule.takes_weight_decay(),
+        reads: |c| !matches!(c.rule.spec().decay, Decay::None),
         hint: "λ = 0 by definition (Alg. 1/2); use the W variant for weight decay",
     },
     KnobSpec {
         name: "tau",
         get: |c| Knob::Real(c.tau),
         set: |c, k| c.tau = k.real(),
-        reads: home,
+        reads: |c| reads(c, reads::HOME),
         hint: "τ is the HomeAdam(W) threshold",
     },
     KnobSpec {
         name: "rho_over",
         get: |c| Knob::Choice(c.rho_over.name()),
         set: |c, k| c.rho_over = k.choice(RhoOver::from_name).unwrap_or(c.rho_over),
-        reads: |c| matches!(c.rule.switch(), Some(Switch::Global | Switch::Layer)),
+        reads: |c| reads(c, reads::RHO_OVER),
         hint: "ρ decides the global and per-layer HomeAdam(W) rules only",
     },
     KnobSpec {
         name: "tau.home_share",
         get: |c| Knob::Real(c.tau_calibration.map_or(0.0, |t| t.home_share)),
         set: |c, k| c.tau_calibration = calibration(c, Some(k.real()), None),
-        reads: home,
+        reads: |c| reads(c, reads::HOME),
         hint: "τ is the HomeAdam(W) threshold",
     },
     KnobSpec {
         name: "tau.every",
         get: |c| Knob::Count(c.tau_calibration.map_or(0, |t| t.every as u64)),
         set: |c, k| c.tau_calibration = calibration(c, None, Some(k.count())),
-        reads: home,
+        reads: |c| reads(c, reads::HOME),
         hint: "τ is the HomeAdam(W) threshold",
     },
     KnobSpec {
         name: "home_lr_scale",
         get: |c| Knob::Real(c.home_lr_scale),
         set: |c, k| c.home_lr_scale = k.real(),
-        reads: home,
+        reads: |c| reads(c, reads::HOME),
         hint: "the home branch is HomeAdam(W)'s",
     },
     KnobSpec {
         name: "momentum",
         get: |c| Knob::Real(c.momentum),
         set: |c, k| c.momentum = k.real(),
-        reads: sgd,
+        reads: |c| reads(c, reads::MOMENTUM),
         hint: "momentum is SGD's (Adam-like rules use beta1)",
     },
     KnobSpec {
         name: "dampening",
         get: |c| Knob::Real(c.dampening),
         set: |c, k| c.dampening = k.real(),
-        reads: sgd,
+        reads: |c| reads(c, reads::MOMENTUM),
         hint: "dampening is SGD's",
     },
     KnobSpec {
         name: "nesterov",
         get: |c| Knob::Flag(c.nesterov),
         set: |c, k| c.nesterov = k.flag(),
-        reads: |c| matches!(c.rule, Rule::Sgd | Rule::Swats),
+        reads: |c| reads(c, reads::NESTEROV),
         hint: "Nesterov momentum is SGD's and SWATS's",
     },
     KnobSpec {
@@ -755,28 +591,28 @@ const KNOBS: [KnobSpec; 21] = [
         name: "rectify",
         get: |c| Knob::Flag(c.rectify),
         set: |c, k| c.rectify = k.flag(),
-        reads: |c| c.rule == Rule::AdaBelief,
+        reads: |c| reads(c, reads::ADABELIEF),
         hint: "rectification is AdaBelief's",
     },
     KnobSpec {
         name: "amsgrad",
         get: |c| Knob::Flag(c.amsgrad),
         set: |c, k| c.amsgrad = k.flag(),
-        reads: |c| c.rule == Rule::AdaBelief,
+        reads: |c| reads(c, reads::ADABELIEF),
         hint: "AMSGrad is offered for AdaBelief only",
     },
     KnobSpec {
         name: "kappa",
         get: |c| Knob::Real(c.kappa),
         set: |c, k| c.kappa = k.real(),
-        reads: |c| c.rule == Rule::MiAdam,
+        reads: |c| reads(c, reads::MIADAM),
         hint: "κ is MIAdam's",
     },
     KnobSpec {
         name: "switch_step",
         get: |c| Knob::Count(c.switch_step),
         set: |c, k| c.switch_step = k.count(),
-        reads: |c| c.rule == Rule::MiAdam,
+        reads: |c| reads(c, reads::MIADAM),
         hint: "the switch step is MIAdam's",
     },
     KnobSpec {
@@ -869,6 +705,8 @@ mod tests {
         refused(Rule::MiAdam, |c| c.momentum = 0.9, "momentum");
         refused(Rule::AdamSrf, |c| c.weight_decay = 1e-4, "weight_decay");
         refused(Rule::AdamW, |c| c.kappa = 0.5, "kappa");
+        refused(Rule::Lion, |c| c.eps = 1e-6, "eps");
+        refused(Rule::Lion, |c| c.momentum = 0.9, "momentum");
         refused(
             Rule::AdaBelief,
             |c| {

@@ -30,12 +30,13 @@ mod tensor;
 
 pub use calibration::TauCalibration;
 pub use checkpoint::{ByteSink, SliceSink, TensorState, TensorStateMut};
-pub use config::{Config, FiniteCheck, Knob, RhoOver, Rule, Switch, ALL_RULES};
+pub use config::{Config, FiniteCheck, Knob, RhoOver};
 pub use error::{CheckpointError, Error};
 pub use exact::ExactSum;
 pub use optimizer::{Optimizer, Step};
 pub use q8::Q8Block;
 pub use rounding::Rounding;
+pub use rules::{Rule, Switch, ALL_RULES};
 pub use simd::Simd;
 pub use state::StateStorage;
 pub use storage::{Dtype, Storage};

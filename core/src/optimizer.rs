@@ -5,7 +5,7 @@
 
 use crate::backend::{goes_home, home_calibration_pass, home_first_pass};
 use crate::calibration::Histogram;
-use crate::config::{Config, FiniteCheck, RhoOver, Rule, Switch};
+use crate::config::{Config, FiniteCheck, RhoOver};
 #[cfg(feature = "std")]
 use crate::erased::{self, AnyTensor};
 use crate::error::Error;
@@ -17,11 +17,13 @@ use crate::rounding::{tensor_key, NearestStore, ParamStore, Rounding, Stochastic
 use crate::rules::adabelief::AdaBelief;
 use crate::rules::adam::Adam;
 use crate::rules::homeadam::{branch, Home};
+use crate::rules::lion::Lion;
 use crate::rules::miadam::MiAdam;
 use crate::rules::only::{All, RuleSet};
 use crate::rules::sgd::Sgd;
 use crate::rules::srf;
 use crate::rules::swats::{self, SwatsAdam, SwatsSgd};
+use crate::rules::{Rule, Switch};
 use crate::scalars::{powi_by_squaring, StepScalars};
 use crate::simd::{self, Isa, Simd};
 use crate::state::StateStorage;
@@ -1145,6 +1147,7 @@ pub(crate) fn dispatch<F: RuleSet, const REFERENCE: bool, P: Storage, G: Storage
         }
         Rule::Swats if admits(Rule::Swats) => run.apply(SwatsAdam::new(s, config.weight_decouple), tensor),
         Rule::MiAdam if admits(Rule::MiAdam) => run.apply(MiAdam::new(s), tensor),
+        Rule::Lion if admits(Rule::Lion) => run.apply(Lion::new(s), tensor),
         _ => return None,
     })
 }

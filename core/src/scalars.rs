@@ -3,7 +3,8 @@
 //! Every backend receives these exact `f32` values, so the element math that follows is the
 //! same sequence of `f32` operations everywhere.
 
-use crate::config::{Config, Rule};
+use crate::config::Config;
+use crate::rules::{adabelief, Rule};
 use crate::tensor::Group;
 
 /// β^t by repeated squaring, in `f64`: a fixed algorithm so every backend gets the same bits.
@@ -98,17 +99,7 @@ impl StepScalars {
             _ => (config.momentum, config.dampening),
         };
         let (rect_mode, rect_lr) = if config.rule == Rule::AdaBelief && config.rectify {
-            // RAdam's length of the approximated simple moving average, as adabelief-pytorch.
-            let n_sma_max = 2.0 / (1.0 - beta2) - 1.0;
-            let n_sma = n_sma_max - 2.0 * t as f64 * beta2_t / (1.0 - beta2_t);
-            if n_sma >= 5.0 {
-                let r = (1.0 - beta2_t) * (n_sma - 4.0) / (n_sma_max - 4.0) * (n_sma - 2.0) / n_sma
-                    * n_sma_max
-                    / (n_sma_max - 2.0);
-                (1, libm::sqrt(r) / bc1 * lr)
-            } else {
-                (2, 1.0 / bc1 * lr)
-            }
+            adabelief::rectification(beta2, beta2_t, t, bc1, lr)
         } else {
             (0, 0.0)
         };

@@ -74,6 +74,7 @@ fn every_rule_alone_gives_the_bits_of_step() {
             Rule::AdaBelief => same_as_step::<only::AdaBelief>(config),
             Rule::Swats => same_as_step::<only::Swats>(config),
             Rule::MiAdam => same_as_step::<only::MiAdam>(config),
+            Rule::Lion => same_as_step::<only::Lion>(config),
         }
         same_as_step::<only::All>(config);
         same_as_step::<(only::MiAdam, only::All)>(config);

@@ -516,12 +516,12 @@ pub fn departures_markdown() -> Result<String> {
         .collect())
 }
 
-/// Every optimizer of the paper, plus the element-wise HomeAdam(W), by the core's names, two
+/// Every optimizer of the paper, plus the element-wise HomeAdam(W) and Lion, by the core's names, two
 /// variants of the global HomeAdamW beyond the paper (ρ over the active elements; that and a
 /// calibrated τ with its own home learning rate), and AdamW and HomeAdamW-ew with 8-bit (q8)
 /// state: the entries of every preset file (the offline presets add named controls, run by name
 /// only).
-pub const ALL_OPTIMIZERS: [&str; 17] = [
+pub const ALL_OPTIMIZERS: [&str; 18] = [
     "sgd",
     "sgdm",
     "adam",
@@ -530,6 +530,7 @@ pub const ALL_OPTIMIZERS: [&str; 17] = [
     "adabelief",
     "swats",
     "miadam",
+    "lion",
     "adam-srf",
     "adamw-srf",
     "homeadam",

@@ -3,18 +3,19 @@
 
 Records inputs and expected outputs of optimizer update rules, taken from real
 peer implementations where one exists (torch.optim, adabelief-pytorch,
-pytorch-optimizer) and from the float64 NumPy reference in this file
+pytorch-optimizer, lion-pytorch) and from the float64 NumPy reference in this file
 otherwise.  The Rust tests and `homeadam replay` read what it writes.
 
 How to run (from the repository root)
 -------------------------------------
-    pip install torch==2.15.0 numpy==2.4.6 adabelief-pytorch==0.2.1 pytorch-optimizer==4.1.0
+    pip install torch==2.15.0 numpy==2.4.6 adabelief-pytorch==0.2.1 pytorch-optimizer==4.1.0 \
+        lion-pytorch==0.2.5
     python3 tests/golden/generate.py            # rewrites tests/golden/cases/
     python3 tests/golden/generate.py --out DIR  # writes somewhere else
 
 Versions used to produce the committed files: Python 3.11.7, torch 2.15.0
 (the PyPI wheel, reported as 2.15.0+cu132, run on CPU), numpy 2.4.6,
-adabelief-pytorch 0.2.1, pytorch-optimizer 4.1.0.  Each case's expected.json
+adabelief-pytorch 0.2.1, pytorch-optimizer 4.1.0, lion-pytorch 0.2.5.  Each case's expected.json
 records the versions that produced it.  The script is deterministic (fixed
 seeds, torch on one CPU thread); other versions print a warning and may change
 the last bits of the torch outputs.
@@ -33,7 +34,8 @@ Case layout: tests/golden/cases/<case>/
 
 State names: sgd (momentum > 0) / sgdm: b; adam, adamw, *-srf, homeadam*: m, v;
 adabelief: m, s (+ s_max with amsgrad); swats: m, v, b (SGD buffer, zeros
-before the switch), lambda ([1], exp_avg2); miadam: m, v, b (buf_exp_avg).
+before the switch), lambda ([1], exp_avg2); miadam: m, v, b (buf_exp_avg); lion: m
+(exp_avg).
 Tensors come from the peer where there is one; telemetry always comes from the
 float64 NumPy reference (asserted to agree with the peer within 1e-5).
 
@@ -116,7 +118,10 @@ Q8_MARGIN = 2.0 ** -21
 # replay passes on the floor alone wherever the element's own rel * |e| is too small.
 FLOOR = 0.25
 PINNED = {"torch": "2.15.0", "numpy": "2.4.6", "adabelief-pytorch": "0.2.1",
-          "pytorch-optimizer": "4.1.0"}
+          "pytorch-optimizer": "4.1.0", "lion-pytorch": "0.2.5"}
+# lion cases: every element's c = beta1 m + (1 - beta1) g is at least this far from 0, relative
+# to |beta1 m| + |(1 - beta1) g|, so that float32 math takes the same sign(c).
+LION_MARGIN = 1e-5
 
 # ---------------------------------------------------------------------------
 # safetensors (hand-written: 8-byte LE header length, JSON header, raw LE f32)
@@ -413,6 +418,8 @@ def state_names(cfg: dict) -> list[str]:
         return ["m", "v", "b", "lambda"]
     if r == "miadam":
         return ["m", "v", "b"]
+    if r == "lion":
+        return ["m"]
     return ["m", "v"]
 
 
@@ -492,7 +499,7 @@ def reference(cfg: dict, theta0: dict, raw_grads: dict, math_dtype=np.float64) -
     extra = {"swats_switch_step": None, "swats_switch_lr": None, "swats_gap": [],
              "home_margin": [], "srf_rows": 0, "home_rows": 0,
              "layer_decisions": [], "nsma": [], "q8_codes": [],
-             "q8_margin": math.inf}
+             "q8_margin": math.inf, "lion_margin": math.inf}
     phase, cur_lr = "adam", lr  # swats
     # HomeAdam extensions: rho over the active elements (v_t > 0), home learning rate
     # eta_h = home_scale * eta, calibrated tau
@@ -711,6 +718,18 @@ def reference(cfg: dict, theta0: dict, raw_grads: dict, math_dtype=np.float64) -
                 else:
                     new[k] = p - (lr / bc1) * m / denom
             rho = vmin
+        elif rule == "lion":
+            for k in NAMES:
+                p = params[k] * (1 - lr * wd)
+                mom, grad = b1 * st[k]["m"], (1 - b1) * g[k]
+                c = mom + grad
+                scale = np.abs(mom) + np.abs(grad)
+                live = scale > 0
+                if np.any(live):
+                    extra["lion_margin"] = min(extra["lion_margin"],
+                                               float(np.min(np.abs(c[live]) / scale[live])))
+                st[k]["m"] = b2 * st[k]["m"] + (1 - b2) * g[k]
+                new[k] = p - lr * np.sign(c)
         else:
             raise ValueError(rule)
         # storage rounding (q8: the codes of every tensor and slot, and the decision margin)
@@ -744,7 +763,7 @@ def versions() -> dict:
         v["torch"] = torch.__version__
     except ImportError:
         v["torch"] = None
-    for pkg in ("adabelief-pytorch", "pytorch-optimizer"):
+    for pkg in ("adabelief-pytorch", "pytorch-optimizer", "lion-pytorch"):
         try:
             v[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
@@ -762,6 +781,7 @@ def peer_name(peer: str | None, V: dict) -> str:
         "adamw": f"torch.optim.AdamW (torch {tv})",
         "adabelief": f"adabelief_pytorch.AdaBelief (adabelief-pytorch {V['adabelief-pytorch']}, torch {tv})",
         "swats": f"pytorch_optimizer.SWATS (pytorch-optimizer {V['pytorch-optimizer']}, torch {tv}, CPU, foreach=False)",
+        "lion": f"lion_pytorch.Lion (lion-pytorch {V['lion-pytorch']}, torch {tv})",
     }[peer]
 
 
@@ -793,6 +813,9 @@ def run_peer(peer: str, cfg: dict, theta0: dict, raw_grads: dict) -> dict:
         from pytorch_optimizer import SWATS
         opt = SWATS(ps, lr=cfg["lr"], betas=b, weight_decay=cfg["weight_decay"], nesterov=cfg["nesterov"],
                     eps=cfg["eps"], foreach=False)
+    elif peer == "lion":
+        from lion_pytorch import Lion
+        opt = Lion(ps, lr=cfg["lr"], betas=b, weight_decay=cfg["weight_decay"])
     else:
         raise ValueError(peer)
     switch = None
@@ -813,7 +836,8 @@ def run_peer(peer: str, cfg: dict, theta0: dict, raw_grads: dict) -> dict:
            "adam": {"m": "exp_avg", "v": "exp_avg_sq"},
            "adamw": {"m": "exp_avg", "v": "exp_avg_sq"},
            "adabelief": {"m": "exp_avg", "s": "exp_avg_var", "s_max": "max_exp_avg_var"},
-           "swats": {"m": "exp_avg", "v": "exp_avg_sq", "b": "momentum_buffer", "lambda": "exp_avg2"}}[peer]
+           "swats": {"m": "exp_avg", "v": "exp_avg_sq", "b": "momentum_buffer", "lambda": "exp_avg2"},
+           "lion": {"m": "exp_avg"}}[peer]
     for k, p in zip(NAMES, ps):
         s = opt.state[p]
         states[k] = {}
@@ -834,11 +858,12 @@ def run_peer(peer: str, cfg: dict, theta0: dict, raw_grads: dict) -> dict:
 
 
 def generic_grads(seed: int, T: int, scales=(1.0, 0.1, 3.0), big: bool = False,
-                  sizes=None) -> tuple[dict, dict]:
+                  sizes=None, flips: bool = False) -> tuple[dict, dict]:
     """theta0 ~ N(0, 0.5) (big: +-[2, 6], where bf16/f16 rounding swallows small updates);
     sizes: the tensors' element counts (default TENSORS');
     g = s_k * w(t) * (c + 0.5 z), |c| in [1, 1.5], z clipped to [-1.5, 1.5], so g keeps
-    the sign of c and |g| >= 0.25 s_k w(t)."""
+    the sign of c and |g| >= 0.25 s_k w(t); flips: c changes sign every 7 steps from a random
+    phase per element, so that a momentum crosses zero (Lion's sign(c) changes)."""
     rng = np.random.default_rng(seed)
     theta0, grads = {}, {}
     for k, d, s in zip(NAMES, sizes or [d for _, d in TENSORS], scales):
@@ -847,8 +872,11 @@ def generic_grads(seed: int, T: int, scales=(1.0, 0.1, 3.0), big: bool = False,
             theta0[k] = (np.sign(theta0[k]) * (2.0 + 4.0 * rng.random(d))).astype(np.float32)
         c = rng.choice([-1.0, 1.0], d) * (1.0 + 0.5 * rng.random(d))
         z = np.clip(rng.standard_normal((T, d)), -1.5, 1.5)
+        if flips:
+            phase = rng.integers(0, 7, d)
+            c = c[None, :] * np.where((np.arange(T)[:, None] + phase[None, :]) // 7 % 2 == 0, 1.0, -1.0)
         w = 1.0 + 0.5 * np.sin(2 * np.pi * np.arange(1, T + 1) / 25.0)
-        grads[k] = (s * w[:, None] * (c[None, :] + 0.5 * z)).astype(np.float32)
+        grads[k] = (s * w[:, None] * (c + 0.5 * z)).astype(np.float32)
     return theta0, grads
 
 
@@ -1012,6 +1040,7 @@ HOME_MOD = {"lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 1e-2
 SGDM_H = {"lr": 1e-2, "momentum": 0.9, "dampening": 0.0, "nesterov": False, "weight_decay": 5e-4}
 ADABELIEF_AMS = {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-16, "weight_decay": 1e-2,
                  "weight_decouple": True, "fixed_decay": False, "rectify": False, "amsgrad": True}
+LION_H = {"lr": 1e-3, "betas": [0.9, 0.99]}
 MIADAM_H = {"lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 5e-4, "kappa": 0.98,
             "switch_step": 50}
 # q8 cases: layer0.weight spans blocks 256 + 256 + 88 (a partial last block); with
@@ -1138,20 +1167,26 @@ def build_cases(T: int = 100) -> list[dict]:
         add(nm, base_cfg(rule, **hh, **storage()), "home_tiny" if hh is HOME_TINY else "home_mod", seed=sd)
     add("miadam_f32", base_cfg("miadam", lr=0.05, betas=[0.9, 0.999], eps=1e-8, weight_decay=5e-4,
                                kappa=0.98, switch_step=50, **storage()), G, seed=25)
+    flips = ("generic", {"flips": True})
+    add("lion_f32", base_cfg("lion", **LION_H, weight_decay=0.0, **storage()), flips, "lion", seed=26)
+    add("lion_wd_f32", base_cfg("lion", **LION_H, weight_decay=0.1, **storage()), flips, "lion", seed=27)
     # --- storage cases (numpy reference) -----------------------------------
     # Hyper-parameters / theta0 magnitudes are chosen so that the storage rounding
     # changes the result by more than the tolerance (checked in main()).
     adamw_s = dict(**ADAM_H, weight_decay=1e-2)
     srf_s = dict(**SRF_H, weight_decay=1e-2)
     sgdm_s = dict(SGDM_H, lr=1e-3)
+    lion_s = dict(LION_H, lr=3e-3, weight_decay=0.1)
     big = ("generic", {"big": True})
+    big_flips = ("generic", {"big": True, "flips": True})
     sd = 30
     for rule, prefix, hh_bf16, hh_f16, design in [
             ("adamw", "adamw", adamw_s, adamw_s, G),
             ("homeadamw-ew", "homeadamw_ew", HOME_MOD, dict(HOME_MOD, lr=3e-3), "home_mod_big"),
             ("homeadamw", "homeadamw", HOME_MOD, dict(HOME_MOD, lr=3e-3), "home_mod_big"),
             ("adamw-srf", "adamw_srf", srf_s, srf_s, big),
-            ("sgdm", "sgdm", sgdm_s, sgdm_s, big)]:
+            ("sgdm", "sgdm", sgdm_s, sgdm_s, big),
+            ("lion", "lion", lion_s, lion_s, big_flips)]:
         for suffix, pd, sdt in [("bf16_f32state", "bf16", "f32"), ("bf16_bf16state", "bf16", "bf16"),
                                 ("f16_f32state", "f16", "f32")]:
             sd += 1
@@ -1485,6 +1520,10 @@ def main() -> int:
             note = (f"N_sma: {int(np.sum(ns < 5))} SGD steps, min |N_sma-5| = {float(np.min(np.abs(ns - 5))):.4g}")
         if rule == "miadam":
             note = f"phase 1 for t <= {cfg['switch_step']}"
+        if rule == "lion":
+            lm = min(ex["lion_margin"], ref32["extra"]["lion_margin"])
+            assert lm >= LION_MARGIN, f"{name}: a sign(c) is within {lm:.3g} of flipping"
+            note = f"min |c| / (|b1 m| + |(1-b1) g|) = {lm:.3g}"
         if cfg.get("state_dtype") == "q8":
             note += ("; " if note else "") + check_q8(name, cfg, theta0, raw, ref, ref32, expected, tol)
         if case["nonfinite"]:

@@ -301,6 +301,14 @@ HA_FN HaElem ha_miadam(const HaScalars& s, float p, float g, float* st) {
     return ha_elem(p - s.lr_over_bc1 * (m / denom));
 }
 
+// Lion (lion-pytorch 0.2.5): c = β1 m + (1 − β1) g, θ(1 − ηλ) − η sign(c), m = β2 m + (1 − β2) g.
+HA_FN HaElem ha_lion(const HaScalars& s, float p, float g, float* st) {
+    float c = s.beta1 * st[0] + s.one_minus_beta1 * g;
+    st[0] = s.beta2 * st[0] + s.one_minus_beta2 * g;
+    float sign = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c);
+    return ha_elem(p * s.decay - s.lr * sign);
+}
+
 // ---- the rule table: one id (HA_RULE_*) per element function --------------------------------
 
 // Dispatches on a compile-time rule id; `branch` only matters for HA_RULE_HOMEADAM.
@@ -315,7 +323,8 @@ template <int RULE> HA_FN HaElem ha_element(const HaScalars& s, ha_u32 flags, in
     case HA_RULE_ADABELIEF_AMSGRAD: return ha_adabelief<true>(s, flags, p, g, st);
     case HA_RULE_SWATS_ADAM: return ha_swats_adam(s, flags, p, g, st);
     case HA_RULE_SWATS_SGD: return ha_swats_sgd(s, flags, p, g, st);
-    default: return ha_miadam(s, p, g, st);
+    case HA_RULE_MIADAM: return ha_miadam(s, p, g, st);
+    default: return ha_lion(s, p, g, st);
     }
 }
 

@@ -112,11 +112,13 @@ pub enum UpdateKernel {
     SwatsSgd,
     /// MIAdam.
     MiAdam,
+    /// Lion.
+    Lion,
 }
 
 impl UpdateKernel {
     /// Every update kernel; the position is the rule id `HA_RULE_{NAME}`.
-    pub const ALL: [UpdateKernel; 10] = [
+    pub const ALL: [UpdateKernel; 11] = [
         UpdateKernel::Sgd,
         UpdateKernel::Sgdm,
         UpdateKernel::Adam,
@@ -127,6 +129,7 @@ impl UpdateKernel {
         UpdateKernel::SwatsAdam,
         UpdateKernel::SwatsSgd,
         UpdateKernel::MiAdam,
+        UpdateKernel::Lion,
     ];
 
     /// The rule part of the kernel names, e.g. `homeadam`.
@@ -142,6 +145,7 @@ impl UpdateKernel {
             UpdateKernel::SwatsAdam => "swats_adam",
             UpdateKernel::SwatsSgd => "swats_sgd",
             UpdateKernel::MiAdam => "miadam",
+            UpdateKernel::Lion => "lion",
         }
     }
 
@@ -173,6 +177,7 @@ impl UpdateKernel {
             },
             UpdateKernel::SwatsAdam | UpdateKernel::SwatsSgd => Config::new(Rule::Swats),
             UpdateKernel::MiAdam => Config::new(Rule::MiAdam),
+            UpdateKernel::Lion => Config::new(Rule::Lion),
         }
     }
 
@@ -236,6 +241,7 @@ pub fn rule_kernel(config: &Config, swats_sgd: bool) -> (UpdateKernel, u32) {
         Rule::Swats if swats_sgd => (UpdateKernel::SwatsSgd, f),
         Rule::Swats => (UpdateKernel::SwatsAdam, f),
         Rule::MiAdam => (UpdateKernel::MiAdam, f),
+        Rule::Lion => (UpdateKernel::Lion, f),
     }
 }
 
@@ -434,7 +440,10 @@ mod tests {
                 1
             );
         }
-        assert_eq!(all_kernel_names().len(), 1 + 3 + 3 + 2 * 12 + 10 * 36);
+        assert_eq!(
+            all_kernel_names().len(),
+            1 + 3 + 3 + 2 * 12 + UpdateKernel::ALL.len() * 36
+        );
     }
 
     #[test]

@@ -306,7 +306,7 @@ fn configs() -> Vec<Config> {
                     ..sgdm
                 });
             }
-            Rule::Adam | Rule::MiAdam => {
+            Rule::Adam | Rule::MiAdam | Rule::Lion => {
                 out.push(c);
                 out.push(Config {
                     weight_decay: 0.01,

@@ -79,12 +79,19 @@ const fn sgdm(bf16_state: bool) -> Case {
     sgdm
 }
 
+/// Lion with λ = 0.1, so that its decoupled decay acts.
+const fn lion(bf16_state: bool, nan_step: Option<u64>) -> Case {
+    let mut c = case(Rule::Lion, bf16_state, nan_step);
+    c.config.weight_decay = 0.1;
+    c
+}
+
 const fn calibration(home_share: f64, every: u32) -> TauCalibration {
     TauCalibration { home_share, every }
 }
 
 /// The cases, in file order.
-pub const CASES: [Case; 14] = [
+pub const CASES: [Case; 16] = [
     case(Rule::HomeAdamW(Switch::Element), false, None),
     case(Rule::HomeAdamW(Switch::Element), true, None),
     case(Rule::HomeAdamW(Switch::Global), false, None),
@@ -100,6 +107,8 @@ pub const CASES: [Case; 14] = [
     unscaled(case(Rule::HomeAdamW(Switch::Element), false, None)),
     unscaled(case(Rule::HomeAdamW(Switch::Element), false, Some(3))),
     unscaled(case(Rule::AdamW, true, None)),
+    lion(false, None),
+    lion(true, Some(2)),
 ];
 
 impl Case {

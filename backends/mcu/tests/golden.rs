@@ -29,6 +29,8 @@ fn cases_are_named_configs_with_a_larger_step() {
     for case in &CASES {
         let mut named = Config::named(case.config.name()).unwrap();
         named.lr = 1e-2;
+        // Lion's cases set λ, so that its decoupled decay acts.
+        named.weight_decay = case.config.weight_decay;
         if case.dead {
             // The options beyond the paper, each set.
             let c = case.config;

@@ -331,15 +331,17 @@ mod tests {
     //! reference on the host, bit for bit (the firmware's golden test checks it on the device).
 
     use super::*;
-    use crate::config::{Config, Rule, Switch};
+    use crate::config::Config;
     use crate::kernel::run_reference;
     use crate::rounding::{mix64, NearestStore, StochasticStore};
     use crate::rules::adabelief::AdaBelief;
     use crate::rules::adam::Adam;
     use crate::rules::homeadam::{branch, Home};
+    use crate::rules::lion::Lion;
     use crate::rules::miadam::MiAdam;
     use crate::rules::sgd::Sgd;
     use crate::rules::swats::SwatsAdam;
+    use crate::rules::{Rule, Switch};
     use crate::scalars::StepScalars;
     use crate::tensor::Tensor;
     use crate::tensor::TensorAux;
@@ -448,6 +450,10 @@ mod tests {
         let swats = Config::new(Rule::Swats);
         let miadam = Config::new(Rule::MiAdam);
         let adamw = Config::new(Rule::AdamW);
+        let lion = Config {
+            weight_decay: 0.1,
+            ..Config::new(Rule::Lion)
+        };
         let at = |c: &Config| StepScalars::new(c, 3, 1.0, None);
         check::<SUM, _, P, S>(Home::<{ branch::PER_ELEMENT }>::new(&at(&ew)), &ew, n, poison);
         check::<SUM, _, P, S>(Home::<{ branch::ALL_HOME }>::new(&at(&ew)), &ew, n, poison);
@@ -461,6 +467,7 @@ mod tests {
         );
         check::<SUM, _, P, S>(SwatsAdam::new(&at(&swats), false), &swats, n, poison);
         check::<SUM, _, P, S>(MiAdam::new(&at(&miadam)), &miadam, n, poison);
+        check::<SUM, _, P, S>(Lion::new(&at(&lion)), &lion, n, poison);
     }
 
     #[test]

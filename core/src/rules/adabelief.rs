@@ -17,7 +17,40 @@
 
 use crate::kernel::{Elem, Kernel};
 use crate::math::{max, sqrt};
+use crate::rules::spec::{reads, Decay, Defaults, LastSlot, Spec, TORCH};
 use crate::scalars::StepScalars;
+
+/// `adabelief`, with the peer's defaults: ε = 1e-16, decoupled decay, rectification on (the
+/// last two from [`crate::Config::new`]).
+pub const SPEC: Spec = Spec {
+    slots: &["m", "s", "s_max"],
+    last_slot: LastSlot::WithAmsgrad,
+    second_moments: 0b110,
+    rho_slot: None,
+    decay: Decay::Chosen,
+    reads: reads::ADAM | reads::ADABELIEF,
+    defaults: Defaults {
+        eps: 1e-16,
+        weight_decouple: true,
+        ..TORCH
+    },
+};
+
+/// RAdam's rectification of step t (β2^t = `beta2_t`) as adabelief-pytorch computes it, in
+/// `f64`: the mode of [`StepScalars::rect_mode`] (1: rectified, 2: degenerated to SGD) and
+/// its step size, η · r_t / bc1 or η / bc1.
+pub(crate) fn rectification(beta2: f64, beta2_t: f64, t: u64, bc1: f64, lr: f64) -> (u32, f64) {
+    // The length of the approximated simple moving average.
+    let n_sma_max = 2.0 / (1.0 - beta2) - 1.0;
+    let n_sma = n_sma_max - 2.0 * t as f64 * beta2_t / (1.0 - beta2_t);
+    if n_sma >= 5.0 {
+        let r = (1.0 - beta2_t) * (n_sma - 4.0) / (n_sma_max - 4.0) * (n_sma - 2.0) / n_sma * n_sma_max
+            / (n_sma_max - 2.0);
+        (1, libm::sqrt(r) / bc1 * lr)
+    } else {
+        (2, 1.0 / bc1 * lr)
+    }
+}
 
 /// `AMSGRAD`: keep `s_max`.
 #[derive(Clone, Copy)]
@@ -36,8 +69,8 @@ impl<const AMSGRAD: bool> AdaBelief<AMSGRAD> {
 }
 
 impl<const AMSGRAD: bool> Kernel for AdaBelief<AMSGRAD> {
-    const SLOTS: usize = 2 + AMSGRAD as usize;
-    const RHO_SLOT: Option<usize> = None;
+    const SLOTS: usize = SPEC.slots.len() - !AMSGRAD as usize;
+    const RHO_SLOT: Option<usize> = SPEC.rho_slot;
     const DOTS: bool = false;
 
     #[inline(always)]

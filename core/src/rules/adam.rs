@@ -11,7 +11,29 @@
 
 use crate::kernel::{Elem, Kernel};
 use crate::math::sqrt;
+use crate::rules::spec::{reads, Decay, Defaults, LastSlot, Spec, TORCH};
 use crate::scalars::StepScalars;
+
+/// `adam`.
+pub const ADAM: Spec = Spec {
+    slots: &["m", "v"],
+    last_slot: LastSlot::Always,
+    second_moments: 0b10,
+    rho_slot: Some(1),
+    decay: Decay::Coupled,
+    reads: reads::ADAM,
+    defaults: TORCH,
+};
+
+/// `adamw`: λ = 1e-2 by default, as PyTorch's `AdamW`.
+pub const ADAMW: Spec = Spec {
+    decay: Decay::Decoupled,
+    defaults: Defaults {
+        weight_decay: 1e-2,
+        ..TORCH
+    },
+    ..ADAM
+};
 
 /// `DECOUPLED`: AdamW.
 #[derive(Clone, Copy)]
@@ -26,8 +48,8 @@ impl<const DECOUPLED: bool> Adam<DECOUPLED> {
 }
 
 impl<const DECOUPLED: bool> Kernel for Adam<DECOUPLED> {
-    const SLOTS: usize = 2;
-    const RHO_SLOT: Option<usize> = Some(1);
+    const SLOTS: usize = ADAM.slots.len();
+    const RHO_SLOT: Option<usize> = ADAM.rho_slot;
     const DOTS: bool = false;
 
     #[inline(always)]

@@ -15,7 +15,49 @@
 
 use crate::backend::goes_home;
 use crate::kernel::{Elem, Kernel, SCALAR_FPU};
+use crate::rules::adam::{ADAM, ADAMW};
+use crate::rules::spec::{reads, Decay, Defaults, Spec};
+use crate::rules::Switch;
 use crate::scalars::StepScalars;
+
+/// ε of the rules with the srf step, 1e-3 rather than Adam's 1e-8: the step η · m̂ / (v̂ + ε)
+/// reaches η / (2√ε) per element, 5000 η with ε = 1e-8 (weights jump by 5 at η = 1e-3 and a
+/// typical model diverges), 16 η with ε = 1e-3. Tune ε with η (the crate's front page,
+/// "Choosing hyper-parameters"); the paper pairs ε = 1e-7 with η = 1e-6.
+pub const SRF_EPS: f64 = 1e-3;
+
+/// Adam(W)-srf (`decoupled`: the W variant, with AdamW's λ; otherwise λ = 0 by definition):
+/// Adam's slots and knobs with ε = [`SRF_EPS`].
+pub const fn srf_spec(decoupled: bool) -> Spec {
+    let (adam, decay) = if decoupled {
+        (ADAMW, Decay::Decoupled)
+    } else {
+        (ADAM, Decay::None)
+    };
+    Spec {
+        decay,
+        defaults: Defaults {
+            eps: SRF_EPS,
+            ..adam.defaults
+        },
+        ..adam
+    }
+}
+
+/// HomeAdam(W) with `switch`: Adam(W)-srf's spec, reading τ, its calibration and η_h, and for
+/// the global and per-layer switches which elements ρ is taken over. τ defaults to 1e-12, the
+/// paper's CIFAR-10 setting ([`crate::Config::new`]).
+pub const fn spec(switch: Switch, decoupled: bool) -> Spec {
+    let srf = srf_spec(decoupled);
+    let rho_over = match switch {
+        Switch::Global | Switch::Layer => reads::RHO_OVER,
+        Switch::Element => 0,
+    };
+    Spec {
+        reads: srf.reads | reads::HOME | rho_over,
+        ..srf
+    }
+}
 
 /// Whether an element's step η m̂/(v̂ + ε) or η_h m̂ is a select between the two products
 /// rather than one product of the selected rate and direction: the same operations and bits,
@@ -75,8 +117,8 @@ impl<const BRANCH: u8> Home<BRANCH> {
 }
 
 impl<const BRANCH: u8> Kernel for Home<BRANCH> {
-    const SLOTS: usize = 2;
-    const RHO_SLOT: Option<usize> = Some(1);
+    const SLOTS: usize = ADAM.slots.len();
+    const RHO_SLOT: Option<usize> = ADAM.rho_slot;
     const DOTS: bool = false;
     const DECIDES: bool = BRANCH != branch::PER_ELEMENT;
 

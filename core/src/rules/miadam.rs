@@ -11,7 +11,19 @@
 
 use crate::kernel::{Elem, Kernel};
 use crate::math::sqrt;
+use crate::rules::spec::{reads, Decay, LastSlot, Spec, TORCH};
 use crate::scalars::StepScalars;
+
+/// `miadam`.
+pub const SPEC: Spec = Spec {
+    slots: &["m", "v", "b"],
+    last_slot: LastSlot::Always,
+    second_moments: 0b10,
+    rho_slot: Some(1),
+    decay: Decay::Coupled,
+    reads: reads::ADAM | reads::MIADAM,
+    defaults: TORCH,
+};
 
 /// The MIAdam kernel.
 #[derive(Clone, Copy)]
@@ -26,8 +38,8 @@ impl MiAdam {
 }
 
 impl Kernel for MiAdam {
-    const SLOTS: usize = 3;
-    const RHO_SLOT: Option<usize> = Some(1);
+    const SLOTS: usize = SPEC.slots.len();
+    const RHO_SLOT: Option<usize> = SPEC.rho_slot;
     const DOTS: bool = false;
 
     #[inline(always)]

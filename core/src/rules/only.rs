@@ -20,7 +20,7 @@
 //! # Ok::<(), Error>(())
 //! ```
 
-use crate::config::{Rule, Switch};
+use crate::rules::{Rule, Switch};
 
 /// A set of rules whose updates a build links: one of this module's markers, or a tuple of
 /// them (their union). Sealed.
@@ -96,6 +96,8 @@ markers! {
     Swats => Rule::Swats,
     /// `miadam`.
     MiAdam => Rule::MiAdam,
+    /// `lion`.
+    Lion => Rule::Lion,
 }
 
 impl<A: RuleSet, B: RuleSet> sealed::Sealed for (A, B) {}

@@ -9,7 +9,19 @@
 //! State: `b` (with momentum).
 
 use crate::kernel::{Elem, Kernel};
+use crate::rules::spec::{reads, Decay, LastSlot, Spec, TORCH};
 use crate::scalars::StepScalars;
+
+/// `sgd`, and `sgdm` with μ > 0.
+pub const SPEC: Spec = Spec {
+    slots: &["b"],
+    last_slot: LastSlot::WithMomentum,
+    second_moments: 0,
+    rho_slot: None,
+    decay: Decay::Coupled,
+    reads: reads::MOMENTUM | reads::NESTEROV,
+    defaults: TORCH,
+};
 
 /// `MOMENTUM`: whether the rule keeps the buffer b.
 #[derive(Clone, Copy)]
@@ -36,7 +48,7 @@ impl<const MOMENTUM: bool> Sgd<MOMENTUM> {
 }
 
 impl<const MOMENTUM: bool> Kernel for Sgd<MOMENTUM> {
-    const SLOTS: usize = MOMENTUM as usize;
+    const SLOTS: usize = if MOMENTUM { SPEC.slots.len() } else { 0 };
     const RHO_SLOT: Option<usize> = None;
     const DOTS: bool = false;
 

@@ -9,8 +9,15 @@
 //! element math as HomeAdam's srf branch: Adam(W)-srf is HomeAdam(W) that never goes home.
 //! State: `m`, `v`.
 
-use crate::rules::homeadam::{branch, Home};
+use crate::rules::homeadam::{branch, srf_spec, Home};
+use crate::rules::spec::Spec;
 use crate::scalars::StepScalars;
+
+/// `adam-srf`: λ = 0 by definition.
+pub const ADAM_SRF: Spec = srf_spec(false);
+
+/// `adamw-srf`.
+pub const ADAMW_SRF: Spec = srf_spec(true);
 
 /// The Alg. 1 kernel.
 pub(crate) fn kernel(s: &StepScalars) -> Home<{ branch::ALL_SRF }> {

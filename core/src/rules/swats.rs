@@ -21,7 +21,19 @@
 
 use crate::kernel::{Elem, Kernel};
 use crate::math::sqrt;
+use crate::rules::spec::{reads, Decay, Defaults, LastSlot, Spec, TORCH};
 use crate::scalars::StepScalars;
+
+/// `swats`, with the peer's ε = 1e-6 and coupled decay. ρ is reported in the Adam phase only.
+pub const SPEC: Spec = Spec {
+    slots: &["m", "v", "b"],
+    last_slot: LastSlot::Always,
+    second_moments: 0b10,
+    rho_slot: Some(1),
+    decay: Decay::Chosen,
+    reads: reads::ADAM | reads::NESTEROV,
+    defaults: Defaults { eps: 1e-6, ..TORCH },
+};
 
 /// The Adam phase, which also yields the step p and gradient g for the dot products.
 #[derive(Clone, Copy)]
@@ -61,8 +73,8 @@ impl SwatsSgd {
 const V_EPS: f32 = 1e-15;
 
 impl Kernel for SwatsAdam {
-    const SLOTS: usize = 3;
-    const RHO_SLOT: Option<usize> = Some(1);
+    const SLOTS: usize = SPEC.slots.len();
+    const RHO_SLOT: Option<usize> = SPEC.rho_slot;
     const DOTS: bool = true;
 
     #[inline(always)]
@@ -89,7 +101,7 @@ impl Kernel for SwatsAdam {
 }
 
 impl Kernel for SwatsSgd {
-    const SLOTS: usize = 3;
+    const SLOTS: usize = SPEC.slots.len();
     const RHO_SLOT: Option<usize> = None;
     const DOTS: bool = false;
 

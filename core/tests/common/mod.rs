@@ -238,6 +238,9 @@ pub fn configs() -> Vec<Config> {
     c.switch_step = 2;
     c.weight_decay = 1e-3;
     out.push(c);
+    let mut c = base(Rule::Lion);
+    c.weight_decay = 1e-1;
+    out.push(c);
     out
 }
 

@@ -64,5 +64,7 @@ fn main() -> ! {
     measure::<bf16, ELEMENTS, only::AdamW>("adamw", FiniteCheck::SkipStep, scale);
     measure::<Q8Block, BLOCKS, only::AdamW>("adamw", FiniteCheck::SkipStep, scale);
     measure::<f32, ELEMENTS, only::Sgd>("sgdm", FiniteCheck::SkipStep, scale);
+    measure::<f32, ELEMENTS, only::Lion>("lion", FiniteCheck::SkipStep, scale);
+    measure::<Q8Block, BLOCKS, only::Lion>("lion", FiniteCheck::SkipStep, scale);
     exit(true)
 }

@@ -69,9 +69,9 @@ const FLOOR_GAP: f64 = 0.12;
 const FLOOR_MARGIN: f64 = 0.04;
 
 /// Colours of the optimizers' lines, in order (the tab10 palette, then black, navy, dark
-/// green, maroon, teal, dark magenta and olive): distinct for every optimizer of a full run
-/// ([`crate::preset::ALL_OPTIMIZERS`]).
-pub(crate) const PALETTE: [RGBColor; 17] = [
+/// green, maroon, teal, dark magenta, olive and saddle brown): distinct for every optimizer of
+/// a full run ([`crate::preset::ALL_OPTIMIZERS`]).
+pub(crate) const PALETTE: [RGBColor; 18] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -89,6 +89,7 @@ pub(crate) const PALETTE: [RGBColor; 17] = [
     RGBColor(0, 128, 128),
     RGBColor(139, 0, 139),
     RGBColor(128, 128, 0),
+    RGBColor(139, 69, 19),
 ];
 
 /// The marker shapes, in order.

@@ -1,0 +1,99 @@
+//! What a rule declares about itself, once, in its own file: its state slots, the slot ρ is
+//! read from, how it applies λ, the hyper-parameters it reads and its defaults. The config's
+//! validation, its slot counts and names, its q8 maps and its listing of knobs are derived
+//! from it ([`crate::Config`]); the rule table ([`crate::rules`]) pairs each [`crate::Rule`]
+//! with its spec, name and checkpoint code.
+
+/// How a rule applies the weight decay λ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decay {
+    /// λ = 0 by definition (Adam-srf, HomeAdam): the knob is refused.
+    None,
+    /// Coupled L2: g ← g + λθ.
+    Coupled,
+    /// Decoupled: θ ← θ(1 − ηλ).
+    Decoupled,
+    /// Either, by the `weight_decouple` knob (with `fixed_decay`: θ ← θ(1 − λ)).
+    Chosen,
+}
+
+/// A state slot that only some configs of a rule keep: always the rule's last slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LastSlot {
+    /// Every config keeps every slot.
+    Always,
+    /// Kept with momentum μ ≠ 0 (SGD's buffer).
+    WithMomentum,
+    /// Kept with `amsgrad` (AdaBelief's running max).
+    WithAmsgrad,
+}
+
+/// The hyper-parameters besides η, the rounding and its seed (which every rule reads) that a
+/// rule may read, as bits of [`Spec::reads`]. λ and the knobs that choose how it applies
+/// follow from [`Spec::decay`] instead.
+pub mod reads {
+    /// β1.
+    pub const BETA1: u32 = 1;
+    /// β2.
+    pub const BETA2: u32 = 1 << 1;
+    /// ε.
+    pub const EPS: u32 = 1 << 2;
+    /// τ, its calibration and η_h / η (HomeAdam(W)).
+    pub const HOME: u32 = 1 << 3;
+    /// Over which elements ρ is taken (global and per-layer HomeAdam(W)).
+    pub const RHO_OVER: u32 = 1 << 4;
+    /// μ and the dampening (SGD).
+    pub const MOMENTUM: u32 = 1 << 5;
+    /// Nesterov momentum.
+    pub const NESTEROV: u32 = 1 << 6;
+    /// RAdam's rectification and AMSGrad (AdaBelief).
+    pub const ADABELIEF: u32 = 1 << 7;
+    /// κ and the switch step (MIAdam).
+    pub const MIADAM: u32 = 1 << 8;
+    /// β1, β2 and ε: what the Adam family reads.
+    pub const ADAM: u32 = BETA1 | BETA2 | EPS;
+}
+
+/// A rule's defaults, those of its peer package ([`crate::Config::new`]); β1 = 0.9, no
+/// momentum, and the other knobs off for every rule.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Defaults {
+    /// η.
+    pub lr: f64,
+    /// β2.
+    pub beta2: f64,
+    /// ε.
+    pub eps: f64,
+    /// λ.
+    pub weight_decay: f64,
+    /// Decoupled decay, for rules whose [`Decay`] is [`Decay::Chosen`].
+    pub weight_decouple: bool,
+}
+
+/// PyTorch's Adam defaults: η = 1e-3, β2 = 0.999, ε = 1e-8, λ = 0.
+pub const TORCH: Defaults = Defaults {
+    lr: 1e-3,
+    beta2: 0.999,
+    eps: 1e-8,
+    weight_decay: 0.0,
+    weight_decouple: false,
+};
+
+/// What a rule declares about itself.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spec {
+    /// The names of the state slots, in slot order (as in checkpoints and `homeadam replay`).
+    pub slots: &'static [&'static str],
+    /// Whether the last slot is kept by every config.
+    pub last_slot: LastSlot,
+    /// Bit k: slot k holds a second moment (f16 storage refused, unsigned q8 codes).
+    pub second_moments: u8,
+    /// The slot holding v, whose minimum over the elements divided by bc2 is ρ = min v̂.
+    pub rho_slot: Option<usize>,
+    /// How λ applies.
+    pub decay: Decay,
+    /// The knobs it reads ([`reads`]).
+    pub reads: u32,
+    /// Its defaults.
+    pub defaults: Defaults,
+}
