@@ -29,17 +29,13 @@
 use crate::calibration::{Histogram, BUCKETS};
 use crate::crc32::Crc32;
 use crate::error::{CheckpointError, Error};
+use crate::format::{MAGIC, VERSION, VERSION_CALIBRATED};
 use crate::optimizer::Optimizer;
 use crate::rules::Rule;
 use crate::state::StateStorage;
 use crate::storage::Dtype;
 use crate::tensor::TensorAux;
 
-const MAGIC: &[u8; 8] = b"HOMEADAM";
-/// The format version this build writes and reads without a calibrated τ.
-pub(crate) const VERSION: u16 = 2;
-/// The format version with a calibrated τ's state.
-pub(crate) const VERSION_CALIBRATED: u16 = 3;
 const CALIBRATION: usize = 4 + 4 * BUCKETS;
 const HEADER: usize = 36;
 const TENSOR_HEADER: usize = 12;

@@ -2,58 +2,16 @@
 
 use crate::calibration::TauCalibration;
 use crate::error::Error;
+use crate::reduce::RhoOver;
 use crate::rounding::Rounding;
 use crate::rules::spec::{reads, Decay, LastSlot};
-use crate::rules::{Rule, Switch, ALL_RULES};
+use crate::rules::{adabelief, Rule, Switch, ALL_RULES};
+use crate::scalars::{powi_by_squaring, StepScalars};
 use crate::storage::Dtype;
 use crate::tensor::Group;
 
 /// The config name of SGD with momentum.
 const SGDM: &str = "sgdm";
-
-/// Over which elements the global and per-layer HomeAdam(W) rules take ρ = min v̂.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum RhoOver {
-    /// Every element (Alg. 2). An element that has never had a non-zero gradient has v̂ = 0,
-    /// so ρ = 0 < τ and the rule goes home at every step on most real models.
-    #[default]
-    All,
-    /// The elements with v_t > 0, those that have had a non-zero gradient; ρ = 0 when there
-    /// is none. Not in the paper.
-    Active,
-}
-
-impl RhoOver {
-    /// The config names, in order: `all`, `active`.
-    pub const NAMES: [&'static str; 2] = ["all", "active"];
-
-    /// The config name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            RhoOver::All => RhoOver::NAMES[0],
-            RhoOver::Active => RhoOver::NAMES[1],
-        }
-    }
-
-    /// The value of a config name.
-    pub fn from_name(name: &str) -> Option<Self> {
-        [RhoOver::All, RhoOver::Active]
-            .into_iter()
-            .find(|r| r.name() == name)
-    }
-
-    /// The ρ that decides, from min v̂ over all elements and over the active ones (+∞ when
-    /// none is active).
-    #[inline]
-    pub fn rho(self, all: f32, active: f32) -> f32 {
-        match self {
-            RhoOver::All => all,
-            RhoOver::Active if active == f32::INFINITY => 0.0,
-            RhoOver::Active => active,
-        }
-    }
-}
 
 /// What a step does with a non-finite gradient (DESIGN §3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -666,6 +624,77 @@ fn check(
             value,
             expected,
         })
+    }
+}
+
+impl StepScalars {
+    /// The scalars of step `t` (≥ 1) for `config`, with gradient scale `grad_scale` and, once
+    /// SWATS has switched, its SGD-phase learning rate `swats_sgd_lr`.
+    pub fn new(config: &Config, t: u64, grad_scale: f64, swats_sgd_lr: Option<f64>) -> Self {
+        let beta1 = config.beta1;
+        let beta2 = config.beta2;
+        // SWATS's SGD phase replaces the group's lr, which its decoupled decay uses too.
+        let lr = swats_sgd_lr.unwrap_or(config.lr);
+        let bc1 = 1.0 - powi_by_squaring(beta1, t);
+        let beta2_t = powi_by_squaring(beta2, t);
+        let bc2 = 1.0 - beta2_t;
+        let decay = if !config.rule.decoupled_decay(config.weight_decouple) {
+            1.0
+        } else if config.fixed_decay {
+            1.0 - config.weight_decay
+        } else {
+            1.0 - lr * config.weight_decay
+        };
+        let (momentum, dampening) = match config.rule {
+            Rule::Swats => (beta1, 0.0),
+            _ => (config.momentum, config.dampening),
+        };
+        let (rect_mode, rect_lr) = if config.rule == Rule::AdaBelief && config.rectify {
+            adabelief::rectification(beta2, beta2_t, t, bc1, lr)
+        } else {
+            (0, 0.0)
+        };
+        StepScalars {
+            lr: lr as f32,
+            beta1: beta1 as f32,
+            one_minus_beta1: (1.0 - beta1) as f32,
+            beta2: beta2 as f32,
+            one_minus_beta2: (1.0 - beta2) as f32,
+            eps: config.eps as f32,
+            weight_decay: config.weight_decay as f32,
+            decay: decay as f32,
+            bc2: bc2 as f32,
+            sqrt_bc2: libm::sqrt(bc2) as f32,
+            lr_over_bc1: (lr / bc1) as f32,
+            tau: config.tau as f32,
+            momentum: momentum as f32,
+            one_minus_dampening: (1.0 - dampening) as f32,
+            inv_grad_scale: (1.0 / grad_scale) as f32,
+            kappa: config.kappa as f32,
+            lr2_over_bc1: (lr * lr / bc1) as f32,
+            rect_lr: rect_lr as f32,
+            swats_step: (lr * libm::sqrt(bc2) / bc1) as f32,
+            swats_lr: lr as f32,
+            first_step: (t == 1) as u32,
+            mi_phase: (t <= config.switch_step) as u32,
+            rect_mode,
+            home_lr_over_bc1: (lr * config.home_lr_scale / bc1) as f32,
+        }
+    }
+}
+
+impl StepScalars {
+    /// The scalars of step `t` for a tensor of `group`: [`StepScalars::new`] of
+    /// [`Config::for_group`] (SWATS's SGD-phase rate scaled as η is).
+    pub fn for_group(
+        config: &Config,
+        group: Group,
+        t: u64,
+        grad_scale: f64,
+        swats_sgd_lr: Option<f64>,
+    ) -> Self {
+        let swats = swats_sgd_lr.map(|lr| lr * group.lr_scale);
+        StepScalars::new(&config.for_group(group), t, grad_scale, swats)
     }
 }
 

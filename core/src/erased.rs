@@ -10,8 +10,8 @@
 
 use half::{bf16, f16};
 
+use crate::dispatch::{dispatch, Rules, Run};
 use crate::kernel::TensorResult;
-use crate::optimizer::{dispatch, Rules, Run};
 use crate::q8::Q8Block;
 use crate::rules::only::All;
 use crate::state::StateStorage;

@@ -219,8 +219,8 @@ impl fmt::Display for CheckpointError {
                 f,
                 "format version {v}, but this build reads versions {} and {} only (version 1 \
                  came from homeadam-core 0.1, whose rule codes differ; retrain or convert)",
-                crate::checkpoint::VERSION,
-                crate::checkpoint::VERSION_CALIBRATED
+                crate::format::VERSION,
+                crate::format::VERSION_CALIBRATED
             ),
             CheckpointError::CalibrationMismatch => {
                 f.write_str("saved with a calibrated τ and loaded without one, or the other way round")

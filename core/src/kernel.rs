@@ -10,10 +10,12 @@
 //! give the same bits (property-tested for every rule × storage combination); a backend that
 //! re-implements a rule (CUDA, MCU) is tested against [`run_reference`] too.
 
-use crate::calibration::Histogram;
-use crate::config::RhoOver;
+use crate::bits::is_nonfinite;
 use crate::exact::ExactSum;
+#[cfg(feature = "std")]
+use crate::parallel::Split;
 use crate::q8::Map;
+use crate::reduce::CHUNK;
 use crate::rounding::ParamStore;
 use crate::simd::{Convert, Isa, Portable, SlicesJob, WithConvert};
 use crate::state::{Requantize, StateStorage};
@@ -24,9 +26,6 @@ mod scalar;
 
 pub(crate) use scalar::{grads_finite, SCALAR_FPU};
 use scalar::{run_scalar, SCALAR_LOOP, SUM_ZEROS};
-
-/// Elements per chunk of the fast path: a multiple of every SIMD width in use.
-pub(crate) const CHUNK: usize = 256;
 
 /// What one element's update produced besides the state.
 #[derive(Clone, Copy)]
@@ -102,11 +101,6 @@ impl TensorResult {
             step_grad: ExactSum::new(),
         }
     }
-}
-
-#[inline(always)]
-pub(crate) fn is_nonfinite(x: f32) -> bool {
-    x.to_bits() & 0x7f80_0000 == 0x7f80_0000
 }
 
 /// The scalar reference: one element at a time, in index order, θ and g converted and θ
@@ -303,6 +297,35 @@ pub(crate) struct Part<'a, P, G, S> {
     pub slots: [&'a mut [S]; 3],
     /// The tensor's index of `param[0]` (it keys stochastic rounding).
     pub first: usize,
+}
+
+#[cfg(feature = "std")]
+impl TensorResult {
+    /// The result of two parts of one tensor, exactly.
+    pub(crate) fn merge(mut self, other: TensorResult) -> TensorResult {
+        if other.v_min < self.v_min {
+            self.v_min = other.v_min;
+            self.v_min_at = other.v_min_at;
+        }
+        if other.v_min_active < self.v_min_active {
+            self.v_min_active = other.v_min_active;
+        }
+        self.home += other.home;
+        self.nonfinite |= other.nonfinite;
+        self.step_sq.merge(&other.step_sq);
+        self.step_grad.merge(&other.step_grad);
+        self
+    }
+}
+
+#[cfg(feature = "std")]
+impl<P: Send, G: Sync, S: StateStorage> Split for Part<'_, P, G, S> {
+    fn len(&self) -> usize {
+        Part::len(self)
+    }
+    fn split_at(self, mid: usize) -> (Self, Self) {
+        Part::split_at(self, mid)
+    }
 }
 
 impl<'a, P, G, S: StateStorage> Part<'a, P, G, S> {
@@ -869,107 +892,4 @@ fn fold_min_active(v_min: &mut [f32; 8], v: &[f32]) {
     for (m, &x) in v_min.iter_mut().zip(lanes.remainder()) {
         *m = if x > 0.0 && x < *m { x } else { *m };
     }
-}
-
-/// The minima of the global and per-layer HomeAdam rules' first pass over one tensor.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SecondMomentMin {
-    /// min v_t over the elements (+∞ for none).
-    pub all: f32,
-    /// min v_t over the elements with v_t > 0 (+∞ for none).
-    pub active: f32,
-}
-
-impl SecondMomentMin {
-    /// No element yet.
-    pub const EMPTY: SecondMomentMin = SecondMomentMin {
-        all: f32::INFINITY,
-        active: f32::INFINITY,
-    };
-
-    /// Folds `v` in (NaN is not folded: `x < min` is false).
-    #[inline(always)]
-    pub fn fold(&mut self, v: f32) {
-        self.all = if v < self.all { v } else { self.all };
-        self.active = if v > 0.0 && v < self.active {
-            v
-        } else {
-            self.active
-        };
-    }
-
-    /// ρ = `rho_over`'s minimum of v̂: each minimum divided by bc2 (exact: division by bc2 > 0
-    /// is monotonic), then [`RhoOver::rho`].
-    #[inline]
-    pub fn rho(self, rho_over: RhoOver, bc2: f32) -> f32 {
-        rho_over.rho(self.all / bc2, self.active / bc2)
-    }
-
-    /// The minima of two parts (min is exact: the order does not matter).
-    pub fn merge(self, other: Self) -> Self {
-        let mut m = self;
-        m.fold(other.all);
-        m.fold(other.active);
-        m
-    }
-}
-
-/// First pass of the global and per-layer HomeAdam rules: the minima of the new second moment
-/// `v_new(v, g)` (not stored) over the tensor, and whether every unscaled gradient is finite.
-/// Sixteen lanes of each minimum (min is exact, so their order does not matter), which
-/// vectorize at any width up to 16.
-#[inline(always)]
-pub(crate) fn min_new_second_moment<G: Storage, S: Storage>(
-    grad: &[G],
-    v: &[S],
-    inv_grad_scale: f32,
-    v_new: impl Fn(f32, f32) -> f32,
-) -> (SecondMomentMin, bool) {
-    const LANES: usize = 16;
-    let mut all = [f32::INFINITY; LANES];
-    let mut active = [f32::INFINITY; LANES];
-    let mut bad = 0u32;
-    let mut gc = grad.chunks_exact(LANES);
-    let mut vc = v.chunks_exact(LANES);
-    for (gs, vs) in (&mut gc).zip(&mut vc) {
-        for l in 0..LANES {
-            let g = gs[l].to_f32() * inv_grad_scale;
-            bad |= is_nonfinite(g) as u32;
-            let x = v_new(vs[l].to_f32(), g);
-            all[l] = if x < all[l] { x } else { all[l] };
-            active[l] = if x > 0.0 && x < active[l] { x } else { active[l] };
-        }
-    }
-    let mut min = SecondMomentMin::EMPTY;
-    for (g, v) in gc.remainder().iter().zip(vc.remainder()) {
-        let g = g.to_f32() * inv_grad_scale;
-        bad |= is_nonfinite(g) as u32;
-        min.fold(v_new(v.to_f32(), g));
-    }
-    for (&a, &b) in all.iter().zip(&active) {
-        min = min.merge(SecondMomentMin { all: a, active: b });
-    }
-    (min, bad == 0)
-}
-
-/// The element-wise rule's calibration pass: v̂ = `v_new(v, g)` / bc2 of every element with
-/// v_new > 0 counted into `hist`, and whether every unscaled gradient is finite.
-pub(crate) fn count_new_second_moment<G: Storage, S: Storage>(
-    grad: &[G],
-    v: &[S],
-    inv_grad_scale: f32,
-    bc2: f32,
-    v_new: impl Fn(f32, f32) -> f32,
-    hist: &mut Histogram,
-) -> bool {
-    let mut bad = 0u32;
-    for (g, v) in grad.iter().zip(v) {
-        let g = g.to_f32() * inv_grad_scale;
-        bad |= is_nonfinite(g) as u32;
-        let v = v_new(v.to_f32(), g);
-        if v > 0.0 {
-            hist.add(v / bc2);
-        }
-    }
-    bad == 0
 }

@@ -54,7 +54,7 @@ mod tests {
     fn std_sqrt_equals_libm_sqrtf() {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..1_000_000 {
-            state = crate::rounding::mix64(state);
+            state = crate::bits::mix64(state);
             let x = f32::from_bits(state as u32 & 0x7fff_ffff);
             let a = super::sqrt(x);
             let b = libm::sqrtf(x);

@@ -8,7 +8,7 @@
 
 use std::thread;
 
-use crate::kernel::{Part, TensorResult, CHUNK};
+use crate::reduce::CHUNK;
 use crate::state::StateStorage;
 
 /// Elements below which a piece is not worth a thread (spawning one costs more than a step
@@ -21,15 +21,6 @@ pub(crate) trait Split: Sized + Send {
     fn len(&self) -> usize;
     /// Elements before `mid` and from `mid` on.
     fn split_at(self, mid: usize) -> (Self, Self);
-}
-
-impl<P: Send, G: Sync, S: StateStorage> Split for Part<'_, P, G, S> {
-    fn len(&self) -> usize {
-        Part::len(self)
-    }
-    fn split_at(self, mid: usize) -> (Self, Self) {
-        Part::split_at(self, mid)
-    }
 }
 
 /// A tensor's gradients and the state slot its first pass reads.
@@ -107,22 +98,4 @@ fn join(a: &mut (dyn FnMut() + Send), b: &mut dyn FnMut()) {
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     });
-}
-
-impl TensorResult {
-    /// The result of two parts of one tensor, exactly.
-    pub(crate) fn merge(mut self, other: TensorResult) -> TensorResult {
-        if other.v_min < self.v_min {
-            self.v_min = other.v_min;
-            self.v_min_at = other.v_min_at;
-        }
-        if other.v_min_active < self.v_min_active {
-            self.v_min_active = other.v_min_active;
-        }
-        self.home += other.home;
-        self.nonfinite |= other.nonfinite;
-        self.step_sq.merge(&other.step_sq);
-        self.step_grad.merge(&other.step_grad);
-        self
-    }
 }

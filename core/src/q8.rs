@@ -35,7 +35,7 @@
 //! 32-bit Arm and RISC-V, where nothing vectorizes, the neighbours are read from the table (the
 //! same decision) and no step needs a 64-bit multiply or a division.
 
-use crate::rounding::mix64;
+use crate::bits::{abs, mix64};
 
 /// Elements per block: one scale per this many codes.
 pub const BLOCK: usize = 256;
@@ -282,14 +282,14 @@ impl Divisor {
 
 #[inline(always)]
 fn encode_unsigned(x: f32, d: Divisor, r: u32) -> u8 {
-    let u = d.quotient(crate::storage::abs(x));
+    let u = d.quotient(abs(x));
     let j = round_index::<256, 12>(&UNSIGNED_FRACTIONS, UNSIGNED[1], u, r);
     (if j == 0 && x != 0.0 { 1 } else { j }) as u8
 }
 
 #[inline(always)]
 fn encode_signed(x: f32, d: Divisor, r: u32) -> u8 {
-    let u = d.quotient(crate::storage::abs(x));
+    let u = d.quotient(abs(x));
     let j = round_index::<128, 8>(&SIGNED_FRACTIONS, SIGNED[1], u, r) as u8;
     let sign = if x < 0.0 && j != 0 { 0x80 } else { 0 };
     j | sign
@@ -580,7 +580,7 @@ mod tests {
                     let expect_sign = map == Map::Unsigned || x >= 0.0 || y == 0.0;
                     assert!(expect_sign || y < 0.0, "{map:?} {x} {r}");
                     if matches!(x, 1.0 | -1.0 | 0.5) {
-                        assert_eq!(crate::storage::abs(y), crate::storage::abs(x));
+                        assert_eq!(crate::bits::abs(y), crate::bits::abs(x));
                     }
                 }
             }

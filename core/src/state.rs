@@ -1,8 +1,8 @@
 //! What a tensor's state slots are stored as: one element per parameter ([`Storage`]: `f32`,
 //! `f16`, `bf16`) or 8-bit blocks ([`Q8Block`], one per 256 parameters).
 
-use crate::kernel::{self, SecondMomentMin, CHUNK};
 use crate::q8::{self, Map, Q8Block, BLOCK, BLOCK_BYTES};
+use crate::reduce::{self, SecondMomentMin, CHUNK};
 use crate::simd::{Convert, Portable};
 use crate::storage::{Dtype, Storage};
 
@@ -93,7 +93,7 @@ pub(crate) mod sealed {
         /// roundings); `None` for q8, whose blocks share a scale and may round stochastically.
         fn stored_min(v_min: f32) -> Option<f32>;
 
-        /// [`kernel::min_new_second_moment`] over the elements of `v`.
+        /// [`reduce::min_new_second_moment`] over the elements of `v`.
         fn min_new_v<G: Storage>(
             grad: &[G],
             v: &[Self],
@@ -101,7 +101,7 @@ pub(crate) mod sealed {
             v_new: impl Fn(f32, f32) -> f32,
         ) -> (SecondMomentMin, bool);
 
-        /// [`kernel::count_new_second_moment`] over the elements of `v`.
+        /// [`reduce::count_new_second_moment`] over the elements of `v`.
         fn count_new_v<G: Storage>(
             grad: &[G],
             v: &[Self],
@@ -194,7 +194,7 @@ impl<T: Storage> sealed::StateOps for T {
         inv: f32,
         v_new: impl Fn(f32, f32) -> f32,
     ) -> (SecondMomentMin, bool) {
-        kernel::min_new_second_moment(grad, v, inv, v_new)
+        reduce::min_new_second_moment(grad, v, inv, v_new)
     }
 
     fn count_new_v<G: Storage>(
@@ -205,7 +205,7 @@ impl<T: Storage> sealed::StateOps for T {
         v_new: impl Fn(f32, f32) -> f32,
         hist: &mut crate::calibration::Histogram,
     ) -> bool {
-        kernel::count_new_second_moment(grad, v, inv, bc2, v_new, hist)
+        reduce::count_new_second_moment(grad, v, inv, bc2, v_new, hist)
     }
 }
 
@@ -293,7 +293,7 @@ impl sealed::StateOps for Q8Block {
         for (g, block) in grad.chunks(BLOCK).zip(v) {
             let b = &mut buf[..g.len()];
             q8::dequantize(block, Map::Unsigned, b);
-            let (m, f) = kernel::min_new_second_moment(g, &*b, inv, &v_new);
+            let (m, f) = reduce::min_new_second_moment(g, &*b, inv, &v_new);
             min = min.merge(m);
             finite &= f;
         }
@@ -313,7 +313,7 @@ impl sealed::StateOps for Q8Block {
         for (g, block) in grad.chunks(BLOCK).zip(v) {
             let b = &mut buf[..g.len()];
             q8::dequantize(block, Map::Unsigned, b);
-            finite &= kernel::count_new_second_moment(g, &*b, inv, bc2, &v_new, hist);
+            finite &= reduce::count_new_second_moment(g, &*b, inv, bc2, &v_new, hist);
         }
         finite
     }

@@ -6,6 +6,8 @@
 
 use half::{bf16, f16};
 
+use crate::bits::abs;
+
 /// The storage type of a slice, as named in configs (`"f32"`, `"f16"`, `"bf16"`; `"q8"` for
 /// state only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -165,11 +167,6 @@ pub trait Storage: Copy + Default + PartialEq + Send + Sync + sealed::Sealed + '
             toward_zero
         }
     }
-}
-
-#[inline(always)]
-pub(crate) fn abs(x: f32) -> f32 {
-    f32::from_bits(x.to_bits() & 0x7fff_ffff)
 }
 
 impl Storage for f32 {
@@ -342,7 +339,7 @@ mod tests {
         let mut sum = 0.0f64;
         let n = 1 << 16;
         for i in 0..n {
-            let r = crate::rounding::mix64(i as u64) as u32 >> 8;
+            let r = crate::bits::mix64(i as u64) as u32 >> 8;
             sum += <bf16 as Storage>::from_f32_stochastic(x, r).to_f32() as f64;
         }
         let mean = sum / n as f64;

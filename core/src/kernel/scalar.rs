@@ -1,7 +1,9 @@
 //! The fast path of 32-bit Arm and RISC-V ([`run_scalar`]), and the finite check of the
 //! gradients that every path runs before a step that may be skipped ([`grads_finite`]).
 
-use super::{is_nonfinite, Kernel, Part, SlotStores, TensorResult, CHUNK};
+use super::{Kernel, Part, SlotStores, TensorResult};
+use crate::bits::is_nonfinite;
+use crate::reduce::CHUNK;
 use crate::rounding::ParamStore;
 use crate::state::{Requantize, StateStorage};
 use crate::storage::{Dtype, Storage};
@@ -331,9 +333,10 @@ mod tests {
     //! reference on the host, bit for bit (the firmware's golden test checks it on the device).
 
     use super::*;
+    use crate::bits::mix64;
     use crate::config::Config;
     use crate::kernel::run_reference;
-    use crate::rounding::{mix64, NearestStore, StochasticStore};
+    use crate::rounding::{NearestStore, StochasticStore};
     use crate::rules::adabelief::AdaBelief;
     use crate::rules::adam::Adam;
     use crate::rules::homeadam::{branch, Home};

@@ -13,12 +13,15 @@
 //! exactly: the global and per-layer first pass folds min v and divides once.
 //! State: `m`, `v`.
 
-use crate::backend::goes_home;
+use crate::calibration::Histogram;
 use crate::kernel::{Elem, Kernel, SCALAR_FPU};
+use crate::reduce::SecondMomentMin;
 use crate::rules::adam::{ADAM, ADAMW};
 use crate::rules::spec::{reads, Decay, Defaults, Spec};
 use crate::rules::Switch;
 use crate::scalars::StepScalars;
+use crate::state::StateStorage;
+use crate::storage::Storage;
 
 /// ε of the rules with the srf step, 1e-3 rather than Adam's 1e-8: the step η · m̂ / (v̂ + ε)
 /// reaches η / (2√ε) per element, 5000 η with ε = 1e-8 (weights jump by 5 at η = 1e-3 and a
@@ -156,4 +159,42 @@ impl<const BRANCH: u8> Kernel for Home<BRANCH> {
             grad: 0.0,
         }
     }
+}
+
+/// The home (SGDM) branch is taken unless v̂ ≥ τ; a NaN v̂ (a non-finite gradient applied under
+/// `FiniteCheck::Trust`) goes home rather than dividing by it. One unordered comparison (τ is
+/// never NaN: τ > 0 is validated, a calibrated τ is a finite histogram edge).
+#[inline(always)]
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
+pub fn goes_home(v_hat: f32, tau: f32) -> bool {
+    !(v_hat >= tau)
+}
+
+/// The global and per-layer rules' first pass over one tensor, exactly as the step computes it:
+/// min_j v_t,j with v_t,j = β2 v_{t−1},j + (1 − β2) g_j² (g unscaled by `s.inv_grad_scale`),
+/// over every element and over those with v_t,j > 0, and whether every unscaled g is finite.
+/// ρ_t is the min of `Config::rho_over` divided by bc2 ([`crate::RhoOver::rho`], then
+/// [`goes_home`]). A backend that runs its own first pass (CUDA) is tested against this one.
+#[inline(always)]
+pub fn home_first_pass<G: Storage, S: StateStorage>(
+    grad: &[G],
+    v: &[S],
+    s: &StepScalars,
+) -> (SecondMomentMin, bool) {
+    let home = Home::<{ branch::PER_ELEMENT }>::new(s);
+    S::min_new_v(grad, v, s.inv_grad_scale, |v, g| home.second_moment(v, g))
+}
+
+/// The element-wise rule's calibration pass over one tensor (at the steps a calibrated τ is
+/// set): v̂_t,j = v_t,j / bc2 of every element with v_t,j > 0 counted into `hist`, and whether
+/// every unscaled g is finite.
+pub fn home_calibration_pass<G: Storage, S: StateStorage>(
+    grad: &[G],
+    v: &[S],
+    s: &StepScalars,
+    hist: &mut Histogram,
+) -> bool {
+    let home = Home::<{ branch::PER_ELEMENT }>::new(s);
+    let v_new = |v, g| home.second_moment(v, g);
+    S::count_new_v(grad, v, s.inv_grad_scale, s.bc2, v_new, hist)
 }

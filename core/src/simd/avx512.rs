@@ -239,7 +239,7 @@ unsafe fn round_stochastic<H: HalfLanes>(x: __m512, r24: __m512i) -> __m256i {
     _mm256_mask_blend_epi16(keep, chosen, nearest)
 }
 
-/// [`crate::rounding::stochastic_bits`] of elements `index .. index + 16`, one per 32-bit lane.
+/// [`crate::bits::stochastic_bits`] of elements `index .. index + 16`, one per 32-bit lane.
 #[inline(always)]
 unsafe fn random_bits(key: u64, index: u64) -> __m512i {
     let key = _mm512_set1_epi64(key as i64);
@@ -253,7 +253,7 @@ unsafe fn random_bits(key: u64, index: u64) -> __m512i {
     _mm512_permutex2var_epi32(low, even, high)
 }
 
-/// [`crate::rounding::mix64`] on eight 64-bit lanes.
+/// [`crate::bits::mix64`] on eight 64-bit lanes.
 #[inline(always)]
 unsafe fn mix64(z: __m512i) -> __m512i {
     let z = _mm512_xor_si512(z, _mm512_srli_epi64::<30>(z));

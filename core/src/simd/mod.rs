@@ -25,8 +25,8 @@ pub(crate) use neon::Neon;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 pub(crate) use x86::Avx2;
 
+use crate::bits::stochastic_bits;
 use crate::q8::{Map, Q8Block};
-use crate::rounding::stochastic_bits;
 use crate::storage::Storage;
 
 /// An instruction set of the fast path, as a caller names it: [`Simd::detect`] is what
@@ -340,7 +340,7 @@ mod tests {
             .into_iter()
             .map(f32::from_bits)
             .chain((0..random).map(move |_| {
-                state = crate::rounding::mix64(state.wrapping_add(1));
+                state = crate::bits::mix64(state.wrapping_add(1));
                 f32::from_bits(state as u32)
             }))
     }

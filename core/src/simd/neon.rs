@@ -18,7 +18,7 @@ use core::arch::asm;
 use half::{bf16, f16};
 
 use super::{half_bits, half_bits_mut, Convert, Portable};
-use crate::rounding::stochastic_bits;
+use crate::bits::stochastic_bits;
 use crate::storage::{Dtype, Storage};
 
 /// The NEON conversions.

@@ -18,8 +18,8 @@ use core::arch::x86_64::*;
 use half::{bf16, f16};
 
 use super::{half_bits, half_bits_mut, Convert, Portable, SlicesJob, WithConvert};
+use crate::bits::stochastic_bits;
 use crate::q8::{Map, Q8Block, SIGNED, UNSIGNED};
-use crate::rounding::stochastic_bits;
 use crate::storage::{Dtype, Storage};
 
 /// Proof that the CPU has AVX2 and F16C.
@@ -324,7 +324,7 @@ unsafe fn random_bits(key: u64, index: u64) -> __m256i {
     )
 }
 
-/// [`crate::rounding::mix64`] on four 64-bit lanes.
+/// [`crate::bits::mix64`] on four 64-bit lanes.
 #[inline(always)]
 unsafe fn mix64(z: __m256i) -> __m256i {
     let z = _mm256_xor_si256(z, _mm256_srli_epi64::<30>(z));

@@ -1,0 +1,707 @@
+//! One step in phases, for models whose tensors do not fit one slice (several storage types,
+//! parameters lent one at a time, as by candle): unscale, the non-finite skip, the HomeAdam
+//! decision, the update, telemetry. A backend that updates the tensors itself ends the step
+//! through `external.rs`.
+
+use crate::bits::tensor_key;
+use crate::calibration::Histogram;
+use crate::config::FiniteCheck;
+use crate::dispatch::{dispatch, links_switch, Rules, Run};
+#[cfg(feature = "std")]
+use crate::erased::{self, AnyTensor};
+use crate::error::Error;
+use crate::exact::ExactSum;
+use crate::kernel::{self, SlotStores};
+use crate::optimizer::{Bound, Optimizer};
+#[cfg(feature = "std")]
+use crate::parallel;
+use crate::reduce::{RhoOver, SecondMomentMin, CHUNK};
+
+use crate::rules::homeadam::{branch, goes_home, home_calibration_pass, home_first_pass};
+use crate::rules::only::{All, RuleSet};
+use crate::rules::swats;
+use crate::rules::{Rule, Switch};
+use crate::scalars::{powi_by_squaring, StepScalars};
+use crate::simd::{self, Isa, Simd};
+use crate::state::StateStorage;
+use crate::storage::{Dtype, Storage};
+use crate::tensor::{Group, StepReport, Tensor, TensorAux};
+use core::marker::PhantomData;
+
+/// Whether the bound proves the srf branch of the global rule: every new v_i = fl(β2 v_{i,t−1} +
+/// (1 − β2) g_i²) ≥ fl(β2 u) (rounding is monotonic and fl((1 − β2) g_i²) ≥ 0), so
+/// ρ_t = (min_i v_i) / bc2 ≥ fl(β2 u) / bc2 ≥ τ.
+pub(crate) fn srf_proven(bound: Bound, s: &StepScalars) -> bool {
+    !goes_home((s.beta2 * bound.u) / s.bc2, s.tau)
+}
+
+/// Whether `F` holds any HomeAdam(W) rule.
+#[inline(always)]
+pub(crate) fn links_home<F: RuleSet>() -> bool {
+    links_switch::<F>(None)
+}
+
+/// Stepping: the whole step in one call, or begun for its phases.
+impl Optimizer {
+    /// One step over every tensor of the model, with the fast path.
+    ///
+    /// Gradients are multiplied by `1 / grad_scale` first. If any unscaled gradient is not
+    /// finite, nothing changes and the report says `skipped` (under [`FiniteCheck::SkipStep`]).
+    pub fn step<P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+        grad_scale: f64,
+    ) -> Result<StepReport, Error> {
+        let mut step = self.begin(grad_scale)?;
+        step.check(tensors)?;
+        step.update(tensors)?;
+        step.finish()
+    }
+
+    /// [`Optimizer::step`] built for the rules of `F` only ([`crate::rules::only`]): the
+    /// other rules' kernels are not linked. Same bits as [`Optimizer::step`]; a config whose
+    /// rule is not in `F` is refused with [`Error::RuleNotLinked`] before anything is read or
+    /// written.
+    pub fn step_only<F: RuleSet, P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+        grad_scale: f64,
+    ) -> Result<StepReport, Error> {
+        let mut step = self.begin_only::<F>(grad_scale)?;
+        step.check(tensors)?;
+        step.update(tensors)?;
+        step.finish()
+    }
+
+    /// [`Optimizer::step`] with each tensor's elements spread over up to `threads` threads
+    /// (`std`; [`Step::with_threads`]). The same bits for any thread count.
+    #[cfg(feature = "std")]
+    pub fn step_parallel<P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+        grad_scale: f64,
+        threads: usize,
+    ) -> Result<StepReport, Error> {
+        let mut step = self.begin(grad_scale)?.with_threads(threads);
+        step.check(tensors)?;
+        step.update(tensors)?;
+        step.finish()
+    }
+
+    /// The same step through the scalar reference: one element at a time. Every fast path
+    /// (this crate's, CUDA, MCU) must give the same bits.
+    pub fn step_reference<P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+        grad_scale: f64,
+    ) -> Result<StepReport, Error> {
+        let mut step = self.begin(grad_scale)?.exact_decision();
+        step.check(tensors)?;
+        step.update_reference(tensors)?;
+        step.finish()
+    }
+
+    /// Starts step t = [`Optimizer::step_count`] + 1 in two phases: [`Step::check`] every
+    /// tensor of the model (the finite check and the first pass of global / per-layer
+    /// HomeAdam), then [`Step::update`] every tensor, in the same order, then
+    /// [`Step::finish`]. The calls may split the model into several slices, of different
+    /// storage types too: they make one step, with one HomeAdam decision over all of them
+    /// (tensor indices, which key stochastic rounding, count on across the calls).
+    ///
+    /// ```
+    /// use homeadam_core::{bf16, Config, Optimizer, Rule, Switch, Tensor, TensorAux};
+    ///
+    /// let mut opt = Optimizer::new(Config::new(Rule::HomeAdamW(Switch::Global)))?;
+    /// let (mut w, gw, mut sw, mut aw) = ([0.5f32; 4], [1e-3f32; 4], [0.0f32; 8], TensorAux::default());
+    /// let (mut e, ge) = ([bf16::ONE; 2], [bf16::from_f32(2e-3); 2]);
+    /// let (mut se, mut ae) = ([0.0f32; 4], TensorAux::default());
+    /// let mut dense = [Tensor::new(&mut w, &gw, &mut sw, &mut aw)];
+    /// let mut embedding = [Tensor::new(&mut e, &ge, &mut se, &mut ae)];
+    ///
+    /// let mut step = opt.begin(1.0)?;
+    /// step.check(&mut dense)?;
+    /// step.check(&mut embedding)?;
+    /// step.update(&mut dense)?; // one decision on ρ over both slices
+    /// step.update(&mut embedding)?;
+    /// let report = step.finish()?;
+    /// assert_eq!(report.step, 1);
+    /// # Ok::<(), homeadam_core::Error>(())
+    /// ```
+    pub fn begin(&mut self, grad_scale: f64) -> Result<Step<'_>, Error> {
+        self.begin_only::<All>(grad_scale)
+    }
+
+    /// [`Optimizer::begin`] for the rules of `F` only (see [`Optimizer::step_only`]).
+    pub fn begin_only<F: RuleSet>(&mut self, grad_scale: f64) -> Result<Step<'_, F>, Error> {
+        if !F::admits(self.config.rule) {
+            return Err(Error::RuleNotLinked {
+                rule: self.config.name(),
+            });
+        }
+        if !(grad_scale.is_finite() && grad_scale > 0.0) {
+            return Err(Error::InvalidGradScale(grad_scale));
+        }
+        let t = self.step.checked_add(1).ok_or(Error::StepOverflow)?;
+        let config = self.step_config();
+        let calibrates = links_home::<F>()
+            && config.rule.switch().is_some()
+            && config.tau_calibration.is_some_and(|c| c.calibrates_at(t));
+        let scalars = StepScalars::new(&config, t, grad_scale, self.swats_sgd_lr);
+        // With `rho_over: active` a newly active element can undercut u; a step that sets τ
+        // needs ρ_t before any update.
+        let bounded = links_switch::<F>(Some(Switch::Global))
+            && config.rule.switch() == Some(Switch::Global)
+            && config.rho_over == RhoOver::All;
+        let bound = self.decisions.bound.take().filter(|_| bounded && !calibrates);
+        Ok(Step {
+            scalars,
+            // SWATS's switch test works in f64.
+            swats_bc2: 1.0 - powi_by_squaring(config.beta2, t),
+            opt: self,
+            t,
+            grad_scale,
+            updating: false,
+            finite: true,
+            checked: 0,
+            updated: 0,
+            global_home: false,
+            bound,
+            decided: bound.and_then(|b| srf_proven(b, &scalars).then_some(false)),
+            next: bounded.then_some(Bound::EMPTY),
+            checked_numel: 0,
+            rho: f32::INFINITY,
+            rho_active: f32::INFINITY,
+            has_rho: false,
+            calibrates,
+            calibrated: false,
+            pending: Histogram::new(),
+            new_tau: None,
+            report: StepReport::applied(t),
+            next_swats_lr: None,
+            #[cfg(feature = "std")]
+            threads: 1,
+            rules: PhantomData,
+        })
+    }
+}
+
+/// One step in progress: see [`Optimizer::begin`]. Dropped before [`Step::finish`], the step
+/// is not counted (tensors updated so far keep their update). `F` is the set of rules whose
+/// kernels it links ([`Optimizer::begin_only`]).
+pub struct Step<'o, F: RuleSet = All> {
+    pub(crate) opt: &'o mut Optimizer,
+    pub(crate) t: u64,
+    pub(crate) grad_scale: f64,
+    pub(crate) scalars: StepScalars,
+    pub(crate) swats_bc2: f64,
+    pub(crate) updating: bool,
+    pub(crate) finite: bool,
+    pub(crate) checked: usize,
+    pub(crate) updated: usize,
+    pub(crate) global_home: bool,
+    /// The global rule's bound from the last step (`None` without one).
+    pub(crate) bound: Option<Bound>,
+    /// The global decision (home?) once the bounds prove it; `None` while it needs ρ_t.
+    pub(crate) decided: Option<bool>,
+    /// The bound this step's update leaves for the next step (`None` where it cannot).
+    pub(crate) next: Option<Bound>,
+    /// Elements checked so far.
+    pub(crate) checked_numel: usize,
+    /// min v̂ over every element checked (then updated) so far.
+    pub(crate) rho: f32,
+    /// min v̂ over the active elements checked (then updated) so far (+∞ for none).
+    pub(crate) rho_active: f32,
+    pub(crate) has_rho: bool,
+    /// This step sets a calibrated τ.
+    pub(crate) calibrates: bool,
+    /// τ was set (at the first update, or by [`Step::calibrate_external`]).
+    pub(crate) calibrated: bool,
+    /// The values this step adds to the calibration histogram.
+    pub(crate) pending: Histogram,
+    /// The τ this step calibrated (`None` without values to calibrate on).
+    pub(crate) new_tau: Option<f32>,
+    pub(crate) report: StepReport,
+    pub(crate) next_swats_lr: Option<f64>,
+    #[cfg(feature = "std")]
+    pub(crate) threads: usize,
+    pub(crate) rules: PhantomData<F>,
+}
+
+impl<F: RuleSet> Step<'_, F> {
+    /// Spreads each tensor's elements over up to `threads` threads (`std`): scoped threads,
+    /// started per tensor, for the finite check, the first pass and the fast path's update,
+    /// each with at least 32 K elements (smaller tensors stay on the caller's thread).
+    /// Deterministic: the same bits for any thread count, since every per-tensor result is
+    /// merged exactly (min, integer and exact sums). 0 and 1 mean the caller's thread only,
+    /// the default; [`Step::update_reference`] always runs on the caller's thread.
+    #[cfg(feature = "std")]
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
+        self
+    }
+
+    /// Takes the global rule's decision on ρ_t from the exact first pass, without the bounds
+    /// of [`Step::check`]: the same decision, for the scalar reference
+    /// ([`Optimizer::step_reference`]) and tests. Call it before [`Step::check`].
+    pub fn exact_decision(mut self) -> Self {
+        self.bound = None;
+        self.decided = None;
+        self
+    }
+
+    /// t, the step being taken.
+    pub fn t(&self) -> u64 {
+        self.t
+    }
+
+    /// The step's scalars for tensors of the default group (backends pass them to kernels).
+    pub fn scalars(&self) -> &StepScalars {
+        &self.scalars
+    }
+
+    /// The step's scalars for tensors of `group`.
+    pub fn group_scalars(&self, group: Group) -> StepScalars {
+        if group == Group::DEFAULT {
+            return self.scalars;
+        }
+        let c = &self.opt.config;
+        let mut s = StepScalars::for_group(c, group, self.t, self.grad_scale, self.opt.swats_sgd_lr);
+        s.tau = self.scalars.tau;
+        s
+    }
+
+    /// Whether this step sets a calibrated τ ([`crate::calibration`]). A backend that updates
+    /// the tensors itself then calls [`Step::calibrate_external`] before it reads the scalars.
+    pub fn calibrates(&self) -> bool {
+        self.calibrates
+    }
+
+    /// τ ← the share's quantile of the window and this step's values (element-wise: this
+    /// step's only); τ is kept when there is no value.
+    pub(crate) fn calibrate(&mut self) {
+        let config = &self.opt.config;
+        let Some(c) = config.tau_calibration else {
+            return;
+        };
+        let window = match config.rule.switch() {
+            Some(Switch::Element) => &Histogram::EMPTY,
+            _ => &self.opt.window,
+        };
+        self.new_tau = Histogram::tau_of_sum(&self.pending, window, c.home_share);
+        self.scalars.tau = self.new_tau.unwrap_or(self.scalars.tau);
+        self.calibrated = true;
+    }
+
+    /// The finite check and the first pass of global / per-layer HomeAdam over `tensors`
+    /// (nothing is written but each tensor's telemetry). Every tensor of the model is checked
+    /// before the first [`Step::update`].
+    ///
+    /// The global rule (with `rho_over: all`, at steps that do not set τ) runs the first pass
+    /// only while bounds from its last update do not decide: with u = min_i v_{i,t−1} as
+    /// stored, fl(β2 u) / bc2 ≥ τ proves the srf branch (every new v_i ≥ fl(β2 u)), and
+    /// min v_t / bc2 < τ over the chunk of the model that held min v_{t−1} proves the home
+    /// branch (ρ_t is at most that). Either way the decision is the one ρ_t takes; the
+    /// gradients are still checked for finiteness. ρ_t for the report and the calibration
+    /// window is then min v_t of the update.
+    pub fn check<P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+    ) -> Result<(), Error> {
+        if self.updating {
+            return Err(Error::StepOrder("check after the first update"));
+        }
+        self.validate(tensors, self.checked)?;
+        let first = self.checked;
+        self.checked += tensors.len();
+        let config = &self.opt.config;
+        let inv = self.scalars.inv_grad_scale;
+        let bc2 = self.scalars.bc2;
+        match config.rule.switch() {
+            Some(switch @ (Switch::Global | Switch::Layer))
+                if links_switch::<F>(Some(Switch::Global)) || links_switch::<F>(Some(Switch::Layer)) =>
+            {
+                for (k, tensor) in tensors.iter_mut().enumerate() {
+                    let n = S::slot_len(tensor.param.len());
+                    let v = &tensor.state[n..2 * n];
+                    self.checked_numel += tensor.param.len();
+                    if self.decided.is_none() && self.home_proven(first + k, tensor.grad, v) {
+                        self.decided = Some(true);
+                    }
+                    if self.decided.is_some() {
+                        if self.finite {
+                            self.finite = self.grads_finite(tensor.grad, inv);
+                        }
+                        continue;
+                    }
+                    let (v_min, finite) = self.first_pass(tensor.grad, v);
+                    self.finite &= finite;
+                    let (all, active) = (v_min.all / bc2, v_min.active / bc2);
+                    self.rho = if all < self.rho { all } else { self.rho };
+                    self.rho_active = if active < self.rho_active {
+                        active
+                    } else {
+                        self.rho_active
+                    };
+                    // Until its update, a tensor's ρ is the one that decides its layer.
+                    tensor.aux.rho = v_min.rho(config.rho_over, bc2);
+                    if switch == Switch::Layer {
+                        self.pending.add(tensor.aux.rho);
+                    }
+                }
+            }
+            Some(Switch::Element) if self.calibrates => {
+                for tensor in tensors.iter() {
+                    let n = S::slot_len(tensor.param.len());
+                    self.finite &= self.calibration_pass(tensor.grad, &tensor.state[n..2 * n]);
+                }
+            }
+            _ if config.finite_check == FiniteCheck::SkipStep => {
+                for tensor in tensors.iter() {
+                    if !self.finite {
+                        break;
+                    }
+                    self.finite = self.grads_finite(tensor.grad, inv);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Whether the bound's chunk lies in this tensor, the model's `tensor`th, and proves the
+    /// home branch: min v_t / bc2 < τ over it (ρ_t is at most that; a NaN min proves nothing).
+    fn home_proven<G: Storage, S: StateStorage>(&self, tensor: usize, grad: &[G], v: &[S]) -> bool {
+        let Some(b) = self.bound.filter(|b| b.tensor == tensor) else {
+            return false;
+        };
+        let end = grad.len().min(b.at.saturating_add(CHUNK));
+        if S::DTYPE == Dtype::Q8 || b.at >= end {
+            return false;
+        }
+        let (min, _) = home_first_pass(&grad[b.at..end], &v[b.at..end], &self.scalars);
+        min.all / self.scalars.bc2 < self.scalars.tau
+    }
+
+    /// [`home_first_pass`] of one tensor, over the step's threads, compiled for the best
+    /// instruction set.
+    fn first_pass<G: Storage, S: StateStorage>(&self, grad: &[G], v: &[S]) -> (SecondMomentMin, bool) {
+        let scalars = &self.scalars;
+        let pass = |(g, v): (&[G], &[S])| simd::fastest(|| home_first_pass(g, v, scalars));
+        #[cfg(feature = "std")]
+        if self.threads > 1 {
+            let merge = |a: (SecondMomentMin, bool), b: (SecondMomentMin, bool)| (a.0.merge(b.0), a.1 && b.1);
+            let empty = (SecondMomentMin::EMPTY, true);
+            return parallel::run_split((grad, v), self.threads, pass, merge, empty);
+        }
+        pass((grad, v))
+    }
+
+    /// [`home_calibration_pass`] of one tensor into the step's values, over the step's
+    /// threads; whether every unscaled gradient is finite.
+    fn calibration_pass<G: Storage, S: StateStorage>(&mut self, grad: &[G], v: &[S]) -> bool {
+        let scalars = &self.scalars;
+        #[cfg(feature = "std")]
+        if self.threads > 1 {
+            let pass = |(g, v): (&[G], &[S])| {
+                let mut values = Histogram::new();
+                let finite = home_calibration_pass(g, v, scalars, &mut values);
+                (values, finite)
+            };
+            let merge = |mut a: (Histogram, bool), b: (Histogram, bool)| {
+                a.0.merge(&b.0);
+                (a.0, a.1 && b.1)
+            };
+            let empty = (Histogram::new(), true);
+            let (values, finite) = parallel::run_split((grad, v), self.threads, pass, merge, empty);
+            self.pending.merge(&values);
+            return finite;
+        }
+        home_calibration_pass(grad, v, scalars, &mut self.pending)
+    }
+
+    /// Whether every unscaled gradient of one tensor is finite, over the step's threads,
+    /// compiled for the best instruction set.
+    fn grads_finite<G: Storage>(&self, grad: &[G], inv: f32) -> bool {
+        let check = |g: &[G]| simd::fastest(|| kernel::grads_finite(g, inv));
+        #[cfg(feature = "std")]
+        if self.threads > 1 {
+            return parallel::run_split(grad, self.threads, check, |a, b| a && b, true);
+        }
+        check(grad)
+    }
+
+    /// Updates `tensors` with the fast path (after every tensor was checked); on a skipped
+    /// step only their telemetry is cleared.
+    pub fn update<P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+    ) -> Result<(), Error> {
+        self.update_with::<false, P, G, S>(tensors, Isa::detect())
+    }
+
+    /// [`Step::update`] through the scalar reference.
+    pub fn update_reference<P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+    ) -> Result<(), Error> {
+        self.update_with::<true, P, G, S>(tensors, Isa::Portable)
+    }
+
+    /// [`Step::update`] with the instruction set `simd` ([`Simd::Portable`]: no explicit SIMD,
+    /// what a `no_std` build runs). Same bits as [`Step::update`]; for tests and benches that
+    /// compare the instruction sets on one machine. Refused when this CPU or build lacks it.
+    pub fn update_on<P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+        simd: Simd,
+    ) -> Result<(), Error> {
+        let isa = Isa::of(simd).ok_or(Error::SimdUnavailable(simd))?;
+        self.update_with::<false, P, G, S>(tensors, isa)
+    }
+
+    /// Ends the step: counts it (unless skipped) and reports it. Refused, with the step not
+    /// counted, when fewer tensors were updated than checked.
+    pub fn finish(mut self) -> Result<StepReport, Error> {
+        if !self.finite {
+            // Nothing was written: the bound still holds.
+            self.opt.decisions.bound = self.bound;
+            return Ok(StepReport::skipped(self.t - 1));
+        }
+        if self.updated != self.checked {
+            return Err(Error::StepOrder("fewer tensors updated than checked"));
+        }
+        if self.decided.is_some() {
+            // `bound` is only taken with `rho_over: all`: ρ_t is min v̂_t of the update.
+            self.pending.add(self.rho);
+        }
+        let opt = &mut *self.opt;
+        opt.decisions.bound = self.next;
+        if opt.config.rule.switch() == Some(Switch::Global) && self.decided.is_none() {
+            opt.decisions.exact += 1;
+        }
+        let mut report = self.report;
+        if let Some(lr) = self.next_swats_lr {
+            self.opt.swats_sgd_lr = Some(lr);
+            report.swats_switched = true;
+        }
+        report.rho = self.has_rho.then_some(self.rho);
+        report.rho_active = self
+            .first_pass_ran()
+            .then(|| RhoOver::Active.rho(0.0, self.rho_active));
+        self.commit(report)
+    }
+
+    /// Whether the rule ran the first pass of the global / per-layer rules.
+    pub(crate) fn first_pass_ran(&self) -> bool {
+        matches!(
+            self.opt.config.rule.switch(),
+            Some(Switch::Global | Switch::Layer)
+        )
+    }
+
+    /// Counts an applied step: the calibration state, τ in the report, t.
+    pub(crate) fn commit(self, mut report: StepReport) -> Result<StepReport, Error> {
+        let opt = self.opt;
+        if self.calibrated {
+            opt.calibrated_tau = self.new_tau.or(opt.calibrated_tau);
+            opt.window = Histogram::new();
+        } else if opt.config.tau_calibration.is_some() && opt.config.rule.switch() != Some(Switch::Element) {
+            opt.window.merge(&self.pending);
+        }
+        if opt.config.rule.switch().is_some() {
+            report.tau = Some(self.scalars.tau);
+        }
+        opt.step = self.t;
+        Ok(report)
+    }
+
+    /// SWATS's switch test of one tensor after its Adam-phase step.
+    pub(crate) fn swats_test(
+        &mut self,
+        aux: &mut TensorAux,
+        group: Group,
+        step_sq: &ExactSum,
+        step_grad: &ExactSum,
+    ) {
+        let config = &self.opt.config;
+        let asks = swats::switch_test(
+            &mut aux.swats_lambda,
+            step_sq.to_f64(),
+            step_grad.to_f64(),
+            self.t,
+            config.beta2,
+            self.swats_bc2,
+            config.eps,
+        );
+        // Λ/bc2 estimates the rate of this tensor's steps, η'·lr_scale: the model's SGD phase
+        // runs at η' scaled again per group.
+        let base = asks.map(|lr| lr / group.lr_scale);
+        self.next_swats_lr = base.or(self.next_swats_lr);
+    }
+
+    /// Lengths, state type and groups of `tensors`, numbered from `first`.
+    fn validate<P: Storage, G: Storage, S: StateStorage>(
+        &self,
+        tensors: &[Tensor<'_, P, G, S>],
+        first: usize,
+    ) -> Result<(), Error> {
+        let config = &self.opt.config;
+        config.check_state_dtype(S::DTYPE)?;
+        let slots = config.state_slots();
+        let mut last_group = Group::DEFAULT;
+        for (k, t) in tensors.iter().enumerate() {
+            let (tensor, numel) = (first + k, t.param.len());
+            if t.grad.len() != numel {
+                return Err(Error::GradLength {
+                    tensor,
+                    numel,
+                    actual: t.grad.len(),
+                });
+            }
+            if Some(t.state.len()) != slots.checked_mul(S::slot_len(numel)) {
+                return Err(Error::StateLength {
+                    tensor,
+                    slots,
+                    numel,
+                    per_slot: S::slot_len(numel),
+                    actual: t.state.len(),
+                });
+            }
+            if t.group != last_group {
+                let scale = t.group.lr_scale;
+                if !(scale.is_finite() && scale >= 0.0) {
+                    return Err(Error::InvalidLrScale { tensor, value: scale });
+                }
+                config.check_group(t.group)?;
+                last_group = t.group;
+            }
+        }
+        Ok(())
+    }
+
+    /// `REFERENCE` is a const so that a program calling only the fast path links only the
+    /// fast drivers (flash matters on microcontrollers).
+    fn update_with<const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+        isa: Isa,
+    ) -> Result<(), Error> {
+        if self.updated + tensors.len() > self.checked {
+            return Err(Error::StepOrder("update of a tensor that was not checked"));
+        }
+        self.validate(tensors, self.updated)?;
+        let config = self.opt.config;
+        let switch = config.rule.switch();
+        if !self.updating {
+            if let (Some(home), Some(b)) = (self.decided, self.bound) {
+                if (self.checked, self.checked_numel) != (b.tensors, b.numel) {
+                    return Err(Error::StepOrder(
+                        "a model other than the last step's without Optimizer::forget_bound",
+                    ));
+                }
+                self.global_home = home;
+            } else {
+                let rho = config.rho_over.rho(self.rho, self.rho_active);
+                if switch == Some(Switch::Global) {
+                    self.pending.add(rho);
+                }
+                if self.calibrates && self.finite {
+                    self.calibrate();
+                }
+                self.global_home = switch == Some(Switch::Global) && goes_home(rho, self.scalars.tau);
+            }
+            self.updating = true;
+            self.rho = f32::INFINITY;
+            self.rho_active = f32::INFINITY;
+        }
+        if !self.finite {
+            for tensor in tensors.iter_mut() {
+                tensor.aux.rho = f32::INFINITY;
+                tensor.aux.home_elements = 0;
+            }
+            self.updated += tensors.len();
+            return Ok(());
+        }
+        let swats_sgd = self.opt.swats_sgd_lr.is_some();
+        let (mut group, mut scalars) = (Group::DEFAULT, self.scalars);
+        for tensor in tensors.iter_mut() {
+            let index = self.updated as u64;
+            self.updated += 1;
+            if tensor.group != group {
+                group = tensor.group;
+                scalars = self.group_scalars(group);
+            }
+            let branch = match switch {
+                Some(Switch::Global) => home_branch(self.global_home),
+                Some(Switch::Layer) => home_branch(goes_home(tensor.aux.rho, scalars.tau)),
+                _ => branch::PER_ELEMENT,
+            };
+            let key = tensor_key(config.seed, self.t, index);
+            let run = Run::<REFERENCE> {
+                rounding: config.rounding,
+                key,
+                slots: SlotStores::new(&config, key),
+                inv: scalars.inv_grad_scale,
+                isa,
+                #[cfg(feature = "std")]
+                threads: self.threads,
+            };
+            let rules = Rules {
+                config: &config,
+                scalars: &scalars,
+                swats_in_sgd_phase: swats_sgd,
+                branch,
+            };
+            #[cfg(feature = "std")]
+            let outcome = if F::EVERY_RULE {
+                erased::update(rules, run, AnyTensor::of(tensor))
+            } else {
+                dispatch::<F, REFERENCE, P, G, S>(rules, run, tensor)
+            };
+            #[cfg(not(feature = "std"))]
+            let outcome = dispatch::<F, REFERENCE, P, G, S>(rules, run, tensor);
+            let Some((result, tensor_has_rho)) = outcome else {
+                return Err(Error::RuleNotLinked { rule: config.name() });
+            };
+            tensor.aux.home_elements = result.home;
+            tensor.aux.rho = if tensor_has_rho {
+                result.v_min / scalars.bc2
+            } else {
+                f32::INFINITY
+            };
+            self.has_rho |= tensor_has_rho;
+            if tensor.aux.rho < self.rho {
+                self.rho = tensor.aux.rho;
+            }
+            let active = result.v_min_active / scalars.bc2;
+            if active < self.rho_active {
+                self.rho_active = active;
+            }
+            if let Some(mut next) = self.next {
+                self.next = S::stored_min(result.v_min).map(|u| {
+                    // Ties keep the earlier tensor: its check proves home sooner.
+                    if u < next.u {
+                        (next.u, next.tensor, next.at) = (u, index as usize, result.v_min_at);
+                    }
+                    next.tensors += 1;
+                    next.numel += tensor.param.len();
+                    next
+                });
+            }
+            self.report.home_elements += result.home as u64;
+            self.report.nonfinite_applied |= result.nonfinite;
+            if F::admits(Rule::Swats) && config.rule == Rule::Swats && !swats_sgd {
+                self.swats_test(tensor.aux, group, &result.step_sq, &result.step_grad);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn home_branch(home: bool) -> u8 {
+    if home {
+        branch::ALL_HOME
+    } else {
+        branch::ALL_SRF
+    }
+}
