@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use anyhow::{bail, Context, Result};
-use homeadam_core::{Config, Rule};
+use homeadam_core::Config;
 use homeadam_replay::{Calibration, HyperParams, Tau};
 use serde::{Deserialize, Serialize};
 
@@ -61,19 +61,21 @@ impl Knob {
         })
     }
 
-    /// The knobs the rule of `c` reads: η always; ε for every adaptive rule; λ where the entry
-    /// decays (a rule run without decay has no λ to tune); for HomeAdam(W), τ (or the home share
-    /// when τ is calibrated) and the home-branch rate. λ is drawn log-uniformly, so never 0: the
-    /// decay-free candidate is the rule's non-W entry (`adam` for `adamw`), swept beside it.
+    /// The knobs the rule of `c` reads (the core's [`Config::knobs`], from the rule's spec): η
+    /// always; ε where the rule reads it; λ where the entry decays (a rule run without decay
+    /// has no λ to tune); for HomeAdam(W), τ (or the home share when τ is calibrated) and the
+    /// home-branch rate. λ is drawn log-uniformly, so never 0: the decay-free candidate is the
+    /// rule's non-W entry (`adam` for `adamw`), swept beside it.
     pub fn read_by(c: &Config) -> Vec<Knob> {
+        let reads = |name: &str| c.knobs().any(|(knob, _)| knob == name);
         let mut knobs = vec![Knob::Lr];
-        if c.rule != Rule::Sgd {
+        if reads("eps") {
             knobs.push(Knob::Eps);
         }
         if c.weight_decay > 0.0 {
             knobs.push(Knob::WeightDecay);
         }
-        if c.rule.switch().is_some() {
+        if reads("tau") {
             knobs.push(match c.tau_calibration {
                 Some(_) => Knob::HomeShare,
                 None => Knob::Tau,
