@@ -1,5 +1,7 @@
 //! [`VarOptimizer`]: candle `Var`s stepped in place by `homeadam-core`.
 
+use std::borrow::Cow;
+
 use candle_core::backprop::GradStore;
 use candle_core::{bail, DType, Result, Tensor, Var};
 use candle_nn::VarMap;
@@ -8,10 +10,13 @@ use homeadam_core::{
 };
 
 use super::clip::{check_max_norm, clip_scale};
+use super::error::{core_err, core_err_about};
 use super::groups::{check_groups, group, GroupSettings};
+use super::inspect::slot_tensors;
 use super::lend::{add_grad_squares, check_distinct, with_slices, Visit};
 use super::placement::{OnStatesMut, Param, Placement, States};
 use super::schedule::Schedule;
+use super::state::{self, load_into, Adopted, Settings};
 
 /// Everything [`VarOptimizer`] needs besides the variables.
 #[derive(Clone, Debug, PartialEq)]
@@ -134,11 +139,6 @@ pub struct VarOptimizer {
     pub(crate) skipped: u64,
     warned: bool,
     warn: Box<dyn FnMut(&str) + Send>,
-}
-
-/// A core error as a candle error.
-pub(crate) fn core_err(e: homeadam_core::Error) -> candle_core::Error {
-    candle_core::Error::Msg(format!("homeadam: {e}"))
 }
 
 /// The warning hook of a new optimizer: standard error.
@@ -454,6 +454,143 @@ impl VarOptimizer {
     }
 }
 
+impl VarOptimizer {
+    /// The optimizer state as bytes (format in the source of this crate's `state` module).
+    pub fn save_state(&self) -> Result<Vec<u8>> {
+        let envelope = state::envelope(&self.settings(), self.config.state_dtype, &self.params)?;
+        let (states, aux) = self.host_state()?;
+        state::seal(envelope, self.core(), &self.params, &states, &aux)
+    }
+
+    /// Restores state saved by [`VarOptimizer::save_state`] for the same variables (names,
+    /// shapes, dtypes, order, groups), rule, hyper-parameters and state type; a difference is
+    /// refused, naming the field and both values. On any error nothing changes.
+    pub fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
+        self.load(bytes, false).map(|_| ())
+    }
+
+    /// [`VarOptimizer::load_state`], but the saved hyper-parameters (η₀ included) replace the
+    /// optimizer's where they differ, as PyTorch's `load_state_dict` does; returns what was
+    /// adopted. The variables, the rule and the state type must still match.
+    pub fn load_state_adopting(&mut self, bytes: &[u8]) -> Result<Vec<Adopted>> {
+        self.load(bytes, true)
+    }
+
+    /// The optimizer state of `var` as `f32` tensors of its shape on its device, one per
+    /// state slot with the slot's name (`[("m", m), ("v", v)]` for the Adam-like rules; see
+    /// [`homeadam_core::Config::state_names`]); q8 and half-precision state decoded to `f32`.
+    /// A copy: changing it changes nothing. From a CUDA device the whole state is copied to
+    /// the host first.
+    pub fn state_of(&self, var: &Var) -> Result<Vec<(&'static str, Tensor)>> {
+        let Some(k) = self.params.iter().position(|p| p.var.id() == var.id()) else {
+            bail!("homeadam: state_of: the variable is not one this optimizer steps");
+        };
+        let (states, _) = self.host_state()?;
+        slot_tensors(&states, k, var, self.opt.config())
+    }
+
+    /// The config whose knobs a state records: the rule's, with η = η₀.
+    fn knob_config(&self) -> Config {
+        Config {
+            lr: self.base_lr,
+            ..*self.opt.config()
+        }
+    }
+
+    /// What a state records of this optimizer besides its variables.
+    fn settings(&self) -> Settings {
+        Settings {
+            position: self.position,
+            skipped: self.skipped,
+            config: self.knob_config(),
+        }
+    }
+
+    fn load(&mut self, bytes: &[u8], adopt: bool) -> Result<Vec<Adopted>> {
+        let checked = state::check(
+            bytes,
+            &self.settings(),
+            self.config.state_dtype,
+            &self.params,
+            adopt,
+        )?;
+        self.restore(checked.settings, checked.core)?;
+        Ok(checked.adopted)
+    }
+
+    /// The state and telemetry of every variable in host memory: lent on the CPU, copied
+    /// from a CUDA device.
+    pub(crate) fn host_state(&self) -> Result<(Cow<'_, States>, Cow<'_, [TensorAux]>)> {
+        match &self.placement {
+            Placement::Host(states) => Ok((Cow::Borrowed(states), Cow::Borrowed(&self.aux))),
+            #[cfg(feature = "cuda")]
+            Placement::Device(d) => {
+                let mut aux = self.aux.clone();
+                d.read_aux(&mut aux)?;
+                Ok((Cow::Owned(d.download(&self.params)?), Cow::Owned(aux)))
+            }
+        }
+    }
+
+    /// Commits a checked envelope: the config and rate first (they may be refused), then the
+    /// core's checkpoint (refused without a change, or loaded whole).
+    fn restore(&mut self, saved: Settings, core: &[u8]) -> Result<()> {
+        let Settings {
+            position,
+            skipped,
+            config,
+        } = saved;
+        let old = (
+            self.position,
+            self.base_lr,
+            self.opt.clone(),
+            self.config.core,
+            self.skipped,
+        );
+        if config != self.knob_config() {
+            self.opt = Optimizer::new(config).map_err(core_err)?;
+            self.config.core = config;
+        }
+        (self.position, self.base_lr, self.skipped) = (position, config.lr, skipped);
+        let loaded = self.apply_lr().and_then(|()| self.load_states(core));
+        match loaded {
+            Ok(()) => self.refused_lr = None,
+            Err(_) => {
+                (
+                    self.position,
+                    self.base_lr,
+                    self.opt,
+                    self.config.core,
+                    self.skipped,
+                ) = old;
+                self.sync_device_lr()?;
+            }
+        }
+        loaded
+    }
+
+    /// Loads the core's checkpoint into the core and every variable's state.
+    fn load_states(&mut self, core: &[u8]) -> Result<()> {
+        let (params, opt) = (&self.params, &mut self.opt);
+        match &mut self.placement {
+            Placement::Host(states) => load_into(opt, params, states, &mut self.aux, core),
+            #[cfg(feature = "cuda")]
+            Placement::Device(d) => {
+                let slots = opt.config().state_slots();
+                let sizes = params.iter().map(|p| p.var.elem_count());
+                let mut states = States::fresh(self.config.state_dtype, slots, sizes);
+                let mut aux = self.aux.clone();
+                load_into(opt, params, &mut states, &mut aux, core)?;
+                d.upload(&states)?;
+                // The next step builds the kernels' table from the loaded core.
+                d.reset_table();
+                self.aux = aux;
+                Ok(())
+            }
+        }
+    }
+}
+
 /// The variables of `vars` with elements, checked (dtype, given twice here or among `held`),
 /// each in the group `group(name, rank)` gives it.
 fn new_params(
@@ -602,7 +739,7 @@ impl<S: StateStorage> Visit for Phase<'_, '_, S> {
         } else {
             self.step.check(&mut [tensor])
         };
-        done.map_err(|e| candle_core::Error::Msg(format!("homeadam: {}: {e}", self.name)))
+        done.map_err(core_err_about(self.name))
     }
 }
 

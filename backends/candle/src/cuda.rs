@@ -14,18 +14,13 @@ use std::sync::Arc;
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use candle_core::cuda::CudaStorageSlice;
 use candle_core::{bail, Result, Storage as Stored, Tensor};
-use homeadam_core::q8::BLOCK_BYTES;
-use homeadam_core::{Dtype, Optimizer, Q8Block, StateStorage, StepReport, Storage, TensorAux};
+use homeadam_core::{Dtype, Optimizer, StateStorage, StepReport, TensorAux};
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes};
 
 use super::clip::clip_scale;
-use super::placement::{OnStates, Param, States};
+use super::error::{core_err_about, cuda_err};
+use super::placement::{Item, OnStates, OnStatesMut, Param, States};
 use super::state::write_core;
-
-/// An error of homeadam-cuda, the core or the CUDA driver, as candle's.
-fn cuda_err(e: impl std::fmt::Display) -> candle_core::Error {
-    candle_core::Error::Msg(format!("homeadam (CUDA): {e}"))
-}
 
 /// The core's storage type of a candle dtype the optimizer steps.
 fn storage_dtype(dtype: candle_core::DType) -> Option<Dtype> {
@@ -134,9 +129,8 @@ impl DeviceState {
                 );
             }
             let bytes = self.slots * self.dtypes.state.slot_bytes(p.var.elem_count());
-            buffers.push(self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| {
-                candle_core::Error::Msg(format!("homeadam: optimizer state of {}: {e}", p.name))
-            })?);
+            let buffer = self.stream.alloc_zeros::<u8>(bytes.max(1));
+            buffers.push(buffer.map_err(core_err_about(format_args!("optimizer state of {}", p.name)))?);
         }
         Ok(buffers)
     }
@@ -274,29 +268,15 @@ impl DeviceState {
             host.push(bytes);
         }
         self.stream.synchronize().map_err(cuda_err)?;
-        Ok(match self.dtypes.state {
-            Dtype::F32 => States::F32(host.iter().map(|b| from_bytes(b)).collect()),
-            Dtype::BF16 => States::BF16(host.iter().map(|b| from_bytes(b)).collect()),
-            Dtype::F16 => States::F16(host.iter().map(|b| from_bytes(b)).collect()),
-            Dtype::Q8 => States::Q8(
-                host.iter()
-                    .map(|b| b.chunks_exact(BLOCK_BYTES).map(Q8Block::from_bytes).collect())
-                    .collect(),
-            ),
-        })
+        let numels = params.iter().map(|p| p.var.elem_count());
+        let mut states = States::fresh(self.dtypes.state, self.slots, numels);
+        states.visit_mut(Decode(&host));
+        Ok(states)
     }
 
     /// Replaces every variable's state with `states` (of the state type, one per variable).
     pub(crate) fn upload(&mut self, states: &States) -> Result<()> {
-        let bytes: Vec<Vec<u8>> = match states {
-            States::F32(s) => s.iter().map(|v| to_bytes(v)).collect(),
-            States::BF16(s) => s.iter().map(|v| to_bytes(v)).collect(),
-            States::F16(s) => s.iter().map(|v| to_bytes(v)).collect(),
-            States::Q8(s) => s
-                .iter()
-                .map(|v| v.iter().flat_map(Q8Block::to_bytes).collect())
-                .collect(),
-        };
+        let bytes = states.visit(Encode);
         for (bytes, buffer) in bytes.iter().zip(&mut self.buffers) {
             if !bytes.is_empty() {
                 let mut view = buffer.slice_mut(..bytes.len());
@@ -339,22 +319,35 @@ fn checkpoint(
     })
 }
 
-fn from_bytes<S: Storage>(bytes: &[u8]) -> Vec<S> {
-    let size = S::DTYPE.size();
-    bytes
-        .chunks_exact(size)
-        .map(|c| {
-            let mut word = [0u8; 4];
-            word[..size].copy_from_slice(c);
-            S::from_bits32(u32::from_le_bytes(word))
-        })
-        .collect()
+/// Fills each variable's state from its buffer's bytes.
+struct Decode<'a>(&'a [Vec<u8>]);
+
+impl OnStatesMut for Decode<'_> {
+    type Out = ();
+    fn on<S: Item>(self, states: &mut Vec<Vec<S>>) {
+        for (state, bytes) in states.iter_mut().zip(self.0) {
+            for (item, b) in state.iter_mut().zip(bytes.chunks_exact(S::BYTES)) {
+                *item = S::read(b);
+            }
+        }
+    }
 }
 
-fn to_bytes<S: Storage>(values: &[S]) -> Vec<u8> {
-    let size = S::DTYPE.size();
-    values
-        .iter()
-        .flat_map(|v| v.to_bits32().to_le_bytes().into_iter().take(size))
-        .collect()
+/// Each variable's state as its buffer's bytes.
+struct Encode;
+
+impl OnStates for Encode {
+    type Out = Vec<Vec<u8>>;
+    fn on<S: Item>(self, states: &[Vec<S>]) -> Vec<Vec<u8>> {
+        states
+            .iter()
+            .map(|state| {
+                let mut bytes = vec![0; state.len() * S::BYTES];
+                for (item, b) in state.iter().zip(bytes.chunks_exact_mut(S::BYTES)) {
+                    item.write(b);
+                }
+                bytes
+            })
+            .collect()
+    }
 }

@@ -1,42 +1,36 @@
 //! Reading a variable's optimizer state as candle tensors.
 
-use candle_core::{bail, Result, Tensor, Var};
-use homeadam_core::StateStorage;
+use candle_core::{Result, Tensor, Var};
+use homeadam_core::{Config, StateStorage};
 
-use super::adapter::VarOptimizer;
-use super::placement::OnStates;
+use super::placement::{OnStates, States};
 
-impl VarOptimizer {
-    /// The optimizer state of `var` as `f32` tensors of its shape on its device, one per
-    /// state slot with the slot's name (`[("m", m), ("v", v)]` for the Adam-like rules; see
-    /// [`homeadam_core::Config::state_names`]); q8 and half-precision state decoded to `f32`.
-    /// A copy: changing it changes nothing. From a CUDA device the whole state is copied to
-    /// the host first.
-    pub fn state_of(&self, var: &Var) -> Result<Vec<(&'static str, Tensor)>> {
-        let Some(k) = self.params.iter().position(|p| p.var.id() == var.id()) else {
-            bail!("homeadam: state_of: the variable is not one this optimizer steps");
-        };
-        let (states, _) = self.host_state()?;
-        let config = self.opt.config();
-        let slots = states.visit(Slots {
-            k,
-            numel: var.elem_count(),
-            config,
-        });
-        let names = config.state_names();
-        names
-            .iter()
-            .zip(slots)
-            .map(|(&name, values)| Ok((name, Tensor::from_vec(values, var.shape(), var.device())?)))
-            .collect()
-    }
+/// The state slots of `var`, variable `k` of `states`, as `f32` tensors of its shape on its
+/// device, each with its name in `config`.
+pub(crate) fn slot_tensors(
+    states: &States,
+    k: usize,
+    var: &Var,
+    config: &Config,
+) -> Result<Vec<(&'static str, Tensor)>> {
+    let slots = states.visit(Slots {
+        k,
+        numel: var.elem_count(),
+        config,
+    });
+    let names = config.state_names();
+    names
+        .iter()
+        .zip(slots)
+        .map(|(&name, values)| Ok((name, Tensor::from_vec(values, var.shape(), var.device())?)))
+        .collect()
 }
 
 /// Variable `k`'s state slots, decoded to `f32`.
 struct Slots<'a> {
     k: usize,
     numel: usize,
-    config: &'a homeadam_core::Config,
+    config: &'a Config,
 }
 
 impl OnStates for Slots<'_> {

@@ -5,6 +5,7 @@ mod adapter;
 mod clip;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod error;
 mod groups;
 mod inspect;
 mod lend;

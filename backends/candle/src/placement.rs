@@ -2,7 +2,14 @@
 //! state is stored.
 
 use candle_core::Var;
-use homeadam_core::{bf16, f16, Dtype, Group, Q8Block, StateStorage};
+use homeadam_core::{bf16, f16, Dtype, Group, Q8Block};
+
+// The visitors' bound on a state type: the core's operations and, where CUDA buffers hold
+// the state, the items' bytes.
+#[cfg(feature = "cuda")]
+pub(crate) use bytes::Item;
+#[cfg(not(feature = "cuda"))]
+pub(crate) use homeadam_core::StateStorage as Item;
 
 /// A variable and what the adapter knows of it.
 #[derive(Clone, Debug)]
@@ -31,12 +38,13 @@ pub(crate) enum States {
 }
 
 /// Work on the state of every variable, whatever its storage type: the one place that
-/// matches on [`States`] for reading.
+/// matches on [`States`] for reading. Work that needs no more than the core's operations
+/// may bound `S` by [`homeadam_core::StateStorage`] alone.
 pub(crate) trait OnStates {
     /// The result.
     type Out;
     /// Does the work on states of type `S`.
-    fn on<S: StateStorage>(self, states: &[Vec<S>]) -> Self::Out;
+    fn on<S: Item>(self, states: &[Vec<S>]) -> Self::Out;
 }
 
 /// [`OnStates`] with the states lent mutably.
@@ -44,7 +52,7 @@ pub(crate) trait OnStatesMut {
     /// The result.
     type Out;
     /// Does the work on states of type `S`.
-    fn on<S: StateStorage>(self, states: &mut Vec<Vec<S>>) -> Self::Out;
+    fn on<S: Item>(self, states: &mut Vec<Vec<S>>) -> Self::Out;
 }
 
 impl States {
@@ -65,7 +73,7 @@ impl States {
         struct Push<I>(usize, I);
         impl<I: Iterator<Item = usize>> OnStatesMut for Push<I> {
             type Out = ();
-            fn on<S: StateStorage>(self, states: &mut Vec<Vec<S>>) {
+            fn on<S: Item>(self, states: &mut Vec<Vec<S>>) {
                 let Push(slots, numels) = self;
                 states.extend(numels.map(|n| vec![S::default(); slots * S::slot_len(n)]));
             }
@@ -90,6 +98,52 @@ impl States {
             States::BF16(s) => work.on(s),
             States::F16(s) => work.on(s),
             States::Q8(s) => work.on(s),
+        }
+    }
+}
+
+/// State items as the CUDA kernels' buffers hold them: the core's state format (the core's
+/// own conversions are not public).
+#[cfg(feature = "cuda")]
+mod bytes {
+    use homeadam_core::q8::BLOCK_BYTES;
+    use homeadam_core::{bf16, f16, Q8Block, StateStorage, Storage};
+
+    /// A state type whose items go to and from a device buffer as bytes.
+    pub(crate) trait Item: StateStorage {
+        /// Bytes of one item.
+        const BYTES: usize;
+        /// Writes the item's [`Item::BYTES`] bytes to `out`.
+        fn write(&self, out: &mut [u8]);
+        /// The item from its [`Item::BYTES`] bytes.
+        fn read(bytes: &[u8]) -> Self;
+    }
+
+    /// An element type: its bits, little-endian.
+    macro_rules! element_item {
+        ($($t:ty),*) => {$(
+            impl Item for $t {
+                const BYTES: usize = <$t as Storage>::DTYPE.size();
+                fn write(&self, out: &mut [u8]) {
+                    out.copy_from_slice(&self.to_bits32().to_le_bytes()[..Self::BYTES]);
+                }
+                fn read(bytes: &[u8]) -> Self {
+                    let mut word = [0u8; 4];
+                    word[..Self::BYTES].copy_from_slice(bytes);
+                    <$t>::from_bits32(u32::from_le_bytes(word))
+                }
+            }
+        )*};
+    }
+    element_item!(f32, bf16, f16);
+
+    impl Item for Q8Block {
+        const BYTES: usize = BLOCK_BYTES;
+        fn write(&self, out: &mut [u8]) {
+            out.copy_from_slice(&self.to_bytes());
+        }
+        fn read(bytes: &[u8]) -> Self {
+            Q8Block::from_bytes(bytes)
         }
     }
 }

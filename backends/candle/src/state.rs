@@ -1,6 +1,6 @@
-//! [`VarOptimizer`]'s state as bytes: one core checkpoint of the whole model, in an envelope
-//! that describes it (the rule, the hyper-parameters it reads, the state type, each variable's
-//! name, shape, dtype and group) and holds the schedule's place.
+//! [`VarOptimizer`](crate::VarOptimizer)'s state as bytes: one core checkpoint of the whole
+//! model, in an envelope that describes it (the rule, the hyper-parameters it reads, the state
+//! type, each variable's name, shape, dtype and group) and holds the schedule's place.
 //!
 //! ```text
 //! offset  size  field
@@ -35,21 +35,20 @@
 use candle_core::{bail, DType, Result};
 use homeadam_core::backend::Crc32;
 use homeadam_core::{
-    Config, Group, Optimizer, SliceSink, StateStorage, TensorAux, TensorState, TensorStateMut,
+    Config, Dtype, Group, Optimizer, Rule, SliceSink, StateStorage, TensorAux, TensorState, TensorStateMut,
 };
 
-use std::borrow::Cow;
-
-use super::adapter::{core_err, VarOptimizer};
-use super::placement::{OnStates, OnStatesMut, Param, Placement, States};
+use super::error::core_err;
+use super::placement::{OnStates, OnStatesMut, Param, States};
 
 const MAGIC: &[u8; 8] = b"HACANDLE";
 const VERSION: u16 = 3;
 /// The format before the envelope described its state.
 const VERSION_2: u16 = 2;
 
-/// A hyper-parameter that [`VarOptimizer::load_state_adopting`] took from the saved state,
-/// with the value it replaced.
+/// A hyper-parameter that
+/// [`VarOptimizer::load_state_adopting`](crate::VarOptimizer::load_state_adopting) took from
+/// the saved state, with the value it replaced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Adopted {
     /// The knob's name, as [`homeadam_core::Config::knobs`] lists it (`lr` is η₀).
@@ -239,346 +238,301 @@ struct Saved {
     knobs: Vec<(String, String)>,
 }
 
-impl VarOptimizer {
-    /// The optimizer state as bytes (format in this module's source).
-    pub fn save_state(&self) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&[0, 0]);
-        let Ok(count) = u32::try_from(self.params.len()) else {
-            bail!("homeadam optimizer state: more than 2^32 variables");
-        };
-        out.extend_from_slice(&count.to_le_bytes());
-        out.extend_from_slice(&self.position.to_le_bytes());
-        out.extend_from_slice(&self.base_lr.to_bits().to_le_bytes());
-        out.extend_from_slice(&self.skipped.to_le_bytes());
-        let config = self.knob_config();
-        put_text(&mut out, config.rule.name())?;
-        put_text(&mut out, self.config.state_dtype.name())?;
-        let knobs: Vec<_> = config.knobs().collect();
-        out.extend_from_slice(&(knobs.len() as u16).to_le_bytes());
-        for (name, value) in knobs {
-            put_text(&mut out, name)?;
-            put_text(&mut out, &value.to_string())?;
-        }
-        for p in &self.params {
-            let name = p.name.as_bytes();
-            let Ok(len) = u16::try_from(name.len()) else {
-                bail!("homeadam optimizer state: variable name longer than 65535 bytes");
-            };
-            out.extend_from_slice(&len.to_le_bytes());
-            out.extend_from_slice(name);
-            let dims = p.var.dims();
-            let Ok(rank) = u8::try_from(dims.len()) else {
-                bail!(
-                    "homeadam optimizer state: {} has more than 255 dimensions",
-                    p.name
-                );
-            };
-            out.push(rank);
-            for &d in dims {
-                out.extend_from_slice(&(d as u64).to_le_bytes());
-            }
-            put_text(&mut out, dtype_name(p.var.dtype()))?;
-            out.extend_from_slice(&p.group.lr_scale.to_bits().to_le_bytes());
-            out.push(p.group.decay as u8);
-            for value in overrides(p.group) {
-                out.push(value.is_some() as u8);
-                out.extend_from_slice(&value.unwrap_or(0.0).to_bits().to_le_bytes());
-            }
-        }
-        let (states, aux) = self.host_state()?;
-        states.visit(SaveCore {
-            opt: self.core(),
-            params: &self.params,
-            aux: &aux,
-            out: &mut out,
-        })?;
-        let mut crc = Crc32::default();
-        crc.update(&out);
-        out.extend_from_slice(&crc.finish().to_le_bytes());
-        Ok(out)
-    }
-
-    /// Restores state saved by [`VarOptimizer::save_state`] for the same variables (names,
-    /// shapes, dtypes, order, groups), rule, hyper-parameters and state type; a difference is
-    /// refused, naming the field and both values. On any error nothing changes.
-    pub fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
-        self.load(bytes, false).map(|_| ())
-    }
-
-    /// [`VarOptimizer::load_state`], but the saved hyper-parameters (η₀ included) replace the
-    /// optimizer's where they differ, as PyTorch's `load_state_dict` does; returns what was
-    /// adopted. The variables, the rule and the state type must still match.
-    pub fn load_state_adopting(&mut self, bytes: &[u8]) -> Result<Vec<Adopted>> {
-        self.load(bytes, true)
-    }
-
-    /// The config whose knobs a state records: the rule's, with η = η₀.
-    fn knob_config(&self) -> Config {
-        Config {
-            lr: self.base_lr,
-            ..*self.opt.config()
-        }
-    }
-
-    fn load(&mut self, bytes: &[u8], adopt: bool) -> Result<Vec<Adopted>> {
-        if bytes.len() < MAGIC.len() || &bytes[..8] != MAGIC {
-            bail!("homeadam optimizer state: bad magic (not a VarOptimizer state)");
-        }
-        let mut r = Reader { bytes, at: 8 };
-        let version = r.u16()?;
-        if version != VERSION && version != VERSION_2 {
-            bail!(
-                "homeadam optimizer state: format version {version}, but this build reads versions \
-                 {VERSION_2} and {VERSION} only (version 1 kept one core optimizer per parameter \
-                 group); retrain"
-            );
-        }
-        let Some(body_len) = bytes.len().checked_sub(4) else {
-            bail!("homeadam optimizer state: truncated");
-        };
-        let (body, crc_bytes) = bytes.split_at(body_len);
-        let mut crc = Crc32::default();
-        crc.update(body);
-        if crc.finish().to_le_bytes() != crc_bytes {
-            bail!("homeadam optimizer state: checksum mismatch (corrupt or truncated bytes)");
-        }
-        r.bytes = body;
-        r.take(2)?;
-        let vars = r.u32()? as usize;
-        if vars != self.params.len() {
-            bail!(
-                "homeadam optimizer state: holds {vars} variables, this optimizer has {}",
-                self.params.len()
-            );
-        }
-        let position = r.u64()?;
-        let base_lr = r.f64()?;
-        let saved = if version == VERSION {
-            self.read_settings(&mut r)?
-        } else {
-            Saved {
-                skipped: self.skipped,
-                knobs: vec![("lr".into(), homeadam_core::Knob::Real(base_lr).to_string())],
-            }
-        };
-        let (config, adopted) = self.settle_knobs(&saved.knobs, adopt)?;
-        for p in &self.params {
-            self.check_variable(&mut r, p, version)?;
-        }
-        let len = usize::try_from(r.u64()?).unwrap_or(usize::MAX);
-        let core = r.take(len)?;
-        if r.at != body.len() {
-            bail!("homeadam optimizer state: unexpected bytes after the core checkpoint");
-        }
-        self.restore(position, saved.skipped, config, core)?;
-        Ok(adopted)
-    }
-
-    /// The skipped count, rule, state type and hyper-parameters of a version 3 state; the
-    /// rule and state type must be this optimizer's.
-    fn read_settings(&self, r: &mut Reader<'_>) -> Result<Saved> {
-        let skipped = r.u64()?;
-        let (rule, state) = (r.text()?, r.text()?);
-        let here = self.opt.config().rule.name();
-        if rule != here {
-            bail!("homeadam optimizer state: saved by another rule ({rule}); this optimizer steps {here}");
-        }
-        let here = self.config.state_dtype.name();
-        if state != here {
-            bail!("homeadam optimizer state: the state storage type differs: saved {state}, here {here}");
-        }
-        let count = r.u16()?;
-        let mut knobs = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            knobs.push((r.text()?, r.text()?));
-        }
-        Ok(Saved { skipped, knobs })
-    }
-
-    /// The config to load with: this optimizer's if every saved knob has its value here; else
-    /// (when adopting) the saved values, listed; else an error naming the differences.
-    fn settle_knobs(&self, saved: &[(String, String)], adopt: bool) -> Result<(Config, Vec<Adopted>)> {
-        let ours = self.knob_config();
-        let here: Vec<(&str, String)> = ours.knobs().map(|(n, v)| (n, v.to_string())).collect();
-        let mut differences = Vec::new();
-        for (name, value) in saved {
-            let mine = here.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
-            if mine != Some(value.as_str()) {
-                differences.push(Adopted {
-                    name: name.clone(),
-                    was: mine.unwrap_or("(not read by this rule)").to_string(),
-                    now: value.clone(),
-                });
-            }
-        }
-        if differences.is_empty() {
-            return Ok((ours, differences));
-        }
-        if !adopt {
-            let list: Vec<String> = differences
-                .iter()
-                .map(|d| format!("{} = {} (here {})", d.name, d.now, d.was))
-                .collect();
-            bail!(
-                "homeadam optimizer state: saved with {}; load_state_adopting takes the saved \
-                 values",
-                list.join(", ")
-            );
-        }
-        let mut config = ours;
-        for d in &differences {
-            if config.set_knob(&d.name, &d.now).is_none() {
-                bail!(
-                    "homeadam optimizer state: cannot adopt {} = {} for rule {}",
-                    d.name,
-                    d.now,
-                    config.rule.name()
-                );
-            }
-        }
-        config.validate().map_err(core_err)?;
-        Ok((config, differences))
-    }
-
-    /// Reads variable `p`'s entry and refuses one that is not `p` (name, shape, dtype, group).
-    fn check_variable(&self, r: &mut Reader<'_>, p: &Param, version: u16) -> Result<()> {
-        let len = r.u16()? as usize;
-        let name = r.take(len)?;
-        if name != p.name.as_bytes() {
-            bail!(
-                "homeadam optimizer state: variable {:?} where this optimizer has {:?}",
-                String::from_utf8_lossy(name),
-                p.name
-            );
-        }
-        let rank = r.u8()? as usize;
-        let mut dims = Vec::with_capacity(rank);
-        for _ in 0..rank {
-            dims.push(r.u64()?);
-        }
-        let here: Vec<u64> = p.var.dims().iter().map(|&d| d as u64).collect();
-        if dims != here {
-            bail!(
-                "homeadam optimizer state: {} has shape {dims:?}, the variable {here:?}",
-                p.name
-            );
-        }
-        if version == VERSION {
-            let (saved, here) = (r.text()?, dtype_name(p.var.dtype()));
-            if saved != here {
-                bail!(
-                    "homeadam optimizer state: {} was {saved}, the variable is {here}",
-                    p.name
-                );
-            }
-        }
-        let mut group = Group {
-            lr_scale: r.f64()?,
-            decay: match r.u8()? {
-                0 => false,
-                1 => true,
-                b => bail!("homeadam optimizer state: {}: decay flag {b}", p.name),
-            },
-            ..Group::DEFAULT
-        };
-        if version == VERSION {
-            let mut values = [None; 4];
-            for value in &mut values {
-                let set = r.u8()?;
-                let bits = r.f64()?;
-                *value = match set {
-                    0 => None,
-                    1 => Some(bits),
-                    b => bail!("homeadam optimizer state: {}: override flag {b}", p.name),
-                };
-            }
-            [group.weight_decay, group.eps, group.beta1, group.beta2] = values;
-        }
-        if group != p.group {
-            bail!(
-                "homeadam optimizer state: {} was in group ({}), here ({}): other group or decay \
-                 settings?",
-                p.name,
-                describe(group),
-                describe(p.group)
-            );
-        }
-        Ok(())
-    }
-
-    /// The state and telemetry of every variable in host memory: lent on the CPU, copied
-    /// from a CUDA device.
-    pub(crate) fn host_state(&self) -> Result<(Cow<'_, States>, Cow<'_, [TensorAux]>)> {
-        match &self.placement {
-            Placement::Host(states) => Ok((Cow::Borrowed(states), Cow::Borrowed(&self.aux))),
-            #[cfg(feature = "cuda")]
-            Placement::Device(d) => {
-                let mut aux = self.aux.clone();
-                d.read_aux(&mut aux)?;
-                Ok((Cow::Owned(d.download(&self.params)?), Cow::Owned(aux)))
-            }
-        }
-    }
-
-    /// Commits a checked envelope: the config and rate first (they may be refused), then the
-    /// core's checkpoint (refused without a change, or loaded whole).
-    fn restore(&mut self, position: u64, skipped: u64, config: Config, core: &[u8]) -> Result<()> {
-        let old = (
-            self.position,
-            self.base_lr,
-            self.opt.clone(),
-            self.config.core,
-            self.skipped,
-        );
-        if config != self.knob_config() {
-            self.opt = Optimizer::new(config).map_err(core_err)?;
-            self.config.core = config;
-        }
-        (self.position, self.base_lr, self.skipped) = (position, config.lr, skipped);
-        let loaded = self.apply_lr().and_then(|()| self.load_states(core));
-        match loaded {
-            Ok(()) => self.refused_lr = None,
-            Err(_) => {
-                (
-                    self.position,
-                    self.base_lr,
-                    self.opt,
-                    self.config.core,
-                    self.skipped,
-                ) = old;
-                self.sync_device_lr()?;
-            }
-        }
-        loaded
-    }
-
-    /// Loads the core's checkpoint into the core and every variable's state.
-    fn load_states(&mut self, core: &[u8]) -> Result<()> {
-        let (params, opt) = (&self.params, &mut self.opt);
-        match &mut self.placement {
-            Placement::Host(states) => load_into(opt, params, states, &mut self.aux, core),
-            #[cfg(feature = "cuda")]
-            Placement::Device(d) => {
-                let slots = opt.config().state_slots();
-                let sizes = params.iter().map(|p| p.var.elem_count());
-                let mut states = States::fresh(self.config.state_dtype, slots, sizes);
-                let mut aux = self.aux.clone();
-                load_into(opt, params, &mut states, &mut aux, core)?;
-                d.upload(&states)?;
-                // The next step builds the kernels' table from the loaded core.
-                d.reset_table();
-                self.aux = aux;
-                Ok(())
-            }
-        }
-    }
+/// What a state records of the optimizer besides its variables: restored by a load.
+pub(crate) struct Settings {
+    /// The schedule position k.
+    pub(crate) position: u64,
+    /// Steps skipped.
+    pub(crate) skipped: u64,
+    /// The rule and the hyper-parameters, with η = η₀.
+    pub(crate) config: Config,
 }
 
-/// [`load_core`] for the state type of `states`.
-fn load_into(
+/// The envelope of a state: every byte before the core checkpoint.
+pub(crate) fn envelope(settings: &Settings, state_dtype: Dtype, params: &[Param]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&[0, 0]);
+    let Ok(count) = u32::try_from(params.len()) else {
+        bail!("homeadam optimizer state: more than 2^32 variables");
+    };
+    out.extend_from_slice(&count.to_le_bytes());
+    out.extend_from_slice(&settings.position.to_le_bytes());
+    let config = settings.config;
+    out.extend_from_slice(&config.lr.to_bits().to_le_bytes());
+    out.extend_from_slice(&settings.skipped.to_le_bytes());
+    put_text(&mut out, config.rule.name())?;
+    put_text(&mut out, state_dtype.name())?;
+    let knobs: Vec<_> = config.knobs().collect();
+    out.extend_from_slice(&(knobs.len() as u16).to_le_bytes());
+    for (name, value) in knobs {
+        put_text(&mut out, name)?;
+        put_text(&mut out, &value.to_string())?;
+    }
+    for p in params {
+        let name = p.name.as_bytes();
+        let Ok(len) = u16::try_from(name.len()) else {
+            bail!("homeadam optimizer state: variable name longer than 65535 bytes");
+        };
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(name);
+        let dims = p.var.dims();
+        let Ok(rank) = u8::try_from(dims.len()) else {
+            bail!(
+                "homeadam optimizer state: {} has more than 255 dimensions",
+                p.name
+            );
+        };
+        out.push(rank);
+        for &d in dims {
+            out.extend_from_slice(&(d as u64).to_le_bytes());
+        }
+        put_text(&mut out, dtype_name(p.var.dtype()))?;
+        out.extend_from_slice(&p.group.lr_scale.to_bits().to_le_bytes());
+        out.push(p.group.decay as u8);
+        for value in overrides(p.group) {
+            out.push(value.is_some() as u8);
+            out.extend_from_slice(&value.unwrap_or(0.0).to_bits().to_le_bytes());
+        }
+    }
+    Ok(out)
+}
+
+/// A whole state: the `envelope`, then the core checkpoint of every variable and the
+/// checksum.
+pub(crate) fn seal(
+    mut envelope: Vec<u8>,
+    core: &Optimizer,
+    params: &[Param],
+    states: &States,
+    aux: &[TensorAux],
+) -> Result<Vec<u8>> {
+    states.visit(SaveCore {
+        opt: core,
+        params,
+        aux,
+        out: &mut envelope,
+    })?;
+    let mut crc = Crc32::default();
+    crc.update(&envelope);
+    envelope.extend_from_slice(&crc.finish().to_le_bytes());
+    Ok(envelope)
+}
+
+/// A state checked against the optimizer that loads it: what the load commits.
+pub(crate) struct Checked<'a> {
+    /// The settings to load, with the hyper-parameters to load with.
+    pub(crate) settings: Settings,
+    /// The hyper-parameters taken from the state.
+    pub(crate) adopted: Vec<Adopted>,
+    /// The core checkpoint.
+    pub(crate) core: &'a [u8],
+}
+
+/// Reads a state and checks it against an optimizer of `params` with settings `ours` and
+/// state type `state_dtype`; when adopting, its hyper-parameters may differ.
+pub(crate) fn check<'a>(
+    bytes: &'a [u8],
+    ours: &Settings,
+    state_dtype: Dtype,
+    params: &[Param],
+    adopt: bool,
+) -> Result<Checked<'a>> {
+    if bytes.len() < MAGIC.len() || &bytes[..8] != MAGIC {
+        bail!("homeadam optimizer state: bad magic (not a VarOptimizer state)");
+    }
+    let mut r = Reader { bytes, at: 8 };
+    let version = r.u16()?;
+    if version != VERSION && version != VERSION_2 {
+        bail!(
+            "homeadam optimizer state: format version {version}, but this build reads versions \
+             {VERSION_2} and {VERSION} only (version 1 kept one core optimizer per parameter \
+             group); retrain"
+        );
+    }
+    let Some(body_len) = bytes.len().checked_sub(4) else {
+        bail!("homeadam optimizer state: truncated");
+    };
+    let (body, crc_bytes) = bytes.split_at(body_len);
+    let mut crc = Crc32::default();
+    crc.update(body);
+    if crc.finish().to_le_bytes() != crc_bytes {
+        bail!("homeadam optimizer state: checksum mismatch (corrupt or truncated bytes)");
+    }
+    r.bytes = body;
+    r.take(2)?;
+    let vars = r.u32()? as usize;
+    if vars != params.len() {
+        bail!(
+            "homeadam optimizer state: holds {vars} variables, this optimizer has {}",
+            params.len()
+        );
+    }
+    let position = r.u64()?;
+    let base_lr = r.f64()?;
+    let saved = if version == VERSION {
+        read_settings(&mut r, ours.config.rule, state_dtype)?
+    } else {
+        Saved {
+            skipped: ours.skipped,
+            knobs: vec![("lr".into(), homeadam_core::Knob::Real(base_lr).to_string())],
+        }
+    };
+    let (config, adopted) = settle_knobs(ours.config, &saved.knobs, adopt)?;
+    for p in params {
+        check_variable(&mut r, p, version)?;
+    }
+    let len = usize::try_from(r.u64()?).unwrap_or(usize::MAX);
+    let core = r.take(len)?;
+    if r.at != body.len() {
+        bail!("homeadam optimizer state: unexpected bytes after the core checkpoint");
+    }
+    let settings = Settings {
+        position,
+        skipped: saved.skipped,
+        config,
+    };
+    Ok(Checked {
+        settings,
+        adopted,
+        core,
+    })
+}
+
+/// The skipped count, rule, state type and hyper-parameters of a version 3 state; the
+/// rule and state type must be `rule_here` and `state_here`.
+fn read_settings(r: &mut Reader<'_>, rule_here: Rule, state_here: Dtype) -> Result<Saved> {
+    let skipped = r.u64()?;
+    let (rule, state) = (r.text()?, r.text()?);
+    let here = rule_here.name();
+    if rule != here {
+        bail!("homeadam optimizer state: saved by another rule ({rule}); this optimizer steps {here}");
+    }
+    let here = state_here.name();
+    if state != here {
+        bail!("homeadam optimizer state: the state storage type differs: saved {state}, here {here}");
+    }
+    let count = r.u16()?;
+    let mut knobs = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        knobs.push((r.text()?, r.text()?));
+    }
+    Ok(Saved { skipped, knobs })
+}
+
+/// The config to load with: `ours` if every saved knob has its value there; else (when
+/// adopting) the saved values, listed; else an error naming the differences.
+fn settle_knobs(ours: Config, saved: &[(String, String)], adopt: bool) -> Result<(Config, Vec<Adopted>)> {
+    let here: Vec<(&str, String)> = ours.knobs().map(|(n, v)| (n, v.to_string())).collect();
+    let mut differences = Vec::new();
+    for (name, value) in saved {
+        let mine = here.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        if mine != Some(value.as_str()) {
+            differences.push(Adopted {
+                name: name.clone(),
+                was: mine.unwrap_or("(not read by this rule)").to_string(),
+                now: value.clone(),
+            });
+        }
+    }
+    if differences.is_empty() {
+        return Ok((ours, differences));
+    }
+    if !adopt {
+        let list: Vec<String> = differences
+            .iter()
+            .map(|d| format!("{} = {} (here {})", d.name, d.now, d.was))
+            .collect();
+        bail!(
+            "homeadam optimizer state: saved with {}; load_state_adopting takes the saved \
+             values",
+            list.join(", ")
+        );
+    }
+    let mut config = ours;
+    for d in &differences {
+        if config.set_knob(&d.name, &d.now).is_none() {
+            bail!(
+                "homeadam optimizer state: cannot adopt {} = {} for rule {}",
+                d.name,
+                d.now,
+                config.rule.name()
+            );
+        }
+    }
+    config.validate().map_err(core_err)?;
+    Ok((config, differences))
+}
+
+/// Reads variable `p`'s entry and refuses one that is not `p` (name, shape, dtype, group).
+fn check_variable(r: &mut Reader<'_>, p: &Param, version: u16) -> Result<()> {
+    let len = r.u16()? as usize;
+    let name = r.take(len)?;
+    if name != p.name.as_bytes() {
+        bail!(
+            "homeadam optimizer state: variable {:?} where this optimizer has {:?}",
+            String::from_utf8_lossy(name),
+            p.name
+        );
+    }
+    let rank = r.u8()? as usize;
+    let mut dims = Vec::with_capacity(rank);
+    for _ in 0..rank {
+        dims.push(r.u64()?);
+    }
+    let here: Vec<u64> = p.var.dims().iter().map(|&d| d as u64).collect();
+    if dims != here {
+        bail!(
+            "homeadam optimizer state: {} has shape {dims:?}, the variable {here:?}",
+            p.name
+        );
+    }
+    if version == VERSION {
+        let (saved, here) = (r.text()?, dtype_name(p.var.dtype()));
+        if saved != here {
+            bail!(
+                "homeadam optimizer state: {} was {saved}, the variable is {here}",
+                p.name
+            );
+        }
+    }
+    let mut group = Group {
+        lr_scale: r.f64()?,
+        decay: match r.u8()? {
+            0 => false,
+            1 => true,
+            b => bail!("homeadam optimizer state: {}: decay flag {b}", p.name),
+        },
+        ..Group::DEFAULT
+    };
+    if version == VERSION {
+        let mut values = [None; 4];
+        for value in &mut values {
+            let set = r.u8()?;
+            let bits = r.f64()?;
+            *value = match set {
+                0 => None,
+                1 => Some(bits),
+                b => bail!("homeadam optimizer state: {}: override flag {b}", p.name),
+            };
+        }
+        [group.weight_decay, group.eps, group.beta1, group.beta2] = values;
+    }
+    if group != p.group {
+        bail!(
+            "homeadam optimizer state: {} was in group ({}), here ({}): other group or decay \
+             settings?",
+            p.name,
+            describe(group),
+            describe(p.group)
+        );
+    }
+    Ok(())
+}
+
+/// [`LoadCore`] for the state type of `states`.
+pub(crate) fn load_into(
     opt: &mut Optimizer,
     params: &[Param],
     states: &mut States,

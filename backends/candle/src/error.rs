@@ -1,0 +1,20 @@
+//! Errors from below the adapter (the core, homeadam-cuda, the CUDA driver) as candle's: the
+//! one place their messages are written.
+
+use std::fmt::Display;
+
+/// `e` as candle's error: "homeadam: {e}".
+pub(crate) fn core_err(e: impl Display) -> candle_core::Error {
+    candle_core::Error::Msg(format!("homeadam: {e}"))
+}
+
+/// [`core_err`] about `what` (a variable, its state): "homeadam: {what}: {e}".
+pub(crate) fn core_err_about<E: Display>(what: impl Display) -> impl FnOnce(E) -> candle_core::Error {
+    move |e| core_err(format_args!("{what}: {e}"))
+}
+
+/// An error of homeadam-cuda or the CUDA driver: "homeadam (CUDA): {e}".
+#[cfg(feature = "cuda")]
+pub(crate) fn cuda_err(e: impl Display) -> candle_core::Error {
+    candle_core::Error::Msg(format!("homeadam (CUDA): {e}"))
+}
