@@ -167,6 +167,7 @@ impl Optimizer {
             global_home: false,
             bound,
             decided: bound.and_then(|b| srf_proven(b, &scalars).then_some(false)),
+            exact: false,
             next: bounded.then_some(Bound::EMPTY),
             checked_numel: 0,
             rho: f32::INFINITY,
@@ -203,6 +204,8 @@ pub struct Step<'o, F: RuleSet = All> {
     pub(crate) bound: Option<Bound>,
     /// The global decision (home?) once the bounds prove it; `None` while it needs ρ_t.
     pub(crate) decided: Option<bool>,
+    /// [`Step::exact_decision`]: the first pass runs and decides whatever the bounds prove.
+    pub(crate) exact: bool,
     /// The bound this step's update leaves for the next step (`None` where it cannot).
     pub(crate) next: Option<Bound>,
     /// Elements checked so far.
@@ -240,12 +243,13 @@ impl<F: RuleSet> Step<'_, F> {
         self
     }
 
-    /// Takes the global rule's decision on ρ_t from the exact first pass, without the bounds
+    /// Takes the global rule's decision on ρ_t from the exact first pass, not from the bounds
     /// of [`Step::check`]: the same decision, for the scalar reference
-    /// ([`Optimizer::step_reference`]) and tests. Call it before [`Step::check`].
+    /// ([`Optimizer::step_reference`]) and tests. The bounds are still kept and checked, so
+    /// that a model other than the last step's is refused as on the fast path. Call it before
+    /// [`Step::check`].
     pub fn exact_decision(mut self) -> Self {
-        self.bound = None;
-        self.decided = None;
+        self.exact = true;
         self
     }
 
@@ -327,7 +331,7 @@ impl<F: RuleSet> Step<'_, F> {
                     if self.decided.is_none() && self.home_proven(first + k, tensor.grad, v) {
                         self.decided = Some(true);
                     }
-                    if self.decided.is_some() {
+                    if self.decided.is_some() && !self.exact {
                         if self.finite {
                             self.finite = self.grads_finite(tensor.grad, inv);
                         }
@@ -342,10 +346,14 @@ impl<F: RuleSet> Step<'_, F> {
                     } else {
                         self.rho_active
                     };
-                    // Until its update, a tensor's ρ is the one that decides its layer.
-                    tensor.aux.rho = v_min.rho(config.rho_over, bc2);
-                    if switch == Switch::Layer {
-                        self.pending.add(tensor.aux.rho);
+                    // Until its update, a tensor's ρ is the one that decides its layer. Where
+                    // a bound decides, the fast path runs no first pass and leaves it as is,
+                    // and so does the exact decision.
+                    if self.decided.is_none() {
+                        tensor.aux.rho = v_min.rho(config.rho_over, bc2);
+                        if switch == Switch::Layer {
+                            self.pending.add(tensor.aux.rho);
+                        }
                     }
                 }
             }
@@ -470,13 +478,13 @@ impl<F: RuleSet> Step<'_, F> {
         if self.updated != self.checked {
             return Err(Error::StepOrder("fewer tensors updated than checked"));
         }
-        if self.decided.is_some() {
+        if self.decided.is_some() && !self.exact {
             // `bound` is only taken with `rho_over: all`: ρ_t is min v̂_t of the update.
             self.pending.add(self.rho);
         }
         let opt = &mut *self.opt;
         opt.decisions.bound = self.next;
-        if opt.config.rule.switch() == Some(Switch::Global) && self.decided.is_none() {
+        if opt.config.rule.switch() == Some(Switch::Global) && (self.decided.is_none() || self.exact) {
             opt.decisions.exact += 1;
         }
         let mut report = self.report;
@@ -593,12 +601,19 @@ impl<F: RuleSet> Step<'_, F> {
         let config = self.opt.config;
         let switch = config.rule.switch();
         if !self.updating {
-            if let (Some(home), Some(b)) = (self.decided, self.bound) {
-                if (self.checked, self.checked_numel) != (b.tensors, b.numel) {
-                    return Err(Error::StepOrder(
-                        "a model other than the last step's without Optimizer::forget_bound",
-                    ));
+            let proven = match (self.decided, self.bound) {
+                (Some(home), Some(b)) => {
+                    // A skipped step writes nothing, so the bound's model does not matter.
+                    if self.finite && (self.checked, self.checked_numel) != (b.tensors, b.numel) {
+                        return Err(Error::StepOrder(
+                            "a model other than the last step's without Optimizer::forget_bound",
+                        ));
+                    }
+                    Some(home)
                 }
+                _ => None,
+            };
+            if let Some(home) = proven.filter(|_| !self.exact) {
                 self.global_home = home;
             } else {
                 let rho = config.rho_over.rho(self.rho, self.rho_active);
