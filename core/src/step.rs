@@ -89,7 +89,9 @@ impl Optimizer {
     }
 
     /// The same step through the scalar reference: one element at a time. Every fast path
-    /// (this crate's, CUDA, MCU) must give the same bits.
+    /// (this crate's, CUDA, MCU) must give the same bits, and it refuses what
+    /// [`Optimizer::step`] refuses (a model other than the last step's without
+    /// [`Optimizer::forget_bound`], where the global rule's bound would decide).
     pub fn step_reference<P: Storage, G: Storage, S: StateStorage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
