@@ -67,8 +67,8 @@ fn every_rule_alone_gives_the_bits_of_step() {
             Rule::AdamW => same_as_step::<only::AdamW>(config),
             Rule::AdamSrf => same_as_step::<only::AdamSrf>(config),
             Rule::AdamWSrf => same_as_step::<only::AdamWSrf>(config),
-            Rule::HomeAdam(Switch::Element) => same_as_step::<only::HomeAdamEw>(config),
-            Rule::HomeAdamW(Switch::Element) => same_as_step::<only::HomeAdamWEw>(config),
+            Rule::HomeAdam(Switch::Element) => same_as_step::<only::HomeAdamElement>(config),
+            Rule::HomeAdamW(Switch::Element) => same_as_step::<only::HomeAdamWElement>(config),
             Rule::HomeAdam(_) => same_as_step::<only::HomeAdam>(config),
             Rule::HomeAdamW(_) => same_as_step::<only::HomeAdamW>(config),
             Rule::AdaBelief => same_as_step::<only::AdaBelief>(config),
@@ -91,11 +91,11 @@ fn a_rule_outside_the_set_is_refused_before_anything_is_written() {
         let mut aux = TensorAux::default();
         let before = (params, state.clone(), aux);
         let mut model = [Tensor::new(&mut params[..], &g[..], &mut state[..], &mut aux)];
-        let err = opt.step_only::<(only::HomeAdamWEw, only::Sgd), _, _, _>(&mut model, 1.0);
+        let err = opt.step_only::<(only::HomeAdamWElement, only::Sgd), _, _, _>(&mut model, 1.0);
         assert_eq!(err, Err(Error::RuleNotLinked { rule }));
         assert_eq!((params, state, aux), before, "{rule}: nothing written");
         assert_eq!(opt.step_count(), 0);
-        let err = opt.begin_only::<only::HomeAdamWEw>(1.0).err();
+        let err = opt.begin_only::<only::HomeAdamWElement>(1.0).err();
         assert_eq!(err, Some(Error::RuleNotLinked { rule }));
         assert!(Error::RuleNotLinked { rule }.to_string().contains(rule));
     };
@@ -107,7 +107,7 @@ fn a_rule_outside_the_set_is_refused_before_anything_is_written() {
     let mut opt = Optimizer::new(Config::named("sgdm").unwrap()).unwrap();
     let (mut p, g, mut s, mut aux) = ([1.0f32; 4], [0.5f32; 4], [0.0f32; 4], TensorAux::default());
     let mut model = [Tensor::new(&mut p, &g, &mut s, &mut aux)];
-    let report = opt.step_only::<(only::HomeAdamWEw, only::Sgd), _, _, _>(&mut model, 1.0);
+    let report = opt.step_only::<(only::HomeAdamWElement, only::Sgd), _, _, _>(&mut model, 1.0);
     assert_eq!(report.unwrap().step, 1);
 }
 
@@ -117,6 +117,6 @@ fn the_markers_admit_their_rules_only() {
     let admitted = |f: fn(Rule) -> bool| ALL_RULES.iter().filter(|&&r| f(r)).count();
     assert_eq!(admitted(only::All::admits), ALL_RULES.len());
     assert_eq!(admitted(only::HomeAdamW::admits), 3);
-    assert_eq!(admitted(only::HomeAdamWEw::admits), 1);
+    assert_eq!(admitted(only::HomeAdamWElement::admits), 1);
     assert_eq!(admitted(<(only::AdamW, only::HomeAdamW)>::admits), 4);
 }

@@ -15,7 +15,7 @@ pub const BATCH: usize = 10;
 
 /// The classifier's parameters and optimizer state (two slots, stored as [`State`]), linking
 /// the kernel of [`config`]'s rule only.
-pub type Model = Trainer<State, PARAMS, { 2 * slot_items(PARAMS) }, only::HomeAdamWEw>;
+pub type Model = Trainer<State, PARAMS, { 2 * slot_items(PARAMS) }, only::HomeAdamWElement>;
 
 /// HomeAdamW-ew, η = 2e-3, ε = 1e-8, λ = 1e-4.
 pub fn config() -> Config {

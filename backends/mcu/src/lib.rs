@@ -4,7 +4,7 @@
 //!   arrays, stepped by the core's [`homeadam_core::Optimizer`] (any rule; the firmware uses
 //!   HomeAdamW-ew, HomeAdamW, AdamW and SGDM). Its last type parameter is the set of rules it
 //!   links ([`homeadam_core::rules::only`], default all): a firmware that trains one rule names
-//!   it (`Trainer<f32, N, CAP, only::HomeAdamWEw>`) and links only that rule's kernel.
+//!   it (`Trainer<f32, N, CAP, only::HomeAdamWElement>`) and links only that rule's kernel.
 //! - [`FlashStore`]: weights + optimizer state + step in two `embedded-storage` [`NorFlash`]
 //!   slots with a CRC and a sequence number, written so a reset or power cut mid-write never
 //!   loses the last good state.

@@ -39,7 +39,7 @@ impl From<Error> for TrainerError {
 /// several trainers only with per-element or per-layer rules.
 ///
 /// `F` is the set of rules the trainer links ([`homeadam_core::rules::only`]; default: all). A
-/// firmware that trains one rule names it, e.g. `Trainer<f32, N, CAP, only::HomeAdamWEw>`,
+/// firmware that trains one rule names it, e.g. `Trainer<f32, N, CAP, only::HomeAdamWElement>`,
 /// and links only that rule's kernel ([`Optimizer::step_only`]); [`Trainer::new`] refuses a
 /// config of another rule with [`Error::RuleNotLinked`].
 pub struct Trainer<S: StateStorage, const N: usize, const CAP: usize, F: RuleSet = All> {

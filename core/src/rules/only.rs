@@ -14,7 +14,7 @@
 //! let mut opt = Optimizer::new(Config::new(Rule::HomeAdamW(Switch::Element)))?;
 //! let (mut w, g, mut s, mut aux) = ([0.5f32; 4], [1e-3f32; 4], [0.0f32; 8], TensorAux::default());
 //! let mut model = [Tensor::new(&mut w, &g, &mut s, &mut aux)];
-//! opt.step_only::<only::HomeAdamWEw, _, _, _>(&mut model, 1.0)?; // links Alg. 3's kernel only
+//! opt.step_only::<only::HomeAdamWElement, _, _, _>(&mut model, 1.0)?; // links Alg. 3's kernel only
 //! let refused = opt.step_only::<(only::AdamW, only::Sgd), _, _, _>(&mut model, 1.0);
 //! assert!(matches!(refused, Err(Error::RuleNotLinked { rule: "homeadamw-ew" })));
 //! # Ok::<(), Error>(())
@@ -87,9 +87,9 @@ markers! {
     /// `homeadamw`, `homeadamw-layer` and `homeadamw-ew`.
     HomeAdamW => Rule::HomeAdamW(_),
     /// `homeadam-ew` only (Alg. 3): no first pass, one kernel.
-    HomeAdamEw => Rule::HomeAdam(Switch::Element),
+    HomeAdamElement => Rule::HomeAdam(Switch::Element),
     /// `homeadamw-ew` only (Alg. 3): no first pass, one kernel.
-    HomeAdamWEw => Rule::HomeAdamW(Switch::Element),
+    HomeAdamWElement => Rule::HomeAdamW(Switch::Element),
     /// `adabelief`.
     AdaBelief => Rule::AdaBelief,
     /// `swats`.

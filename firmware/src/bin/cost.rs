@@ -54,10 +54,10 @@ fn main() -> ! {
         N,
         scale
     );
-    measure::<f32, ELEMENTS, only::HomeAdamWEw>("homeadamw-ew", FiniteCheck::SkipStep, scale);
-    measure::<f32, ELEMENTS, only::HomeAdamWEw>("homeadamw-ew", FiniteCheck::Trust, scale);
-    measure::<bf16, ELEMENTS, only::HomeAdamWEw>("homeadamw-ew", FiniteCheck::SkipStep, scale);
-    measure::<Q8Block, BLOCKS, only::HomeAdamWEw>("homeadamw-ew", FiniteCheck::SkipStep, scale);
+    measure::<f32, ELEMENTS, only::HomeAdamWElement>("homeadamw-ew", FiniteCheck::SkipStep, scale);
+    measure::<f32, ELEMENTS, only::HomeAdamWElement>("homeadamw-ew", FiniteCheck::Trust, scale);
+    measure::<bf16, ELEMENTS, only::HomeAdamWElement>("homeadamw-ew", FiniteCheck::SkipStep, scale);
+    measure::<Q8Block, BLOCKS, only::HomeAdamWElement>("homeadamw-ew", FiniteCheck::SkipStep, scale);
     measure::<f32, ELEMENTS, only::HomeAdamW>("homeadamw", FiniteCheck::SkipStep, scale);
     measure::<f32, ELEMENTS, only::AdamW>("adamw", FiniteCheck::SkipStep, scale);
     measure::<f32, ELEMENTS, only::AdamW>("adamw", FiniteCheck::Trust, scale);
