@@ -681,9 +681,7 @@ impl StepScalars {
             home_lr_over_bc1: (lr * config.home_lr_scale / bc1) as f32,
         }
     }
-}
 
-impl StepScalars {
     /// The scalars of step `t` for a tensor of `group`: [`StepScalars::new`] of
     /// [`Config::for_group`] (SWATS's SGD-phase rate scaled as η is).
     pub fn for_group(
