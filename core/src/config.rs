@@ -2,10 +2,11 @@
 
 use crate::calibration::TauCalibration;
 use crate::error::Error;
+use crate::kernel::Options;
 use crate::reduce::RhoOver;
 use crate::rounding::Rounding;
-use crate::rules::spec::{reads, Decay, LastSlot};
-use crate::rules::{adabelief, Rule, Switch, ALL_RULES};
+use crate::rules::spec::{reads, Decay, Kernels, LastSlot};
+use crate::rules::{adabelief, ElementKernel, Rule, Switch, ALL_RULES};
 use crate::scalars::{powi_by_squaring, StepScalars};
 use crate::storage::Dtype;
 use crate::tensor::Group;
@@ -208,13 +209,46 @@ impl Config {
     /// Number of state slots (each one element per parameter) the rule keeps: its spec's,
     /// less the last where this config does not keep it.
     pub const fn state_slots(&self) -> usize {
-        let spec = self.rule.spec();
-        let last_kept = match spec.last_slot {
+        self.rule.spec().slots.len() - !self.keeps_last_slot() as usize
+    }
+
+    /// Whether the config keeps its rule's last slot ([`LastSlot`]).
+    const fn keeps_last_slot(&self) -> bool {
+        match self.rule.spec().last_slot {
             LastSlot::Always => true,
             LastSlot::WithMomentum => self.momentum != 0.0,
             LastSlot::WithAmsgrad => self.amsgrad,
-        };
-        spec.slots.len() - !last_kept as usize
+        }
+    }
+
+    /// The element kernel a step of this config runs ([`crate::rules::spec::Kernels`]); SWATS
+    /// after its switch to SGD when `swats_sgd_phase`.
+    pub const fn kernel(&self, swats_sgd_phase: bool) -> ElementKernel {
+        match self.rule.spec().kernels {
+            Kernels::One(k) => k,
+            Kernels::ByLastSlot(without, with) => {
+                if self.keeps_last_slot() {
+                    with
+                } else {
+                    without
+                }
+            }
+            Kernels::ByPhase(adaptive, sgd) => {
+                if swats_sgd_phase {
+                    sgd
+                } else {
+                    adaptive
+                }
+            }
+        }
+    }
+
+    /// What the element kernels read from the config besides the step's scalars.
+    pub(crate) const fn kernel_options(&self) -> Options {
+        Options {
+            nesterov: self.nesterov,
+            weight_decouple: self.weight_decouple,
+        }
     }
 
     /// Whether state slot `slot` holds a second moment (f16 is refused there).

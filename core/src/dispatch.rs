@@ -1,36 +1,18 @@
-//! Dispatch: which rule's kernel steps a tensor, and how the tensor is driven (the scalar
-//! reference or the fast path, the rounding of θ). One match over the rules; the generic step
-//! calls it directly, the type-erased one ([`crate::erased`], hosts) through its storage
-//! types as data.
+//! Dispatch: which element kernel steps a tensor ([`crate::Config::kernel`], run by the
+//! kernel table's [`with_kernel`]), and how the tensor is driven (the scalar reference or the
+//! fast path, the rounding of θ). The generic step calls it directly, the type-erased one
+//! ([`crate::erased`], hosts) through its storage types as data.
 
 use crate::config::Config;
-use crate::kernel::{self, Kernel, Part, SlotStores, TensorResult};
+use crate::kernel::{self, Apply, Kernel, Part, SlotStores, TensorResult};
 use crate::rounding::{NearestStore, ParamStore, Rounding, StochasticStore};
-use crate::rules::adabelief::AdaBelief;
-use crate::rules::adam::Adam;
-use crate::rules::homeadam::{branch, Home};
-use crate::rules::lion::Lion;
-use crate::rules::miadam::MiAdam;
 use crate::rules::only::RuleSet;
-use crate::rules::sgd::Sgd;
-use crate::rules::srf;
-use crate::rules::swats::{SwatsAdam, SwatsSgd};
-use crate::rules::{Rule, Switch};
+use crate::rules::{with_kernel, ElementKernel};
 use crate::scalars::StepScalars;
 use crate::simd::Isa;
 use crate::state::StateStorage;
 use crate::storage::{Dtype, Storage};
 use crate::tensor::Tensor;
-
-/// Whether `F` holds a HomeAdam(W) rule of `switch` (`None`: of any switch).
-#[inline(always)]
-pub(crate) fn links_switch<F: RuleSet>(switch: Option<Switch>) -> bool {
-    let admits = |s: Switch| {
-        (switch.is_none() || switch == Some(s))
-            && (F::admits(Rule::HomeAdam(s)) || F::admits(Rule::HomeAdamW(s)))
-    };
-    admits(Switch::Global) || admits(Switch::Layer) || admits(Switch::Element)
-}
 
 /// How one tensor is driven: which driver (`REFERENCE` or the fast path with `isa`), which
 /// rounding.
@@ -107,8 +89,25 @@ pub(crate) struct Rules<'c> {
     pub branch: u8,
 }
 
-/// Runs the kernel of `config`'s rule, if `F` links it (each arm's guard is a constant, so the
-/// arms of the rules outside `F` are not compiled); `None` otherwise.
+/// [`Run::apply`] on one tensor, for whichever kernel the table picks.
+struct OnTensor<'r, 't, const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage> {
+    run: Run<REFERENCE>,
+    tensor: &'r mut Tensor<'t, P, G, S>,
+}
+
+impl<const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage> Apply
+    for OnTensor<'_, '_, REFERENCE, P, G, S>
+{
+    type Out = (TensorResult, bool);
+
+    #[inline(always)]
+    fn apply<K: Kernel>(self, kernel: K) -> Self::Out {
+        self.run.apply(kernel, self.tensor)
+    }
+}
+
+/// Runs the kernel of `config`'s rule ([`crate::Config::kernel`]) if `F` links it; `None`
+/// otherwise.
 pub(crate) fn dispatch<F: RuleSet, const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage>(
     rules: Rules<'_>,
     run: Run<REFERENCE>,
@@ -116,49 +115,22 @@ pub(crate) fn dispatch<F: RuleSet, const REFERENCE: bool, P: Storage, G: Storage
 ) -> Option<(TensorResult, bool)> {
     let Rules {
         config,
-        scalars: s,
+        scalars,
         swats_in_sgd_phase,
         branch,
     } = rules;
-    let admits = F::admits;
-    Some(match config.rule {
-        Rule::Sgd if admits(Rule::Sgd) && config.momentum == 0.0 => {
-            run.apply(Sgd::<false>::new(s, config.nesterov), tensor)
-        }
-        Rule::Sgd if admits(Rule::Sgd) => run.apply(Sgd::<true>::new(s, config.nesterov), tensor),
-        Rule::Adam if admits(Rule::Adam) => run.apply(Adam::<false>::new(s), tensor),
-        Rule::AdamW if admits(Rule::AdamW) => run.apply(Adam::<true>::new(s), tensor),
-        Rule::AdamSrf | Rule::AdamWSrf if admits(Rule::AdamSrf) || admits(Rule::AdamWSrf) => {
-            run.apply(srf::kernel(s), tensor)
-        }
-        // `branch` is PER_ELEMENT exactly for the element-wise switch.
-        Rule::HomeAdam(_) | Rule::HomeAdamW(_) if branch == branch::PER_ELEMENT => {
-            if !links_switch::<F>(Some(Switch::Element)) {
-                return None;
-            }
-            run.apply(Home::<{ branch::PER_ELEMENT }>::new(s), tensor)
-        }
-        Rule::HomeAdam(_) | Rule::HomeAdamW(_)
-            if links_switch::<F>(Some(Switch::Global)) || links_switch::<F>(Some(Switch::Layer)) =>
-        {
-            if branch == branch::ALL_HOME {
-                run.apply(Home::<{ branch::ALL_HOME }>::new(s), tensor)
-            } else {
-                run.apply(Home::<{ branch::ALL_SRF }>::new(s), tensor)
-            }
-        }
-        Rule::AdaBelief if admits(Rule::AdaBelief) && config.amsgrad => {
-            run.apply(AdaBelief::<true>::new(s, config.weight_decouple), tensor)
-        }
-        Rule::AdaBelief if admits(Rule::AdaBelief) => {
-            run.apply(AdaBelief::<false>::new(s, config.weight_decouple), tensor)
-        }
-        Rule::Swats if admits(Rule::Swats) && swats_in_sgd_phase => {
-            run.apply(SwatsSgd::new(s, config.weight_decouple, config.nesterov), tensor)
-        }
-        Rule::Swats if admits(Rule::Swats) => run.apply(SwatsAdam::new(s, config.weight_decouple), tensor),
-        Rule::MiAdam if admits(Rule::MiAdam) => run.apply(MiAdam::new(s), tensor),
-        Rule::Lion if admits(Rule::Lion) => run.apply(Lion::new(s), tensor),
-        _ => return None,
-    })
+    // A set of one kernel runs it for every rule it admits, and the step refused the others:
+    // a constant, which keeps a single-rule build from linking `Config::kernel`.
+    let kernel = if F::KERNELS.is_power_of_two() {
+        ElementKernel::ALL[F::KERNELS.trailing_zeros() as usize]
+    } else {
+        config.kernel(swats_in_sgd_phase)
+    };
+    with_kernel::<F, _>(
+        kernel,
+        scalars,
+        config.kernel_options(),
+        branch,
+        OnTensor { run, tensor },
+    )
 }

@@ -17,6 +17,7 @@ use crate::parallel::Split;
 use crate::q8::Map;
 use crate::reduce::CHUNK;
 use crate::rounding::ParamStore;
+use crate::scalars::StepScalars;
 use crate::simd::{Convert, Isa, Portable, SlicesJob, WithConvert};
 use crate::state::{Requantize, StateStorage};
 use crate::storage::{Dtype, Storage};
@@ -52,6 +53,25 @@ impl Elem {
     }
 }
 
+/// What an element function reads from the config besides the step's scalars.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Options {
+    /// Nesterov momentum (SGD, SWATS).
+    pub nesterov: bool,
+    /// Decoupled weight decay (AdaBelief, SWATS).
+    pub weight_decouple: bool,
+}
+
+/// A computation over one kernel of any type: what the kernel table's dispatch
+/// ([`crate::dispatch`]) hands the kernel it chose.
+pub(crate) trait Apply {
+    /// What the computation returns.
+    type Out;
+
+    /// Runs the computation with `kernel`.
+    fn apply<K: Kernel>(self, kernel: K) -> Self::Out;
+}
+
 /// A rule's per-element update, with the step's scalars captured in `self`.
 pub(crate) trait Kernel: Copy + Send + Sync {
     /// State slots used (0 to 3), each one element per parameter.
@@ -64,6 +84,9 @@ pub(crate) trait Kernel: Copy + Send + Sync {
     /// v > 0 and the chunk where min v sits ([`TensorResult::v_min_at`]), so that the next step
     /// can bound its ρ without the first pass.
     const DECIDES: bool = false;
+
+    /// The kernel of a step whose scalars are `s`.
+    fn new(s: &StepScalars, options: Options) -> Self;
 
     /// Updates one element: θ, the unscaled gradient g and the state slots `s` in `f32`.
     fn element(self, p: f32, g: f32, s: &mut [f32; 3]) -> Elem;

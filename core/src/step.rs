@@ -6,7 +6,7 @@
 use crate::bits::tensor_key;
 use crate::calibration::Histogram;
 use crate::config::FiniteCheck;
-use crate::dispatch::{dispatch, links_switch, Rules, Run};
+use crate::dispatch::{dispatch, Rules, Run};
 #[cfg(feature = "std")]
 use crate::erased::{self, AnyTensor};
 use crate::error::Error;
@@ -17,7 +17,7 @@ use crate::optimizer::{Bound, Optimizer};
 use crate::parallel;
 use crate::reduce::{RhoOver, SecondMomentMin, CHUNK};
 
-use crate::rules::homeadam::{branch, goes_home, home_calibration_pass, home_first_pass};
+use crate::rules::homeadam::{branch, goes_home, home_calibration_pass, home_first_pass, links_switch};
 use crate::rules::only::{All, RuleSet};
 use crate::rules::swats;
 use crate::rules::{Rule, Switch};
@@ -651,7 +651,9 @@ impl<F: RuleSet> Step<'_, F> {
             let branch = match switch {
                 Some(Switch::Global) => home_branch(self.global_home),
                 Some(Switch::Layer) => home_branch(goes_home(tensor.aux.rho, scalars.tau)),
-                _ => branch::PER_ELEMENT,
+                Some(Switch::Element) => branch::PER_ELEMENT,
+                // Adam(W)-srf, and every rule that ignores the branch.
+                None => branch::ALL_SRF,
             };
             let key = tensor_key(config.seed, self.t, index);
             let run = Run::<REFERENCE> {

@@ -40,7 +40,7 @@
 #define HA_RULE_MIADAM 9
 #define HA_RULE_LION 10
 #define HA_MAX_SLOTS 3
-#define HA_RULE_KERNELS(X) X(sgd, HA_RULE_SGD, 0, -1, 0u) X(sgdm, HA_RULE_SGDM, 1, -1, 0u) X(adam, HA_RULE_ADAM, 2, 1, 2u) X(adamw, HA_RULE_ADAMW, 2, 1, 2u) X(homeadam, HA_RULE_HOMEADAM, 2, 1, 2u) X(adabelief, HA_RULE_ADABELIEF, 2, -1, 2u) X(adabelief_amsgrad, HA_RULE_ADABELIEF_AMSGRAD, 3, -1, 6u) X(swats_adam, HA_RULE_SWATS_ADAM, 3, 1, 2u) X(swats_sgd, HA_RULE_SWATS_SGD, 3, -1, 2u) X(miadam, HA_RULE_MIADAM, 3, 1, 2u) X(lion, HA_RULE_LION, 1, -1, 0u)
+#define HA_RULE_KERNELS(X) X(sgd, HA_RULE_SGD, 0, -1, 0u, ha_sgd<false>) X(sgdm, HA_RULE_SGDM, 1, -1, 0u, ha_sgd<true>) X(adam, HA_RULE_ADAM, 2, 1, 2u, ha_adam<false>) X(adamw, HA_RULE_ADAMW, 2, 1, 2u, ha_adam<true>) X(homeadam, HA_RULE_HOMEADAM, 2, 1, 2u, ha_home) X(adabelief, HA_RULE_ADABELIEF, 2, -1, 2u, ha_adabelief<false>) X(adabelief_amsgrad, HA_RULE_ADABELIEF_AMSGRAD, 3, -1, 6u, ha_adabelief<true>) X(swats_adam, HA_RULE_SWATS_ADAM, 3, 1, 2u, ha_swats_adam) X(swats_sgd, HA_RULE_SWATS_SGD, 3, -1, 2u, ha_swats_sgd) X(miadam, HA_RULE_MIADAM, 3, 1, 2u, ha_miadam) X(lion, HA_RULE_LION, 1, -1, 0u, ha_lion)
 #define HA_STORAGE_P(X, ...) X(float, f32, __VA_ARGS__) X(ha_f16, f16, __VA_ARGS__) X(ha_bf16, bf16, __VA_ARGS__)
 #define HA_STORAGE_G(X, ...) X(float, f32, __VA_ARGS__) X(ha_f16, f16, __VA_ARGS__) X(ha_bf16, bf16, __VA_ARGS__)
 #define HA_STORAGE_S(X, ...) X(float, f32, __VA_ARGS__) X(ha_f16, f16, __VA_ARGS__) X(ha_bf16, bf16, __VA_ARGS__) X(HaQ8Block, q8, __VA_ARGS__)

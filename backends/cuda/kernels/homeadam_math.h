@@ -166,7 +166,7 @@ struct HaElem {
 HA_FN HaElem ha_elem(float p) { HaElem e; e.p = p; e.home = false; e.step = 0.0f; e.grad = 0.0f; return e; }
 
 // SGD(M): d = g + λθ; b = d (t = 1) or μ b + (1 − dampening) d; d = d + μ b (Nesterov) or b; θ − η d.
-template <bool MOMENTUM> HA_FN HaElem ha_sgd(const HaScalars& s, ha_u32 flags, float p, float g, float* st) {
+template <bool MOMENTUM> HA_FN HaElem ha_sgd(const HaScalars& s, ha_u32 flags, int, float p, float g, float* st) {
     float d = s.weight_decay != 0.0f ? g + s.weight_decay * p : g;
     if (MOMENTUM) {
         float b = s.first_step != 0 ? d : s.momentum * st[0] + s.one_minus_dampening * d;
@@ -177,7 +177,7 @@ template <bool MOMENTUM> HA_FN HaElem ha_sgd(const HaScalars& s, ha_u32 flags, f
 }
 
 // Adam (coupled L2) / AdamW (θ(1 − ηλ)): θ − (η/bc1) · m / (√v / √bc2 + ε).
-template <bool DECOUPLED> HA_FN HaElem ha_adam(const HaScalars& s, float p, float g, float* st) {
+template <bool DECOUPLED> HA_FN HaElem ha_adam(const HaScalars& s, ha_u32, int, float p, float g, float* st) {
     if (DECOUPLED) p = p * s.decay;
     else if (s.weight_decay != 0.0f) g = g + s.weight_decay * p;
     float m = s.beta1 * st[0] + s.one_minus_beta1 * g;
@@ -225,7 +225,7 @@ HA_FN ha_u32 ha_bucket(float v_hat) {
 }
 
 // srf: θ(1 − ηλ) − (η/bc1) · (m / (v/bc2 + ε));   home: θ(1 − ηλ) − (η_h/bc1) · m.
-HA_FN HaElem ha_home(const HaScalars& s, int branch, float p, float g, float* st) {
+HA_FN HaElem ha_home(const HaScalars& s, ha_u32, int branch, float p, float g, float* st) {
     float m = s.beta1 * st[0] + s.one_minus_beta1 * g;
     float v = ha_second_moment(s, st[1], g);
     st[0] = m;
@@ -240,7 +240,7 @@ HA_FN HaElem ha_home(const HaScalars& s, int branch, float p, float g, float* st
 }
 
 // AdaBelief (adabelief-pytorch 0.2.1): s = β2 s + (1 − β2)(g − m)² + ε; rectified or not.
-template <bool AMSGRAD> HA_FN HaElem ha_adabelief(const HaScalars& s, ha_u32 flags, float p, float g, float* st) {
+template <bool AMSGRAD> HA_FN HaElem ha_adabelief(const HaScalars& s, ha_u32 flags, int, float p, float g, float* st) {
     if (!(flags & HA_WEIGHT_DECOUPLE) && s.weight_decay != 0.0f) g = g + s.weight_decay * p;
     p = p * s.decay;
     float m = s.beta1 * st[0] + s.one_minus_beta1 * g;
@@ -260,7 +260,7 @@ template <bool AMSGRAD> HA_FN HaElem ha_adabelief(const HaScalars& s, ha_u32 fla
 }
 
 // SWATS Adam phase: step = −(η√bc2/bc1) · m / (√(v + 1e−15) + ε).
-HA_FN HaElem ha_swats_adam(const HaScalars& s, ha_u32 flags, float p, float g, float* st) {
+HA_FN HaElem ha_swats_adam(const HaScalars& s, ha_u32 flags, int, float p, float g, float* st) {
     if (!(flags & HA_WEIGHT_DECOUPLE) && s.weight_decay != 0.0f) g = g + s.weight_decay * p;
     p = p * s.decay;
     float m = s.beta1 * st[0] + s.one_minus_beta1 * g;
@@ -275,7 +275,7 @@ HA_FN HaElem ha_swats_adam(const HaScalars& s, ha_u32 flags, float p, float g, f
 }
 
 // SWATS SGD phase: b = β1 b + g; θ − η' ((1 − β1) b (+ β1 b with Nesterov)).
-HA_FN HaElem ha_swats_sgd(const HaScalars& s, ha_u32 flags, float p, float g, float* st) {
+HA_FN HaElem ha_swats_sgd(const HaScalars& s, ha_u32 flags, int, float p, float g, float* st) {
     if (!(flags & HA_WEIGHT_DECOUPLE) && s.weight_decay != 0.0f) g = g + s.weight_decay * p;
     p = p * s.decay;
     float b = s.beta1 * st[2] + g;
@@ -286,7 +286,7 @@ HA_FN HaElem ha_swats_sgd(const HaScalars& s, ha_u32 flags, float p, float g, fl
 }
 
 // MIAdam1: t ≤ switch_step: b = κ b + m, θ − (η²/bc1) b / d; else θ − (η/bc1) m / d.
-HA_FN HaElem ha_miadam(const HaScalars& s, float p, float g, float* st) {
+HA_FN HaElem ha_miadam(const HaScalars& s, ha_u32, int, float p, float g, float* st) {
     if (s.weight_decay != 0.0f) g = g + s.weight_decay * p;
     float m = s.beta1 * st[0] + s.one_minus_beta1 * g;
     float v = s.beta2 * st[1] + s.one_minus_beta2 * (g * g);
@@ -302,44 +302,36 @@ HA_FN HaElem ha_miadam(const HaScalars& s, float p, float g, float* st) {
 }
 
 // Lion (lion-pytorch 0.2.5): c = β1 m + (1 − β1) g, θ(1 − ηλ) − η sign(c), m = β2 m + (1 − β2) g.
-HA_FN HaElem ha_lion(const HaScalars& s, float p, float g, float* st) {
+HA_FN HaElem ha_lion(const HaScalars& s, ha_u32, int, float p, float g, float* st) {
     float c = s.beta1 * st[0] + s.one_minus_beta1 * g;
     st[0] = s.beta2 * st[0] + s.one_minus_beta2 * g;
     float sign = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c);
     return ha_elem(p * s.decay - s.lr * sign);
 }
 
-// ---- the rule table: one id (HA_RULE_*) per element function --------------------------------
+// ---- the kernel table: one id (HA_RULE_*) per element function -------------------------------
 
-// Dispatches on a compile-time rule id; `branch` only matters for HA_RULE_HOMEADAM.
-template <int RULE> HA_FN HaElem ha_element(const HaScalars& s, ha_u32 flags, int branch, float p, float g, float* st) {
-    switch (RULE) {
-    case HA_RULE_SGD: return ha_sgd<false>(s, flags, p, g, st);
-    case HA_RULE_SGDM: return ha_sgd<true>(s, flags, p, g, st);
-    case HA_RULE_ADAM: return ha_adam<false>(s, p, g, st);
-    case HA_RULE_ADAMW: return ha_adam<true>(s, p, g, st);
-    case HA_RULE_HOMEADAM: return ha_home(s, branch, p, g, st);
-    case HA_RULE_ADABELIEF: return ha_adabelief<false>(s, flags, p, g, st);
-    case HA_RULE_ADABELIEF_AMSGRAD: return ha_adabelief<true>(s, flags, p, g, st);
-    case HA_RULE_SWATS_ADAM: return ha_swats_adam(s, flags, p, g, st);
-    case HA_RULE_SWATS_SGD: return ha_swats_sgd(s, flags, p, g, st);
-    case HA_RULE_MIADAM: return ha_miadam(s, p, g, st);
-    default: return ha_lion(s, p, g, st);
-    }
-}
-
-// State slots of each rule id, the slot of v (−1: none) and the q8 state slots on the unsigned
-// map (bit k: slot k): the core's Config::state_slots, Config::rho_slot and Config::q8_map,
-// through kernels.rs.
+// Each update kernel's state slots, the slot of v (−1: none), its q8 state slots on the unsigned
+// map (bit k: slot k) and its element function (every one takes (scalars, flags, branch, θ, g,
+// state); `branch` only matters to ha_home): the core's kernel table, through kernels.rs.
 template <int RULE> struct HaRule;
-#define HA_RULE_TRAITS(name, id, slots, rho_slot, q8_unsigned)                                          \
+#define HA_RULE_TRAITS(name, id, slots, rho_slot, q8_unsigned, element_fn)                              \
     template <> struct HaRule<id> {                                                                     \
         static const int SLOTS = slots;                                                                 \
         static const int RHO_SLOT = rho_slot;                                                           \
         static const ha_u32 Q8_UNSIGNED = q8_unsigned;                                                  \
+        __host__ __device__ static inline HaElem element(const HaScalars& s, ha_u32 flags, int branch,  \
+                                                         float p, float g, float* st) {                 \
+            return element_fn(s, flags, branch, p, g, st);                                              \
+        }                                                                                               \
     };
 HA_RULE_KERNELS(HA_RULE_TRAITS)
 #undef HA_RULE_TRAITS
+
+// The element function of the compile-time rule id RULE.
+template <int RULE> HA_FN HaElem ha_element(const HaScalars& s, ha_u32 flags, int branch, float p, float g, float* st) {
+    return HaRule<RULE>::element(s, flags, branch, p, g, st);
+}
 
 // ---- q8 state (core/src/q8.rs) ------------------------------------------------------------
 

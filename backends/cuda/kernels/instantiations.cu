@@ -5,7 +5,7 @@
 // X(C type, name, context...)); each level passes its choices on to the next as context.
 #include "homeadam.cuh"
 
-#define HA_UPDATE_RULE(name, id, slots, rho_slot, q8_unsigned) HA_STORAGE_P(HA_UPDATE_P, name, id)
+#define HA_UPDATE_RULE(name, id, ...) HA_STORAGE_P(HA_UPDATE_P, name, id)
 #define HA_UPDATE_P(P, p, name, id) HA_STORAGE_G(HA_UPDATE_G, P, p, name, id)
 #define HA_UPDATE_G(G, g, P, p, name, id) HA_STORAGE_S(HA_UPDATE_S, G, g, P, p, name, id)
 #define HA_UPDATE_S(S, s, G, g, P, p, name, id) HA_UPDATE(name, id, P, G, S, p, g, s)

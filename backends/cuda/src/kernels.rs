@@ -17,14 +17,15 @@
 //!
 //! # One source for the metadata
 //!
-//! The rule ids (`HA_RULE_*`), the flag bits (`HA_*`, [`flags`]), [`CHUNK`] (`HA_CHUNK`), the
+//! The update kernels' ids (`HA_RULE_*`, positions in the core's kernel table
+//! [`ElementKernel::ALL`]), the flag bits (`HA_*`, [`flags`]), [`CHUNK`] (`HA_CHUNK`), the
 //! buckets of a calibration histogram (`HA_BUCKETS`, the core's [`BUCKETS`]), the q8 state's block
 //! size, slot-key salt and code maps (`HA_Q8_BLOCK`, `HA_Q8_SALT`, `HA_Q8_UNSIGNED`,
 //! `HA_Q8_SIGNED`: the core's [`q8`] constants and tables, as `f32` bits), the sizes of the
 //! structs the host shares with the kernels (`HA_SIZE_*`, asserted by the C sources), the format of
 //! [`ExactSum`] (`HA_EXACT_*`, from the core's constants), each
-//! update kernel's state slots and ρ slot (from the core's [`Config::state_slots`] and
-//! [`Config::rho_slot`]), the q8 map of each slot (from [`Config::q8_map`]) and the kernel lists
+//! update kernel's state slots, ρ slot, second-moment slots (on q8's unsigned map) and C element
+//! function (from the core's kernel table) and the kernel lists
 //! (`HA_RULE_KERNELS`, `HA_STORAGE_P/G/S`, from which
 //! the C sources build every kernel name) are defined here only, as [`defines`]. The C files
 //! define none of them: `homeadam_math.h` includes `homeadam_defs.h` unless `HA_METADATA` is
@@ -37,8 +38,9 @@
 //!   `kernels/homeadam_defs.h`, which a unit test keeps equal to [`defs_header`].
 
 use homeadam_core::backend::{mix64, StepScalars, BUCKETS};
-use homeadam_core::q8::{self, Map, Q8Block};
-use homeadam_core::{Config, Dtype, ExactSum, RhoOver, Rule, Switch};
+use homeadam_core::q8::{self, Q8Block};
+use homeadam_core::rules::ElementKernel;
+use homeadam_core::{Config, Dtype, ExactSum, RhoOver, Switch};
 
 use crate::device::{HaStatus, HaTensor};
 
@@ -88,131 +90,15 @@ pub mod flags {
     pub const SWITCH_SRF: u32 = 3;
 }
 
-/// An update kernel: one element function of `homeadam_math.h`, instantiated as
-/// `{name}_{p}_{g}_{s}` for every storage type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UpdateKernel {
-    /// SGD without momentum.
-    Sgd,
-    /// SGD with momentum μ > 0.
-    Sgdm,
-    /// Adam (coupled L2).
-    Adam,
-    /// AdamW.
-    AdamW,
-    /// HomeAdam(W) and Adam(W)-srf (the switch is a flag).
-    HomeAdam,
-    /// AdaBelief.
-    AdaBelief,
-    /// AdaBelief with AMSGrad.
-    AdaBeliefAmsgrad,
-    /// SWATS in its Adam phase.
-    SwatsAdam,
-    /// SWATS in its SGD phase.
-    SwatsSgd,
-    /// MIAdam.
-    MiAdam,
-    /// Lion.
-    Lion,
+/// The name of an update kernel's id macro, e.g. `HA_RULE_HOMEADAM`: the kernel's position in
+/// [`ElementKernel::ALL`] (the core's kernel table, which also names its C function).
+pub fn id_macro(kernel: ElementKernel) -> String {
+    format!("HA_RULE_{}", kernel.name().to_uppercase())
 }
 
-impl UpdateKernel {
-    /// Every update kernel; the position is the rule id `HA_RULE_{NAME}`.
-    pub const ALL: [UpdateKernel; 11] = [
-        UpdateKernel::Sgd,
-        UpdateKernel::Sgdm,
-        UpdateKernel::Adam,
-        UpdateKernel::AdamW,
-        UpdateKernel::HomeAdam,
-        UpdateKernel::AdaBelief,
-        UpdateKernel::AdaBeliefAmsgrad,
-        UpdateKernel::SwatsAdam,
-        UpdateKernel::SwatsSgd,
-        UpdateKernel::MiAdam,
-        UpdateKernel::Lion,
-    ];
-
-    /// The rule part of the kernel names, e.g. `homeadam`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            UpdateKernel::Sgd => "sgd",
-            UpdateKernel::Sgdm => "sgdm",
-            UpdateKernel::Adam => "adam",
-            UpdateKernel::AdamW => "adamw",
-            UpdateKernel::HomeAdam => "homeadam",
-            UpdateKernel::AdaBelief => "adabelief",
-            UpdateKernel::AdaBeliefAmsgrad => "adabelief_amsgrad",
-            UpdateKernel::SwatsAdam => "swats_adam",
-            UpdateKernel::SwatsSgd => "swats_sgd",
-            UpdateKernel::MiAdam => "miadam",
-            UpdateKernel::Lion => "lion",
-        }
-    }
-
-    /// The rule id, `HA_RULE_{NAME}` in the C sources.
-    pub const fn id(self) -> u32 {
-        self as u32
-    }
-
-    /// The name of the id's macro, e.g. `HA_RULE_HOMEADAM`.
-    pub fn id_macro(self) -> String {
-        format!("HA_RULE_{}", self.name().to_uppercase())
-    }
-
-    /// A configuration this kernel steps: its slot counts are the core's.
-    const fn config(self) -> Config {
-        match self {
-            UpdateKernel::Sgd => Config::new(Rule::Sgd),
-            UpdateKernel::Sgdm => Config {
-                momentum: 0.9,
-                ..Config::new(Rule::Sgd)
-            },
-            UpdateKernel::Adam => Config::new(Rule::Adam),
-            UpdateKernel::AdamW => Config::new(Rule::AdamW),
-            UpdateKernel::HomeAdam => Config::new(Rule::HomeAdamW(Switch::Global)),
-            UpdateKernel::AdaBelief => Config::new(Rule::AdaBelief),
-            UpdateKernel::AdaBeliefAmsgrad => Config {
-                amsgrad: true,
-                ..Config::new(Rule::AdaBelief)
-            },
-            UpdateKernel::SwatsAdam | UpdateKernel::SwatsSgd => Config::new(Rule::Swats),
-            UpdateKernel::MiAdam => Config::new(Rule::MiAdam),
-            UpdateKernel::Lion => Config::new(Rule::Lion),
-        }
-    }
-
-    /// State slots per element ([`Config::state_slots`]).
-    pub const fn state_slots(self) -> usize {
-        self.config().state_slots()
-    }
-
-    /// The slot whose minimum is reported as ρ ([`Config::rho_slot`]); SWATS reports it in its
-    /// adaptive phase only.
-    pub const fn rho_slot(self) -> Option<usize> {
-        match self {
-            UpdateKernel::SwatsSgd => None,
-            k => k.config().rho_slot(),
-        }
-    }
-
-    /// The q8 state slots on the unsigned map ([`Config::q8_map`]), bit k for slot k.
-    pub const fn q8_unsigned(self) -> u32 {
-        let config = self.config();
-        let mut mask = 0;
-        let mut k = 0;
-        while k < config.state_slots() {
-            if matches!(config.q8_map(k), Map::Unsigned) {
-                mask |= 1 << k;
-            }
-            k += 1;
-        }
-        mask
-    }
-}
-
-/// The update kernel and its flag bits for `config` (SWATS in its SGD phase when
-/// `swats_sgd`). Stochastic rounding is added by the caller.
-pub fn rule_kernel(config: &Config, swats_sgd: bool) -> (UpdateKernel, u32) {
+/// The update kernel ([`Config::kernel`]) and its flag bits for `config` (SWATS in its SGD
+/// phase when `swats_sgd`). Stochastic rounding is added by the caller.
+pub fn rule_kernel(config: &Config, swats_sgd: bool) -> (ElementKernel, u32) {
     let mut f = 0;
     if config.nesterov {
         f |= flags::NESTEROV;
@@ -224,25 +110,17 @@ pub fn rule_kernel(config: &Config, swats_sgd: bool) -> (UpdateKernel, u32) {
     if config.rho_over == RhoOver::Active {
         f |= flags::RHO_ACTIVE;
     }
-    let home = |switch: u32| (UpdateKernel::HomeAdam, f | (switch << flags::SWITCH_SHIFT));
-    match config.rule {
-        Rule::Sgd if config.momentum == 0.0 => (UpdateKernel::Sgd, f),
-        Rule::Sgd => (UpdateKernel::Sgdm, f),
-        Rule::Adam => (UpdateKernel::Adam, f),
-        Rule::AdamW => (UpdateKernel::AdamW, f),
-        Rule::AdamSrf | Rule::AdamWSrf => home(flags::SWITCH_SRF),
-        Rule::HomeAdam(s) | Rule::HomeAdamW(s) => home(match s {
-            Switch::Global => flags::SWITCH_GLOBAL,
-            Switch::Layer => flags::SWITCH_LAYER,
-            Switch::Element => flags::SWITCH_ELEMENT,
-        }),
-        Rule::AdaBelief if config.amsgrad => (UpdateKernel::AdaBeliefAmsgrad, f),
-        Rule::AdaBelief => (UpdateKernel::AdaBelief, f),
-        Rule::Swats if swats_sgd => (UpdateKernel::SwatsSgd, f),
-        Rule::Swats => (UpdateKernel::SwatsAdam, f),
-        Rule::MiAdam => (UpdateKernel::MiAdam, f),
-        Rule::Lion => (UpdateKernel::Lion, f),
+    let kernel = config.kernel(swats_sgd);
+    if kernel == ElementKernel::HomeAdam {
+        let switch = match config.rule.switch() {
+            Some(Switch::Global) => flags::SWITCH_GLOBAL,
+            Some(Switch::Layer) => flags::SWITCH_LAYER,
+            Some(Switch::Element) => flags::SWITCH_ELEMENT,
+            None => flags::SWITCH_SRF,
+        };
+        f |= switch << flags::SWITCH_SHIFT;
     }
+    (kernel, f)
 }
 
 /// The stochastic-rounding base of step `t`, mix64(mix64(seed) ^ t): the kernels key tensor k
@@ -308,19 +186,19 @@ pub fn defines() -> Vec<(String, String)> {
         let bits: Vec<String> = table.iter().map(|x| format!("{:#x}u", x.to_bits())).collect();
         d.push((format!("HA_Q8_{name}"), bits.join(", ")));
     }
-    for k in UpdateKernel::ALL {
-        d.push((k.id_macro(), k.id().to_string()));
+    for k in ElementKernel::ALL {
+        d.push((id_macro(k), (k as u32).to_string()));
     }
-    let max_slots = UpdateKernel::ALL.map(UpdateKernel::state_slots).into_iter().max();
+    let max_slots = ElementKernel::ALL.map(ElementKernel::slots).into_iter().max();
     d.push(("HA_MAX_SLOTS".into(), max_slots.unwrap_or(0).to_string()));
-    // X(name, id, state slots, ρ slot or −1, q8 slots on the unsigned map) for every update
-    // kernel.
-    let rules: Vec<String> = UpdateKernel::ALL
+    // X(name, id, state slots, ρ slot or −1, q8 slots on the unsigned map (the second
+    // moments), element function) for every update kernel.
+    let rules: Vec<String> = ElementKernel::ALL
         .iter()
-        .map(|k| {
+        .map(|&k| {
             let rho = k.rho_slot().map_or(-1, |s| s as i64);
-            let (name, id, slots) = (k.name(), k.id_macro(), k.state_slots());
-            format!("X({name}, {id}, {slots}, {rho}, {}u)", k.q8_unsigned())
+            let (name, id, slots, unsigned) = (k.name(), id_macro(k), k.slots(), k.second_moments());
+            format!("X({name}, {id}, {slots}, {rho}, {unsigned}u, {})", k.c_function())
         })
         .collect();
     d.push(("HA_RULE_KERNELS(X)".into(), rules.join(" ")));
@@ -365,7 +243,7 @@ pub fn headers() -> [(&'static str, String); 4] {
 /// The source of one model's kernels: `ha_reset`, `ha_check_{g}`, `ha_home_pre_{g}_{s}`,
 /// `ha_home_hist_{g}_{s}`, `ha_grad_sq_{g}` and the update kernels `{rule}_{p}_{g}_{s}` of `update` (SWATS has two), a
 /// fraction of [`INSTANTIATIONS`]' compile time.
-pub fn model_source(update: &[UpdateKernel], p: Dtype, g: Dtype, s: Dtype) -> String {
+pub fn model_source(update: &[ElementKernel], p: Dtype, g: Dtype, s: Dtype) -> String {
     let (pn, gn, sn) = (p.name(), g.name(), s.name());
     let (pt, gt, st) = (c_type(p), c_type(g), c_type(s));
     let mut source = format!(
@@ -376,14 +254,14 @@ pub fn model_source(update: &[UpdateKernel], p: Dtype, g: Dtype, s: Dtype) -> St
         source.push_str(&format!(
             "HA_UPDATE({}, {}, {pt}, {gt}, {st}, {pn}, {gn}, {sn})\n",
             k.name(),
-            k.id_macro()
+            id_macro(*k)
         ));
     }
     source
 }
 
 /// `{rule}_{p}_{g}_{s}`, e.g. `homeadam_bf16_bf16_f32`.
-pub fn kernel_name(kernel: UpdateKernel, p: Dtype, g: Dtype, s: Dtype) -> String {
+pub fn kernel_name(kernel: ElementKernel, p: Dtype, g: Dtype, s: Dtype) -> String {
     format!("{}_{}_{}_{}", kernel.name(), p.name(), g.name(), s.name())
 }
 
@@ -398,7 +276,7 @@ pub fn all_kernel_names() -> Vec<String> {
             names.push(format!("ha_home_hist_{}_{}", g.name(), s.name()));
         }
     }
-    for kernel in UpdateKernel::ALL {
+    for kernel in ElementKernel::ALL {
         for p in DTYPES {
             for g in DTYPES {
                 for s in STATE_DTYPES {
@@ -413,7 +291,8 @@ pub fn all_kernel_names() -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use homeadam_core::backend::tensor_key;
-    use homeadam_core::ALL_RULES;
+
+    use homeadam_core::Rule;
 
     use super::*;
 
@@ -432,41 +311,15 @@ mod tests {
     }
 
     #[test]
-    fn ids_are_positions_and_names_are_unique() {
-        for (i, k) in UpdateKernel::ALL.iter().enumerate() {
-            assert_eq!(k.id() as usize, i);
-            assert_eq!(
-                UpdateKernel::ALL.iter().filter(|o| o.name() == k.name()).count(),
-                1
-            );
+    fn kernel_names_are_unique() {
+        for k in ElementKernel::ALL {
+            let same = ElementKernel::ALL.iter().filter(|o| o.name() == k.name());
+            assert_eq!(same.count(), 1);
         }
         assert_eq!(
             all_kernel_names().len(),
-            1 + 3 + 3 + 2 * 12 + UpdateKernel::ALL.len() * 36
+            1 + 3 + 3 + 2 * 12 + ElementKernel::ALL.len() * 36
         );
-    }
-
-    #[test]
-    fn each_config_gets_a_kernel_with_its_slots() {
-        let mut configs: Vec<Config> = ALL_RULES.iter().map(|&r| Config::new(r)).collect();
-        configs.extend(Config::named("sgdm"));
-        configs.push(Config {
-            amsgrad: true,
-            ..Config::new(Rule::AdaBelief)
-        });
-        for c in configs {
-            for swats_sgd in [false, true] {
-                let (kernel, _) = rule_kernel(&c, swats_sgd && c.rule == Rule::Swats);
-                assert_eq!(kernel.state_slots(), c.state_slots(), "{}", c.name());
-                if kernel != UpdateKernel::SwatsSgd {
-                    assert_eq!(kernel.rho_slot(), c.rho_slot(), "{}", c.name());
-                }
-                for k in 0..c.state_slots() {
-                    let unsigned = kernel.q8_unsigned() >> k & 1 == 1;
-                    assert_eq!(unsigned, c.q8_map(k) == Map::Unsigned, "{} slot {k}", c.name());
-                }
-            }
-        }
     }
 
     #[test]

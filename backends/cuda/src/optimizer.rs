@@ -55,6 +55,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use homeadam_core::backend::{Histogram, Outcome, StepScalars, SwatsDots, BUCKETS};
+use homeadam_core::rules::ElementKernel;
 use homeadam_core::{
     Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Switch, TensorAux,
 };
@@ -251,7 +252,7 @@ impl CudaOptimizer {
         if config.rule == Rule::Swats {
             update.push(kernels::rule_kernel(&config, true));
         }
-        let names: Vec<kernels::UpdateKernel> = update.iter().map(|&(k, _)| k).collect();
+        let names: Vec<ElementKernel> = update.iter().map(|&(k, _)| k).collect();
         let source = kernels::model_source(&names, dtypes.param, dtypes.grad, dtypes.state);
         let cubin = nvrtc::cubin_cached(&source, &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(Ptx::from_binary(cubin.to_vec()))?;

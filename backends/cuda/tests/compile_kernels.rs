@@ -6,7 +6,8 @@
 //! The host's own kernels (`host/kernels/*.cu`, each after `reduce.cuh`, compiled by NVRTC when it
 //! trains on a GPU) are compiled here too, because this test has NVRTC in CI and the host's tests do not.
 
-use homeadam_cuda::kernels::{self, UpdateKernel, ARCHS};
+use homeadam_core::rules::ElementKernel;
+use homeadam_cuda::kernels::{self, ARCHS};
 use homeadam_cuda::nvrtc;
 
 #[test]
@@ -124,7 +125,7 @@ fn check_arch(source: &str, arch: &str, names: &[String]) -> String {
         out.cubin.len() / 1024,
         out.ptx.len() / 1024
     );
-    for kernel in UpdateKernel::ALL {
+    for kernel in ElementKernel::ALL {
         let rule = kernel.name();
         let of_rule: Vec<u32> = resources
             .iter()
@@ -152,12 +153,17 @@ fn the_runtime_source_of_one_model_compiles() {
     }
     use homeadam_core::Dtype::{BF16, F16, F32, Q8};
     for (update, p, g, s) in [
-        (&[UpdateKernel::HomeAdam][..], BF16, BF16, F32),
-        (&[UpdateKernel::AdamW], F16, F32, BF16),
-        (&[UpdateKernel::Sgd], F32, F32, F32),
-        (&[UpdateKernel::SwatsAdam, UpdateKernel::SwatsSgd], BF16, F16, F32),
-        (&[UpdateKernel::HomeAdam], BF16, BF16, Q8),
-        (&[UpdateKernel::SwatsAdam, UpdateKernel::SwatsSgd], F32, F32, Q8),
+        (&[ElementKernel::HomeAdam][..], BF16, BF16, F32),
+        (&[ElementKernel::AdamW], F16, F32, BF16),
+        (&[ElementKernel::Sgd], F32, F32, F32),
+        (
+            &[ElementKernel::SwatsAdam, ElementKernel::SwatsSgd],
+            BF16,
+            F16,
+            F32,
+        ),
+        (&[ElementKernel::HomeAdam], BF16, BF16, Q8),
+        (&[ElementKernel::SwatsAdam, ElementKernel::SwatsSgd], F32, F32, Q8),
     ] {
         let source = kernels::model_source(update, p, g, s);
         let out = nvrtc::compile(&source, "sm_87", false).unwrap_or_else(|e| panic!("{update:?}: {e}"));

@@ -19,11 +19,12 @@ use homeadam_core::backend::{
     goes_home, home_calibration_pass, home_first_pass, mix64, Histogram, SecondMomentMin, StepScalars,
 };
 use homeadam_core::q8::{self, Map};
+use homeadam_core::rules::ElementKernel;
 use homeadam_core::{
     bf16, f16, Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, Q8Block, RhoOver, Rounding, Rule,
     StateStorage, StepReport, Storage, Switch, TauCalibration, Tensor, TensorAux,
 };
-use homeadam_cuda::kernels::{self, flags, UpdateKernel};
+use homeadam_cuda::kernels::{self, flags};
 
 struct Rng(u64);
 
@@ -590,7 +591,7 @@ fn combo<P: Storage, G: Storage, S: HarnessState>(exe: &PathBuf, n: usize, steps
                 h
             });
             let (kernel, mut f) = kernels::rule_kernel(&config, opt.swats_sgd_lr().is_some());
-            counts.swats_sgd_steps += (kernel == UpdateKernel::SwatsSgd) as u64;
+            counts.swats_sgd_steps += (kernel == ElementKernel::SwatsSgd) as u64;
             if config.rounding == Rounding::Stochastic {
                 f |= flags::STOCHASTIC;
             }
@@ -621,7 +622,7 @@ fn combo<P: Storage, G: Storage, S: HarnessState>(exe: &PathBuf, n: usize, steps
             let check = (config.finite_check == FiniteCheck::SkipStep) as u32;
             input.extend_from_slice(&0u32.to_le_bytes());
             for h in [
-                kernel.id(),
+                kernel as u32,
                 code(P::DTYPE),
                 code(G::DTYPE),
                 code(S::DTYPE),

@@ -336,15 +336,11 @@ mod tests {
     use crate::bits::mix64;
     use crate::config::Config;
     use crate::kernel::run_reference;
+    use crate::kernel::Apply;
     use crate::rounding::{NearestStore, StochasticStore};
-    use crate::rules::adabelief::AdaBelief;
-    use crate::rules::adam::Adam;
-    use crate::rules::homeadam::{branch, Home};
-    use crate::rules::lion::Lion;
-    use crate::rules::miadam::MiAdam;
-    use crate::rules::sgd::Sgd;
-    use crate::rules::swats::SwatsAdam;
-    use crate::rules::{Rule, Switch};
+    use crate::rules::homeadam::branch;
+    use crate::rules::only::All;
+    use crate::rules::{with_kernel, ElementKernel, Rule, Switch};
     use crate::scalars::StepScalars;
     use crate::tensor::Tensor;
     use crate::tensor::TensorAux;
@@ -443,52 +439,94 @@ mod tests {
         })
     }
 
-    fn every_rule<const SUM: bool, P: Storage, S: StateStorage>(n: usize, poison: bool) {
+    /// [`check`] as a computation the kernel table runs.
+    struct Check<'c, const SUM: bool, P, S> {
+        config: &'c Config,
+        n: usize,
+        poison: bool,
+        types: core::marker::PhantomData<(P, S)>,
+    }
+
+    impl<const SUM: bool, P: Storage, S: StateStorage> Apply for Check<'_, SUM, P, S> {
+        type Out = ();
+
+        fn apply<K: Kernel>(self, kernel: K) {
+            check::<SUM, K, P, S>(kernel, self.config, self.n, self.poison)
+        }
+    }
+
+    /// Every element kernel of the table (HomeAdam's in each branch), through the table's
+    /// own dispatch.
+    fn every_kernel<const SUM: bool, P: Storage, S: StateStorage>(n: usize, poison: bool) {
         let mut ew = Config::new(Rule::HomeAdamW(Switch::Element));
         ew.tau = 1e-6;
         ew.weight_decay = 0.1;
-        let mut sgdm = Config::new(Rule::Sgd);
-        sgdm.momentum = 0.9;
-        let adabelief = Config::new(Rule::AdaBelief);
-        let swats = Config::new(Rule::Swats);
-        let miadam = Config::new(Rule::MiAdam);
-        let adamw = Config::new(Rule::AdamW);
-        let lion = Config {
-            weight_decay: 0.1,
-            ..Config::new(Rule::Lion)
-        };
-        let at = |c: &Config| StepScalars::new(c, 3, 1.0, None);
-        check::<SUM, _, P, S>(Home::<{ branch::PER_ELEMENT }>::new(&at(&ew)), &ew, n, poison);
-        check::<SUM, _, P, S>(Home::<{ branch::ALL_HOME }>::new(&at(&ew)), &ew, n, poison);
-        check::<SUM, _, P, S>(Adam::<true>::new(&at(&adamw)), &adamw, n, poison);
-        check::<SUM, _, P, S>(Sgd::<true>::new(&at(&sgdm), false), &sgdm, n, poison);
-        check::<SUM, _, P, S>(
-            AdaBelief::<true>::new(&at(&adabelief), true),
-            &adabelief,
-            n,
-            poison,
+        let configs = [
+            ew,
+            Config::new(Rule::Adam),
+            Config::new(Rule::AdamW),
+            Config::new(Rule::Sgd),
+            Config {
+                momentum: 0.9,
+                ..Config::new(Rule::Sgd)
+            },
+            Config::new(Rule::AdaBelief),
+            Config {
+                amsgrad: true,
+                ..Config::new(Rule::AdaBelief)
+            },
+            Config::new(Rule::Swats),
+            Config::new(Rule::MiAdam),
+            Config {
+                weight_decay: 0.1,
+                ..Config::new(Rule::Lion)
+            },
+        ];
+        let mut covered = 0;
+        for config in &configs {
+            for sgd_phase in [false, true] {
+                let kernel = config.kernel(sgd_phase);
+                let s = StepScalars::new(config, 3, 1.0, sgd_phase.then_some(0.01));
+                let branches: &[u8] = match kernel {
+                    ElementKernel::HomeAdam => &[branch::PER_ELEMENT, branch::ALL_HOME, branch::ALL_SRF],
+                    _ => &[branch::ALL_SRF],
+                };
+                for &decision in branches {
+                    let check = Check::<SUM, P, S> {
+                        config,
+                        n,
+                        poison,
+                        types: core::marker::PhantomData,
+                    };
+                    let ran = with_kernel::<All, _>(kernel, &s, config.kernel_options(), decision, check);
+                    assert!(ran.is_some(), "{kernel:?}");
+                }
+                covered |= kernel.bit();
+            }
+        }
+        assert_eq!(
+            covered,
+            (1 << ElementKernel::ALL.len()) - 1,
+            "a kernel without a config"
         );
-        check::<SUM, _, P, S>(SwatsAdam::new(&at(&swats), false), &swats, n, poison);
-        check::<SUM, _, P, S>(MiAdam::new(&at(&miadam)), &miadam, n, poison);
-        check::<SUM, _, P, S>(Lion::new(&at(&lion)), &lion, n, poison);
     }
 
     #[test]
     fn scalar_loop_equals_reference() {
         for n in [0, 1, 7, 255, 256, 257, 600] {
             for poison in [false, true] {
-                every_rule::<true, f32, f32>(n, poison);
-                every_rule::<false, f32, f32>(n, poison);
-                every_rule::<true, f32, bf16>(n, poison);
-                every_rule::<false, f32, bf16>(n, poison);
-                every_rule::<true, f32, f16>(n, poison);
-                every_rule::<false, f32, f16>(n, poison);
-                every_rule::<true, f32, crate::Q8Block>(n, poison);
-                every_rule::<false, f32, crate::Q8Block>(n, poison);
-                every_rule::<true, bf16, bf16>(n, poison);
-                every_rule::<false, bf16, bf16>(n, poison);
-                every_rule::<true, f16, f32>(n, poison);
-                every_rule::<false, f16, f32>(n, poison);
+                every_kernel::<true, f32, f32>(n, poison);
+                every_kernel::<false, f32, f32>(n, poison);
+                every_kernel::<true, f32, bf16>(n, poison);
+                every_kernel::<false, f32, bf16>(n, poison);
+                every_kernel::<true, f32, f16>(n, poison);
+                every_kernel::<false, f32, f16>(n, poison);
+                every_kernel::<true, f32, crate::Q8Block>(n, poison);
+                every_kernel::<false, f32, crate::Q8Block>(n, poison);
+                every_kernel::<true, bf16, bf16>(n, poison);
+                every_kernel::<false, bf16, bf16>(n, poison);
+                every_kernel::<true, f16, f32>(n, poison);
+                every_kernel::<false, f16, f32>(n, poison);
             }
         }
     }

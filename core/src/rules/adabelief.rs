@@ -15,9 +15,10 @@
 //! As in the peer, the rectified denominator uses s_t even with AMSGrad.
 //! State: `m`, `s` (and `s_max`).
 
-use crate::kernel::{Elem, Kernel};
+use crate::kernel::{Elem, Kernel, Options};
 use crate::math::{max, sqrt};
-use crate::rules::spec::{reads, Decay, Defaults, LastSlot, Spec, TORCH};
+use crate::rules::spec::{reads, Decay, Defaults, Kernels, LastSlot, Spec, TORCH};
+use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
 /// `adabelief`, with the peer's defaults: ε = 1e-16, decoupled decay, rectification on (the
@@ -34,6 +35,7 @@ pub const SPEC: Spec = Spec {
         weight_decouple: true,
         ..TORCH
     },
+    kernels: Kernels::ByLastSlot(ElementKernel::AdaBelief, ElementKernel::AdaBeliefAmsgrad),
 };
 
 /// RAdam's rectification of step t (β2^t = `beta2_t`) as adabelief-pytorch computes it, in
@@ -59,19 +61,17 @@ pub(crate) struct AdaBelief<const AMSGRAD: bool> {
     coupled_decay: bool,
 }
 
-impl<const AMSGRAD: bool> AdaBelief<AMSGRAD> {
-    pub fn new(s: &StepScalars, weight_decouple: bool) -> Self {
-        AdaBelief {
-            s: *s,
-            coupled_decay: !weight_decouple && s.weight_decay != 0.0,
-        }
-    }
-}
-
 impl<const AMSGRAD: bool> Kernel for AdaBelief<AMSGRAD> {
     const SLOTS: usize = SPEC.slots.len() - !AMSGRAD as usize;
     const RHO_SLOT: Option<usize> = SPEC.rho_slot;
     const DOTS: bool = false;
+
+    fn new(s: &StepScalars, options: Options) -> Self {
+        AdaBelief {
+            s: *s,
+            coupled_decay: !options.weight_decouple && s.weight_decay != 0.0,
+        }
+    }
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {

@@ -9,9 +9,10 @@
 //! ```
 //! State: `m`, `v`.
 
-use crate::kernel::{Elem, Kernel};
+use crate::kernel::{Elem, Kernel, Options};
 use crate::math::sqrt;
-use crate::rules::spec::{reads, Decay, Defaults, LastSlot, Spec, TORCH};
+use crate::rules::spec::{reads, Decay, Defaults, Kernels, LastSlot, Spec, TORCH};
+use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
 /// `adam`.
@@ -23,6 +24,7 @@ pub const ADAM: Spec = Spec {
     decay: Decay::Coupled,
     reads: reads::ADAM,
     defaults: TORCH,
+    kernels: Kernels::One(ElementKernel::Adam),
 };
 
 /// `adamw`: λ = 1e-2 by default, as PyTorch's `AdamW`.
@@ -32,6 +34,7 @@ pub const ADAMW: Spec = Spec {
         weight_decay: 1e-2,
         ..TORCH
     },
+    kernels: Kernels::One(ElementKernel::AdamW),
     ..ADAM
 };
 
@@ -41,16 +44,14 @@ pub(crate) struct Adam<const DECOUPLED: bool> {
     s: StepScalars,
 }
 
-impl<const DECOUPLED: bool> Adam<DECOUPLED> {
-    pub fn new(s: &StepScalars) -> Self {
-        Adam { s: *s }
-    }
-}
-
 impl<const DECOUPLED: bool> Kernel for Adam<DECOUPLED> {
     const SLOTS: usize = ADAM.slots.len();
     const RHO_SLOT: Option<usize> = ADAM.rho_slot;
     const DOTS: bool = false;
+
+    fn new(s: &StepScalars, _: Options) -> Self {
+        Adam { s: *s }
+    }
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {

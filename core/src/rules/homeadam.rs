@@ -14,11 +14,12 @@
 //! State: `m`, `v`.
 
 use crate::calibration::Histogram;
-use crate::kernel::{Elem, Kernel, SCALAR_FPU};
+use crate::kernel::{Apply, Elem, Kernel, Options, SCALAR_FPU};
 use crate::reduce::SecondMomentMin;
 use crate::rules::adam::{ADAM, ADAMW};
-use crate::rules::spec::{reads, Decay, Defaults, Spec};
-use crate::rules::Switch;
+use crate::rules::only::RuleSet;
+use crate::rules::spec::{reads, Decay, Defaults, Kernels, Spec};
+use crate::rules::{ElementKernel, Rule, Switch};
 use crate::scalars::StepScalars;
 use crate::state::StateStorage;
 use crate::storage::Storage;
@@ -43,6 +44,7 @@ pub const fn srf_spec(decoupled: bool) -> Spec {
             eps: SRF_EPS,
             ..adam.defaults
         },
+        kernels: Kernels::One(ElementKernel::HomeAdam),
         ..adam
     }
 }
@@ -96,21 +98,6 @@ pub(crate) struct Home<const BRANCH: u8> {
 }
 
 impl<const BRANCH: u8> Home<BRANCH> {
-    pub fn new(s: &StepScalars) -> Self {
-        Home {
-            decay: s.decay,
-            beta1: s.beta1,
-            one_minus_beta1: s.one_minus_beta1,
-            beta2: s.beta2,
-            one_minus_beta2: s.one_minus_beta2,
-            bc2: s.bc2,
-            eps: s.eps,
-            lr_over_bc1: s.lr_over_bc1,
-            home_lr_over_bc1: s.home_lr_over_bc1,
-            tau: s.tau,
-        }
-    }
-
     /// v_t from v_{t−1} and g: shared by the update and the global / per-layer first pass, so
     /// the decision is taken on exactly the v the update stores.
     #[inline(always)]
@@ -124,6 +111,21 @@ impl<const BRANCH: u8> Kernel for Home<BRANCH> {
     const RHO_SLOT: Option<usize> = ADAM.rho_slot;
     const DOTS: bool = false;
     const DECIDES: bool = BRANCH != branch::PER_ELEMENT;
+
+    fn new(s: &StepScalars, _: Options) -> Self {
+        Home {
+            decay: s.decay,
+            beta1: s.beta1,
+            one_minus_beta1: s.one_minus_beta1,
+            beta2: s.beta2,
+            one_minus_beta2: s.one_minus_beta2,
+            bc2: s.bc2,
+            eps: s.eps,
+            lr_over_bc1: s.lr_over_bc1,
+            home_lr_over_bc1: s.home_lr_over_bc1,
+            tau: s.tau,
+        }
+    }
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {
@@ -161,6 +163,39 @@ impl<const BRANCH: u8> Kernel for Home<BRANCH> {
     }
 }
 
+/// Whether `F` holds a HomeAdam(W) rule of `switch` (`None`: of any switch).
+#[inline(always)]
+pub(crate) fn links_switch<F: RuleSet>(switch: Option<Switch>) -> bool {
+    let admits = |s: Switch| {
+        (switch.is_none() || switch == Some(s))
+            && (F::admits(Rule::HomeAdam(s)) || F::admits(Rule::HomeAdamW(s)))
+    };
+    admits(Switch::Global) || admits(Switch::Layer) || admits(Switch::Element)
+}
+
+/// The kernel table's runner of HomeAdam's kernel: applies `a` to the kernel of the `decision`
+/// ([`branch`]) if `F` holds a rule that takes it (the element-wise switch decides per element,
+/// the global and per-layer switches decide for a whole tensor, Adam(W)-srf always takes the
+/// srf branch), so that a build of one switch links that switch's kernels only.
+#[inline(always)]
+pub(crate) fn by_branch<F: RuleSet, A: Apply>(
+    a: A,
+    s: &StepScalars,
+    o: Options,
+    decision: u8,
+) -> Option<A::Out> {
+    let decides = links_switch::<F>(Some(Switch::Global)) || links_switch::<F>(Some(Switch::Layer));
+    let srf = decides || F::admits(Rule::AdamSrf) || F::admits(Rule::AdamWSrf);
+    Some(match decision {
+        branch::PER_ELEMENT if links_switch::<F>(Some(Switch::Element)) => {
+            a.apply(Home::<{ branch::PER_ELEMENT }>::new(s, o))
+        }
+        branch::ALL_HOME if decides => a.apply(Home::<{ branch::ALL_HOME }>::new(s, o)),
+        branch::ALL_SRF if srf => a.apply(Home::<{ branch::ALL_SRF }>::new(s, o)),
+        _ => return None,
+    })
+}
+
 /// The home (SGDM) branch is taken unless v̂ ≥ τ; a NaN v̂ (a non-finite gradient applied under
 /// `FiniteCheck::Trust`) goes home rather than dividing by it. One unordered comparison (τ is
 /// never NaN: τ > 0 is validated, a calibrated τ is a finite histogram edge).
@@ -181,7 +216,7 @@ pub fn home_first_pass<G: Storage, S: StateStorage>(
     v: &[S],
     s: &StepScalars,
 ) -> (SecondMomentMin, bool) {
-    let home = Home::<{ branch::PER_ELEMENT }>::new(s);
+    let home = Home::<{ branch::PER_ELEMENT }>::new(s, Options::default());
     S::min_new_v(grad, v, s.inv_grad_scale, |v, g| home.second_moment(v, g))
 }
 
@@ -194,7 +229,7 @@ pub fn home_calibration_pass<G: Storage, S: StateStorage>(
     s: &StepScalars,
     hist: &mut Histogram,
 ) -> bool {
-    let home = Home::<{ branch::PER_ELEMENT }>::new(s);
+    let home = Home::<{ branch::PER_ELEMENT }>::new(s, Options::default());
     let v_new = |v, g| home.second_moment(v, g);
     S::count_new_v(grad, v, s.inv_grad_scale, s.bc2, v_new, hist)
 }

@@ -11,8 +11,9 @@
 //! element moves by η, so η is 3–10× smaller than AdamW's (the peer's default is 1e-4) and λ
 //! correspondingly larger. State: `m`.
 
-use crate::kernel::{Elem, Kernel};
-use crate::rules::spec::{reads, Decay, Defaults, LastSlot, Spec, TORCH};
+use crate::kernel::{Elem, Kernel, Options};
+use crate::rules::spec::{reads, Decay, Defaults, Kernels, LastSlot, Spec, TORCH};
+use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
 /// `lion`, with the peer's defaults: η = 1e-4, β = (0.9, 0.99), λ = 0.
@@ -28,6 +29,7 @@ pub const SPEC: Spec = Spec {
         beta2: 0.99,
         ..TORCH
     },
+    kernels: Kernels::One(ElementKernel::Lion),
 };
 
 /// The Lion kernel.
@@ -39,19 +41,6 @@ pub(crate) struct Lion {
     one_minus_beta1: f32,
     beta2: f32,
     one_minus_beta2: f32,
-}
-
-impl Lion {
-    pub fn new(s: &StepScalars) -> Self {
-        Lion {
-            decay: s.decay,
-            lr: s.lr,
-            beta1: s.beta1,
-            one_minus_beta1: s.one_minus_beta1,
-            beta2: s.beta2,
-            one_minus_beta2: s.one_minus_beta2,
-        }
-    }
 }
 
 /// sign(c) as `torch.sign`: ±1, and c itself where c is ±0 or NaN.
@@ -70,6 +59,17 @@ impl Kernel for Lion {
     const SLOTS: usize = SPEC.slots.len();
     const RHO_SLOT: Option<usize> = SPEC.rho_slot;
     const DOTS: bool = false;
+
+    fn new(s: &StepScalars, _: Options) -> Self {
+        Lion {
+            decay: s.decay,
+            lr: s.lr,
+            beta1: s.beta1,
+            one_minus_beta1: s.one_minus_beta1,
+            beta2: s.beta2,
+            one_minus_beta2: s.one_minus_beta2,
+        }
+    }
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, s: &mut [f32; 3]) -> Elem {

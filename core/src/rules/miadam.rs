@@ -9,9 +9,10 @@
 //! State: `m`, `v`, `b` (the official code keeps its buffers in a growing list; here they are
 //! per-tensor state).
 
-use crate::kernel::{Elem, Kernel};
+use crate::kernel::{Elem, Kernel, Options};
 use crate::math::sqrt;
-use crate::rules::spec::{reads, Decay, LastSlot, Spec, TORCH};
+use crate::rules::spec::{reads, Decay, Kernels, LastSlot, Spec, TORCH};
+use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
 /// `miadam`.
@@ -23,6 +24,7 @@ pub const SPEC: Spec = Spec {
     decay: Decay::Coupled,
     reads: reads::ADAM | reads::MIADAM,
     defaults: TORCH,
+    kernels: Kernels::One(ElementKernel::MiAdam),
 };
 
 /// The MIAdam kernel.
@@ -31,16 +33,14 @@ pub(crate) struct MiAdam {
     s: StepScalars,
 }
 
-impl MiAdam {
-    pub fn new(s: &StepScalars) -> Self {
-        MiAdam { s: *s }
-    }
-}
-
 impl Kernel for MiAdam {
     const SLOTS: usize = SPEC.slots.len();
     const RHO_SLOT: Option<usize> = SPEC.rho_slot;
     const DOTS: bool = false;
+
+    fn new(s: &StepScalars, _: Options) -> Self {
+        MiAdam { s: *s }
+    }
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {

@@ -20,40 +20,41 @@
 //! # Ok::<(), Error>(())
 //! ```
 
-use crate::rules::{Rule, Switch};
+use crate::rules::{rule_table, Rule, Switch, ALL_RULES};
 
 /// A set of rules whose updates a build links: one of this module's markers, or a tuple of
 /// them (their union). Sealed.
 pub trait RuleSet: sealed::Sealed {
+    /// The rules, bit [`Rule::index`] for each.
+    const RULES: u32;
+
     /// Whether the set holds every rule (then a host build runs the updates compiled once in
     /// this crate rather than its own copy).
-    const EVERY_RULE: bool;
+    const EVERY_RULE: bool = Self::RULES == (1 << ALL_RULES.len()) - 1;
+
+    /// The element kernels the rules run ([`crate::rules::ElementKernel::bit`]).
+    const KERNELS: u32 = kernels_of(Self::RULES);
 
     /// Whether a step of `rule` may run (a constant wherever `rule` is one).
-    fn admits(rule: Rule) -> bool;
+    #[inline(always)]
+    fn admits(rule: Rule) -> bool {
+        Self::RULES >> rule.index() & 1 == 1
+    }
+}
+
+const fn kernels_of(rules: u32) -> u32 {
+    let (mut mask, mut k) = (0, 0);
+    while k < ALL_RULES.len() {
+        if rules >> k & 1 == 1 {
+            mask |= ALL_RULES[k].spec().kernels.mask();
+        }
+        k += 1;
+    }
+    mask
 }
 
 mod sealed {
     pub trait Sealed {}
-}
-
-macro_rules! markers {
-    ($($(#[$doc:meta])* $name:ident => $rule:pat,)*) => {$(
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug)]
-        pub enum $name {}
-
-        impl sealed::Sealed for $name {}
-
-        impl RuleSet for $name {
-            const EVERY_RULE: bool = false;
-
-            #[inline(always)]
-            fn admits(rule: Rule) -> bool {
-                matches!(rule, $rule)
-            }
-        }
-    )*};
 }
 
 /// Every rule: what [`crate::Optimizer::step`] links.
@@ -63,51 +64,33 @@ pub enum All {}
 impl sealed::Sealed for All {}
 
 impl RuleSet for All {
-    const EVERY_RULE: bool = true;
-
-    #[inline(always)]
-    fn admits(_: Rule) -> bool {
-        true
-    }
+    const RULES: u32 = (1 << ALL_RULES.len()) - 1;
 }
 
-markers! {
-    /// `sgd` and `sgdm`.
-    Sgd => Rule::Sgd,
-    /// `adam`.
-    Adam => Rule::Adam,
-    /// `adamw`.
-    AdamW => Rule::AdamW,
-    /// `adam-srf`.
-    AdamSrf => Rule::AdamSrf,
-    /// `adamw-srf`.
-    AdamWSrf => Rule::AdamWSrf,
-    /// `homeadam`, `homeadam-layer` and `homeadam-ew`.
-    HomeAdam => Rule::HomeAdam(_),
-    /// `homeadamw`, `homeadamw-layer` and `homeadamw-ew`.
-    HomeAdamW => Rule::HomeAdamW(_),
-    /// `homeadam-ew` only (Alg. 3): no first pass, one kernel.
-    HomeAdamElement => Rule::HomeAdam(Switch::Element),
-    /// `homeadamw-ew` only (Alg. 3): no first pass, one kernel.
-    HomeAdamWElement => Rule::HomeAdamW(Switch::Element),
-    /// `adabelief`.
-    AdaBelief => Rule::AdaBelief,
-    /// `swats`.
-    Swats => Rule::Swats,
-    /// `miadam`.
-    MiAdam => Rule::MiAdam,
-    /// `lion`.
-    Lion => Rule::Lion,
+macro_rules! markers {
+    ($([$($rule:tt)*] $marker:ident $name:literal, $code:literal, $spec:expr;)*) => {$(
+        #[doc = concat!("`", $name, "` only.")]
+        #[derive(Clone, Copy, Debug)]
+        pub enum $marker {}
+
+        impl sealed::Sealed for $marker {}
+
+        impl RuleSet for $marker {
+            const RULES: u32 = 1 << $($rule)*.index();
+        }
+    )*};
 }
+rule_table!(markers);
+
+/// `homeadam`, `homeadam-layer` and `homeadam-ew`.
+pub type HomeAdam = (HomeAdamGlobal, (HomeAdamLayer, HomeAdamElement));
+
+/// `homeadamw`, `homeadamw-layer` and `homeadamw-ew`.
+pub type HomeAdamW = (HomeAdamWGlobal, (HomeAdamWLayer, HomeAdamWElement));
 
 impl<A: RuleSet, B: RuleSet> sealed::Sealed for (A, B) {}
 
 /// The union of two sets (nest tuples for more).
 impl<A: RuleSet, B: RuleSet> RuleSet for (A, B) {
-    const EVERY_RULE: bool = A::EVERY_RULE || B::EVERY_RULE;
-
-    #[inline(always)]
-    fn admits(rule: Rule) -> bool {
-        A::admits(rule) || B::admits(rule)
-    }
+    const RULES: u32 = A::RULES | B::RULES;
 }

@@ -8,8 +8,9 @@
 //! ```
 //! State: `b` (with momentum).
 
-use crate::kernel::{Elem, Kernel};
-use crate::rules::spec::{reads, Decay, LastSlot, Spec, TORCH};
+use crate::kernel::{Elem, Kernel, Options};
+use crate::rules::spec::{reads, Decay, Kernels, LastSlot, Spec, TORCH};
+use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
 /// `sgd`, and `sgdm` with μ > 0.
@@ -21,6 +22,7 @@ pub const SPEC: Spec = Spec {
     decay: Decay::Coupled,
     reads: reads::MOMENTUM | reads::NESTEROV,
     defaults: TORCH,
+    kernels: Kernels::ByLastSlot(ElementKernel::Sgd, ElementKernel::Sgdm),
 };
 
 /// `MOMENTUM`: whether the rule keeps the buffer b.
@@ -34,23 +36,21 @@ pub(crate) struct Sgd<const MOMENTUM: bool> {
     nesterov: bool,
 }
 
-impl<const MOMENTUM: bool> Sgd<MOMENTUM> {
-    pub fn new(s: &StepScalars, nesterov: bool) -> Self {
+impl<const MOMENTUM: bool> Kernel for Sgd<MOMENTUM> {
+    const SLOTS: usize = if MOMENTUM { SPEC.slots.len() } else { 0 };
+    const RHO_SLOT: Option<usize> = None;
+    const DOTS: bool = false;
+
+    fn new(s: &StepScalars, options: Options) -> Self {
         Sgd {
             lr: s.lr,
             weight_decay: s.weight_decay,
             momentum: s.momentum,
             one_minus_dampening: s.one_minus_dampening,
             first_step: s.first_step != 0,
-            nesterov,
+            nesterov: options.nesterov,
         }
     }
-}
-
-impl<const MOMENTUM: bool> Kernel for Sgd<MOMENTUM> {
-    const SLOTS: usize = if MOMENTUM { SPEC.slots.len() } else { 0 };
-    const RHO_SLOT: Option<usize> = None;
-    const DOTS: bool = false;
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, s: &mut [f32; 3]) -> Elem {

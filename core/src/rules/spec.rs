@@ -1,8 +1,11 @@
 //! What a rule declares about itself, once, in its own file: its state slots, the slot ρ is
-//! read from, how it applies λ, the hyper-parameters it reads and its defaults. The config's
+//! read from, how it applies λ, the hyper-parameters it reads, its defaults and its element
+//! kernels. The config's
 //! validation, its slot counts and names, its q8 maps and its listing of knobs are derived
 //! from it ([`crate::Config`]); the rule table ([`crate::rules`]) pairs each [`crate::Rule`]
 //! with its spec, name and checkpoint code.
+
+use crate::rules::ElementKernel;
 
 /// How a rule applies the weight decay λ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +29,28 @@ pub enum LastSlot {
     WithMomentum,
     /// Kept with `amsgrad` (AdaBelief's running max).
     WithAmsgrad,
+}
+
+/// The element kernels a rule runs ([`ElementKernel`]), chosen by its config and, for SWATS,
+/// by its phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernels {
+    /// One kernel for every config.
+    One(ElementKernel),
+    /// The first without the optional last slot ([`LastSlot`]), the second with it.
+    ByLastSlot(ElementKernel, ElementKernel),
+    /// The first in the adaptive phase, the second after the switch to SGD (SWATS).
+    ByPhase(ElementKernel, ElementKernel),
+}
+
+impl Kernels {
+    /// The kernels as a mask, bit k for the kernel of id k.
+    pub const fn mask(self) -> u32 {
+        match self {
+            Kernels::One(k) => k.bit(),
+            Kernels::ByLastSlot(a, b) | Kernels::ByPhase(a, b) => a.bit() | b.bit(),
+        }
+    }
 }
 
 /// The hyper-parameters besides η, the rounding and its seed (which every rule reads) that a
@@ -96,4 +121,6 @@ pub struct Spec {
     pub reads: u32,
     /// Its defaults.
     pub defaults: Defaults,
+    /// Its element kernels.
+    pub kernels: Kernels,
 }

@@ -6,20 +6,15 @@
 //! θ_t = θ_{t−1} − η (m̂_t / (v̂_t + ε) + λ θ_{t−1})
 //! ```
 //! Adam-srf is λ = 0. Evaluated as `θ (1 − ηλ) − (η / bc1) · (m / (v / bc2 + ε))`, the same
-//! element math as HomeAdam's srf branch: Adam(W)-srf is HomeAdam(W) that never goes home.
+//! element math as HomeAdam's srf branch: Adam(W)-srf is HomeAdam(W) that never goes home, and
+//! runs its kernel ([`crate::rules::ElementKernel::HomeAdam`]).
 //! State: `m`, `v`.
 
-use crate::rules::homeadam::{branch, srf_spec, Home};
+use crate::rules::homeadam::srf_spec;
 use crate::rules::spec::Spec;
-use crate::scalars::StepScalars;
 
 /// `adam-srf`: λ = 0 by definition.
 pub const ADAM_SRF: Spec = srf_spec(false);
 
 /// `adamw-srf`.
 pub const ADAMW_SRF: Spec = srf_spec(true);
-
-/// The Alg. 1 kernel.
-pub(crate) fn kernel(s: &StepScalars) -> Home<{ branch::ALL_SRF }> {
-    Home::new(s)
-}

@@ -19,9 +19,10 @@
 //! difference is within the golden tolerance). γ, Λ and the test are `f64`, Λ is stored as
 //! `f32`. State: `m`, `v`, `b`, and Λ per tensor in [`crate::TensorAux`].
 
-use crate::kernel::{Elem, Kernel};
+use crate::kernel::{Elem, Kernel, Options};
 use crate::math::sqrt;
-use crate::rules::spec::{reads, Decay, Defaults, LastSlot, Spec, TORCH};
+use crate::rules::spec::{reads, Decay, Defaults, Kernels, LastSlot, Spec, TORCH};
+use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
 /// `swats`, with the peer's ε = 1e-6 and coupled decay. ρ is reported in the Adam phase only.
@@ -33,6 +34,7 @@ pub const SPEC: Spec = Spec {
     decay: Decay::Chosen,
     reads: reads::ADAM | reads::NESTEROV,
     defaults: Defaults { eps: 1e-6, ..TORCH },
+    kernels: Kernels::ByPhase(ElementKernel::SwatsAdam, ElementKernel::SwatsSgd),
 };
 
 /// The Adam phase, which also yields the step p and gradient g for the dot products.
@@ -50,25 +52,6 @@ pub(crate) struct SwatsSgd {
     nesterov: bool,
 }
 
-impl SwatsAdam {
-    pub fn new(s: &StepScalars, weight_decouple: bool) -> Self {
-        SwatsAdam {
-            s: *s,
-            coupled_decay: !weight_decouple && s.weight_decay != 0.0,
-        }
-    }
-}
-
-impl SwatsSgd {
-    pub fn new(s: &StepScalars, weight_decouple: bool, nesterov: bool) -> Self {
-        SwatsSgd {
-            s: *s,
-            coupled_decay: !weight_decouple && s.weight_decay != 0.0,
-            nesterov,
-        }
-    }
-}
-
 /// pytorch-optimizer's `exp_avg_sq_eps`, added to v under the square root.
 const V_EPS: f32 = 1e-15;
 
@@ -76,6 +59,13 @@ impl Kernel for SwatsAdam {
     const SLOTS: usize = SPEC.slots.len();
     const RHO_SLOT: Option<usize> = SPEC.rho_slot;
     const DOTS: bool = true;
+
+    fn new(s: &StepScalars, options: Options) -> Self {
+        SwatsAdam {
+            s: *s,
+            coupled_decay: !options.weight_decouple && s.weight_decay != 0.0,
+        }
+    }
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {
@@ -104,6 +94,14 @@ impl Kernel for SwatsSgd {
     const SLOTS: usize = SPEC.slots.len();
     const RHO_SLOT: Option<usize> = None;
     const DOTS: bool = false;
+
+    fn new(s: &StepScalars, options: Options) -> Self {
+        SwatsSgd {
+            s: *s,
+            coupled_decay: !options.weight_decouple && s.weight_decay != 0.0,
+            nesterov: options.nesterov,
+        }
+    }
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {

@@ -192,7 +192,7 @@ static void step_case() {
     get(&sr_base, 8);
     ha_u32 rule = h[0], p = h[1], g = h[2], st = h[3], f = h[4], c = h[5], cal = h[6];
     switch (rule) {
-#define HA_CASE(name, id, slots, rho_slot, q8_unsigned) \
+#define HA_CASE(name, id, ...) \
     case id: dispatch_p<id>(p, g, st, f, c, cal, sr_base); break;
     HA_RULE_KERNELS(HA_CASE)
 #undef HA_CASE
