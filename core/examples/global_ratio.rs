@@ -55,8 +55,9 @@ impl Model {
             step = step.exact_decision();
         }
         step.check(&mut tensors).unwrap();
-        step.update(&mut tensors).unwrap();
-        step.finish().unwrap();
+        let mut updates = step.decide().unwrap();
+        updates.update(&mut tensors).unwrap();
+        updates.finish().unwrap();
         start.elapsed().as_secs_f64()
     }
 }

@@ -125,8 +125,9 @@ fn main() {
                         .collect();
                     let mut step = opt.begin(1.0).expect("a step");
                     step.check(&mut tensors).expect("finite gradients");
-                    step.update_on(&mut tensors, simd).expect("an update");
-                    step.finish().expect("a step");
+                    let mut updates = step.decide().expect("a decision");
+                    updates.update_on(&mut tensors, simd).expect("an update");
+                    updates.finish().expect("a step");
                 }
                 Path::Plain(simd) => {
                     for ((p, g), s) in params.iter_mut().zip(&grads).zip(states.iter_mut()) {

@@ -1,7 +1,7 @@
 //! Every rule's update for every combination of storage types, compiled once in this crate
 //! (hosts, `std`).
 //!
-//! [`crate::Step::update`] is generic over the storage types, so without this each crate that
+//! [`crate::Updates::update`] is generic over the storage types, so without this each crate that
 //! calls it compiles its own copy of every rule's kernels for each instruction set: minutes of
 //! build per test binary or downstream crate. Here a tensor's slices become [`AnyTensor`] (the
 //! types as data) and two functions that are not generic, compiled in this crate, run the

@@ -63,8 +63,9 @@ pub enum Error {
         /// The scale given.
         value: f64,
     },
-    /// The phases of a [`crate::Step`] were called out of order: every tensor is checked
-    /// before the first update, and updated once.
+    /// The tensors of a step's [`crate::Updates`] are not the ones its [`crate::Step`] checked:
+    /// each is updated once, in the check order; or a backend's calibration was not called
+    /// once at a step that calibrates.
     StepOrder(&'static str),
     /// f16 second-moment state was asked for without `allow_f16_state` (DESIGN §3).
     F16SecondMoment,
@@ -74,7 +75,7 @@ pub enum Error {
     StepOverflow,
     /// A checkpoint could not be written or read.
     Checkpoint(CheckpointError),
-    /// [`crate::Step::update_on`] named an instruction set this CPU or build lacks.
+    /// [`crate::Updates::update_on`] named an instruction set this CPU or build lacks.
     SimdUnavailable(crate::Simd),
     /// The config's rule is not in the rule set this step was built with
     /// ([`crate::Optimizer::step_only`], [`crate::rules::only`]).

@@ -51,11 +51,11 @@ impl<F: RuleSet> Step<'_, F> {
     /// Sets the calibrated τ of this step from the values a backend counted: for the
     /// element-wise rule v̂ of every element with v > 0 ([`crate::backend::home_calibration_pass`]),
     /// for the global and per-layer rules this step's decision values (as
-    /// [`Outcome::decisions`]). Only at a step that [`Step::calibrates`], before any update.
+    /// [`Outcome::decisions`]). Only at a step that [`Step::calibrates`].
     pub fn calibrate_external(&mut self, values: &Histogram) -> Result<(), Error> {
-        if !self.calibrates || self.updating || self.calibrated {
+        if !self.calibrates || self.calibrated {
             return Err(Error::StepOrder(
-                "calibrate_external once, before the update, at a step that calibrates",
+                "calibrate_external once, at a step that calibrates",
             ));
         }
         self.pending = *values;
@@ -64,7 +64,7 @@ impl<F: RuleSet> Step<'_, F> {
     }
 
     /// Ends a step whose tensors a backend updated itself, with [`Step::scalars`]: counts it
-    /// unless skipped, and reports it as [`Step::finish`] would. SWATS in its Adam phase, whose
+    /// unless skipped, and reports it as [`Updates::finish`] would. SWATS in its Adam phase, whose
     /// switch test needs the step's dot products, finishes with [`Step::finish_external_swats`].
     pub fn finish_external(self, outcome: Outcome) -> Result<StepReport, Error> {
         if self.opt.config.rule == Rule::Swats && self.opt.swats_sgd_lr.is_none() {

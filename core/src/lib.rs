@@ -46,7 +46,7 @@ pub use rounding::Rounding;
 pub use rules::{Rule, Switch, ALL_RULES};
 pub use simd::Simd;
 pub use state::StateStorage;
-pub use step::Step;
+pub use step::{Step, Updates};
 pub use storage::{Dtype, Storage};
 pub use tensor::{Group, StepReport, Tensor, TensorAux};
 

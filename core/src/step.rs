@@ -54,8 +54,9 @@ impl Optimizer {
     ) -> Result<StepReport, Error> {
         let mut step = self.begin(grad_scale)?;
         step.check(tensors)?;
-        step.update(tensors)?;
-        step.finish()
+        let mut updates = step.decide()?;
+        updates.update(tensors)?;
+        updates.finish()
     }
 
     /// [`Optimizer::step`] built for the rules of `F` only ([`crate::rules::only`]): the
@@ -69,8 +70,9 @@ impl Optimizer {
     ) -> Result<StepReport, Error> {
         let mut step = self.begin_only::<F>(grad_scale)?;
         step.check(tensors)?;
-        step.update(tensors)?;
-        step.finish()
+        let mut updates = step.decide()?;
+        updates.update(tensors)?;
+        updates.finish()
     }
 
     /// [`Optimizer::step`] with each tensor's elements spread over up to `threads` threads
@@ -84,8 +86,9 @@ impl Optimizer {
     ) -> Result<StepReport, Error> {
         let mut step = self.begin(grad_scale)?.with_threads(threads);
         step.check(tensors)?;
-        step.update(tensors)?;
-        step.finish()
+        let mut updates = step.decide()?;
+        updates.update(tensors)?;
+        updates.finish()
     }
 
     /// The same step through the scalar reference: one element at a time. Every fast path
@@ -99,16 +102,18 @@ impl Optimizer {
     ) -> Result<StepReport, Error> {
         let mut step = self.begin(grad_scale)?.exact_decision();
         step.check(tensors)?;
-        step.update_reference(tensors)?;
-        step.finish()
+        let mut updates = step.decide()?;
+        updates.update_reference(tensors)?;
+        updates.finish()
     }
 
-    /// Starts step t = [`Optimizer::step_count`] + 1 in two phases: [`Step::check`] every
-    /// tensor of the model (the finite check and the first pass of global / per-layer
-    /// HomeAdam), then [`Step::update`] every tensor, in the same order, then
-    /// [`Step::finish`]. The calls may split the model into several slices, of different
-    /// storage types too: they make one step, with one HomeAdam decision over all of them
-    /// (tensor indices, which key stochastic rounding, count on across the calls).
+    /// Starts step t = [`Optimizer::step_count`] + 1 in phases, each its own type:
+    /// [`Step::check`] every tensor of the model (the finite check and the first pass of
+    /// global / per-layer HomeAdam), [`Step::decide`] (the skip and the HomeAdam decision),
+    /// then [`Updates::update`] every tensor, in the same order, then [`Updates::finish`]. The
+    /// calls may split the model into several slices, of different storage types too: they make
+    /// one step, with one HomeAdam decision over all of them (tensor indices, which key
+    /// stochastic rounding, count on across the calls).
     ///
     /// ```
     /// use homeadam_core::{bf16, Config, Optimizer, Rule, Switch, Tensor, TensorAux};
@@ -123,9 +128,10 @@ impl Optimizer {
     /// let mut step = opt.begin(1.0)?;
     /// step.check(&mut dense)?;
     /// step.check(&mut embedding)?;
-    /// step.update(&mut dense)?; // one decision on ρ over both slices
-    /// step.update(&mut embedding)?;
-    /// let report = step.finish()?;
+    /// let mut updates = step.decide()?; // one decision on ρ over both slices
+    /// updates.update(&mut dense)?;
+    /// updates.update(&mut embedding)?;
+    /// let report = updates.finish()?;
     /// assert_eq!(report.step, 1);
     /// # Ok::<(), homeadam_core::Error>(())
     /// ```
@@ -162,7 +168,6 @@ impl Optimizer {
             opt: self,
             t,
             grad_scale,
-            updating: false,
             finite: true,
             checked: 0,
             updated: 0,
@@ -188,16 +193,15 @@ impl Optimizer {
     }
 }
 
-/// One step in progress: see [`Optimizer::begin`]. Dropped before [`Step::finish`], the step
-/// is not counted (tensors updated so far keep their update). `F` is the set of rules whose
-/// kernels it links ([`Optimizer::begin_only`]).
+/// One step in progress, in its checking phase: see [`Optimizer::begin`]. Dropped before
+/// [`Updates::finish`], the step is not counted (tensors updated so far keep their update). `F`
+/// is the set of rules whose kernels it links ([`Optimizer::begin_only`]).
 pub struct Step<'o, F: RuleSet = All> {
     pub(crate) opt: &'o mut Optimizer,
     pub(crate) t: u64,
     pub(crate) grad_scale: f64,
     pub(crate) scalars: StepScalars,
     pub(crate) swats_bc2: f64,
-    pub(crate) updating: bool,
     pub(crate) finite: bool,
     pub(crate) checked: usize,
     pub(crate) updated: usize,
@@ -232,13 +236,13 @@ pub struct Step<'o, F: RuleSet = All> {
     pub(crate) rules: PhantomData<F>,
 }
 
-impl<F: RuleSet> Step<'_, F> {
+impl<'o, F: RuleSet> Step<'o, F> {
     /// Spreads each tensor's elements over up to `threads` threads (`std`): scoped threads,
     /// started per tensor, for the finite check, the first pass and the fast path's update,
     /// each with at least 32 K elements (smaller tensors stay on the caller's thread).
     /// Deterministic: the same bits for any thread count, since every per-tensor result is
     /// merged exactly (min, integer and exact sums). 0 and 1 mean the caller's thread only,
-    /// the default; [`Step::update_reference`] always runs on the caller's thread.
+    /// the default; [`Updates::update_reference`] always runs on the caller's thread.
     #[cfg(feature = "std")]
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = threads.max(1);
@@ -300,7 +304,7 @@ impl<F: RuleSet> Step<'_, F> {
 
     /// The finite check and the first pass of global / per-layer HomeAdam over `tensors`
     /// (nothing is written but each tensor's telemetry). Every tensor of the model is checked
-    /// before the first [`Step::update`].
+    /// before [`Step::decide`].
     ///
     /// The global rule (with `rho_over: all`, at steps that do not set τ) runs the first pass
     /// only while bounds from its last update do not decide: with u = min_i v_{i,t−1} as
@@ -313,9 +317,6 @@ impl<F: RuleSet> Step<'_, F> {
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
     ) -> Result<(), Error> {
-        if self.updating {
-            return Err(Error::StepOrder("check after the first update"));
-        }
         self.validate(tensors, self.checked)?;
         let first = self.checked;
         self.checked += tensors.len();
@@ -376,6 +377,43 @@ impl<F: RuleSet> Step<'_, F> {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Ends the checking phase: the step is skipped if a checked gradient was not finite, and
+    /// global / per-layer HomeAdam takes its decision on ρ_t over every tensor checked (a
+    /// calibrating step sets τ first). Refused where the global rule's bound decides but the
+    /// model is not the last step's (see [`Optimizer::forget_bound`]).
+    pub fn decide(mut self) -> Result<Updates<'o, F>, Error> {
+        let config = self.opt.config;
+        let switch = config.rule.switch();
+        let proven = match (self.decided, self.bound) {
+            (Some(home), Some(b)) => {
+                // A skipped step writes nothing, so the bound's model does not matter.
+                if self.finite && (self.checked, self.checked_numel) != (b.tensors, b.numel) {
+                    return Err(Error::StepOrder(
+                        "a model other than the last step's without Optimizer::forget_bound",
+                    ));
+                }
+                Some(home)
+            }
+            _ => None,
+        };
+        if let Some(home) = proven.filter(|_| !self.exact) {
+            self.global_home = home;
+        } else {
+            let rho = config.rho_over.rho(self.rho, self.rho_active);
+            if switch == Some(Switch::Global) {
+                self.pending.add(rho);
+            }
+            if self.calibrates && self.finite {
+                self.calibrate();
+            }
+            self.global_home = switch == Some(Switch::Global) && goes_home(rho, self.scalars.tau);
+        }
+        // From here ρ is min v̂_t of the update.
+        self.rho = f32::INFINITY;
+        self.rho_active = f32::INFINITY;
+        Ok(Updates { step: self })
     }
 
     /// Whether the bound's chunk lies in this tensor, the model's `tensor`th, and proves the
@@ -440,38 +478,8 @@ impl<F: RuleSet> Step<'_, F> {
         check(grad)
     }
 
-    /// Updates `tensors` with the fast path (after every tensor was checked); on a skipped
-    /// step only their telemetry is cleared.
-    pub fn update<P: Storage, G: Storage, S: StateStorage>(
-        &mut self,
-        tensors: &mut [Tensor<'_, P, G, S>],
-    ) -> Result<(), Error> {
-        self.update_with::<false, P, G, S>(tensors, Isa::detect())
-    }
-
-    /// [`Step::update`] through the scalar reference.
-    pub fn update_reference<P: Storage, G: Storage, S: StateStorage>(
-        &mut self,
-        tensors: &mut [Tensor<'_, P, G, S>],
-    ) -> Result<(), Error> {
-        self.update_with::<true, P, G, S>(tensors, Isa::Portable)
-    }
-
-    /// [`Step::update`] with the instruction set `simd` ([`Simd::Portable`]: no explicit SIMD,
-    /// what a `no_std` build runs). Same bits as [`Step::update`]; for tests and benches that
-    /// compare the instruction sets on one machine. Refused when this CPU or build lacks it.
-    pub fn update_on<P: Storage, G: Storage, S: StateStorage>(
-        &mut self,
-        tensors: &mut [Tensor<'_, P, G, S>],
-        simd: Simd,
-    ) -> Result<(), Error> {
-        let isa = Isa::of(simd).ok_or(Error::SimdUnavailable(simd))?;
-        self.update_with::<false, P, G, S>(tensors, isa)
-    }
-
-    /// Ends the step: counts it (unless skipped) and reports it. Refused, with the step not
-    /// counted, when fewer tensors were updated than checked.
-    pub fn finish(mut self) -> Result<StepReport, Error> {
+    /// [`Updates::finish`].
+    fn finish(mut self) -> Result<StepReport, Error> {
         if !self.finite {
             // Nothing was written: the bound still holds.
             self.opt.decisions.bound = self.bound;
@@ -602,35 +610,6 @@ impl<F: RuleSet> Step<'_, F> {
         self.validate(tensors, self.updated)?;
         let config = self.opt.config;
         let switch = config.rule.switch();
-        if !self.updating {
-            let proven = match (self.decided, self.bound) {
-                (Some(home), Some(b)) => {
-                    // A skipped step writes nothing, so the bound's model does not matter.
-                    if self.finite && (self.checked, self.checked_numel) != (b.tensors, b.numel) {
-                        return Err(Error::StepOrder(
-                            "a model other than the last step's without Optimizer::forget_bound",
-                        ));
-                    }
-                    Some(home)
-                }
-                _ => None,
-            };
-            if let Some(home) = proven.filter(|_| !self.exact) {
-                self.global_home = home;
-            } else {
-                let rho = config.rho_over.rho(self.rho, self.rho_active);
-                if switch == Some(Switch::Global) {
-                    self.pending.add(rho);
-                }
-                if self.calibrates && self.finite {
-                    self.calibrate();
-                }
-                self.global_home = switch == Some(Switch::Global) && goes_home(rho, self.scalars.tau);
-            }
-            self.updating = true;
-            self.rho = f32::INFINITY;
-            self.rho_active = f32::INFINITY;
-        }
         if !self.finite {
             for tensor in tensors.iter_mut() {
                 tensor.aux.rho = f32::INFINITY;
@@ -714,6 +693,58 @@ impl<F: RuleSet> Step<'_, F> {
             }
         }
         Ok(())
+    }
+}
+
+/// One step in progress, in its updating phase: see [`Step::decide`].
+pub struct Updates<'o, F: RuleSet = All> {
+    step: Step<'o, F>,
+}
+
+impl<F: RuleSet> Updates<'_, F> {
+    /// t, the step being taken.
+    pub fn t(&self) -> u64 {
+        self.step.t
+    }
+
+    /// The step's scalars for tensors of `group`, τ as decided.
+    pub fn group_scalars(&self, group: Group) -> StepScalars {
+        self.step.group_scalars(group)
+    }
+
+    /// Updates `tensors` with the fast path, in the order they were checked; on a skipped step
+    /// only their telemetry is cleared.
+    pub fn update<P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+    ) -> Result<(), Error> {
+        self.step.update_with::<false, P, G, S>(tensors, Isa::detect())
+    }
+
+    /// [`Updates::update`] through the scalar reference.
+    pub fn update_reference<P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+    ) -> Result<(), Error> {
+        self.step.update_with::<true, P, G, S>(tensors, Isa::Portable)
+    }
+
+    /// [`Updates::update`] with the instruction set `simd` ([`Simd::Portable`]: no explicit SIMD,
+    /// what a `no_std` build runs). Same bits as [`Updates::update`]; for tests and benches that
+    /// compare the instruction sets on one machine. Refused when this CPU or build lacks it.
+    pub fn update_on<P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+        simd: Simd,
+    ) -> Result<(), Error> {
+        let isa = Isa::of(simd).ok_or(Error::SimdUnavailable(simd))?;
+        self.step.update_with::<false, P, G, S>(tensors, isa)
+    }
+
+    /// Ends the step: counts it (unless skipped) and reports it. Refused, with the step not
+    /// counted, when fewer tensors were updated than checked.
+    pub fn finish(self) -> Result<StepReport, Error> {
+        self.step.finish()
     }
 }
 

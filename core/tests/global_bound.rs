@@ -179,14 +179,15 @@ fn two_slices(
     }
     step.check(&mut ta).unwrap();
     step.check(&mut tb).unwrap();
+    let mut updates = step.decide().unwrap();
     if exact {
-        step.update_reference(&mut ta).unwrap();
-        step.update_reference(&mut tb).unwrap();
+        updates.update_reference(&mut ta).unwrap();
+        updates.update_reference(&mut tb).unwrap();
     } else {
-        step.update(&mut ta).unwrap();
-        step.update(&mut tb).unwrap();
+        updates.update(&mut ta).unwrap();
+        updates.update(&mut tb).unwrap();
     }
-    step.finish().unwrap()
+    updates.finish().unwrap()
 }
 
 #[test]

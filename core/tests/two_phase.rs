@@ -44,9 +44,10 @@ fn two_slices(opt: &mut Optimizer, m: &mut Model<bf16, f32, f32>) -> Result<Step
     let mut step = opt.begin(1.0)?;
     step.check(a)?;
     step.check(b)?;
-    step.update(a)?;
-    step.update(b)?;
-    step.finish()
+    let mut updates = step.decide()?;
+    updates.update(a)?;
+    updates.update(b)?;
+    updates.finish()
 }
 
 #[test]
@@ -91,9 +92,10 @@ fn slices_of_different_storage_share_one_global_decision() {
     let mut step = opt.begin(1.0).unwrap();
     step.check(&mut dense).unwrap();
     step.check(&mut embedding).unwrap();
-    step.update(&mut dense).unwrap();
-    step.update(&mut embedding).unwrap();
-    let report = step.finish().unwrap();
+    let mut updates = step.decide().unwrap();
+    updates.update(&mut dense).unwrap();
+    updates.update(&mut embedding).unwrap();
+    let report = updates.finish().unwrap();
     assert_eq!(report.home_elements, 12);
     assert_eq!((aw.home_elements, ae.home_elements), (8, 4));
     assert!(report.rho.unwrap() < 1e-10);
@@ -159,29 +161,33 @@ fn bad_groups_are_refused() {
 }
 
 #[test]
-fn phases_out_of_order_are_errors() {
+fn updates_other_than_the_checked_tensors_are_errors() {
     let mut opt = Optimizer::new(Config::new(Rule::AdamW)).unwrap();
     let (mut p, g, mut s, mut a) = ([1.0f32; 2], [0.1f32; 2], [0.0f32; 4], TensorAux::default());
     let mut t = [Tensor::new(&mut p, &g, &mut s, &mut a)];
 
-    let mut step = opt.begin(1.0).unwrap();
-    assert!(matches!(step.update(&mut t), Err(Error::StepOrder(_))));
-    step.check(&mut t).unwrap();
-    step.update(&mut t).unwrap();
-    assert!(matches!(step.check(&mut t), Err(Error::StepOrder(_))));
-    assert!(matches!(step.update(&mut t), Err(Error::StepOrder(_))));
-    assert_eq!(step.finish().unwrap().step, 1);
+    let mut updates = opt.begin(1.0).unwrap().decide().unwrap();
+    assert!(matches!(updates.update(&mut t), Err(Error::StepOrder(_))));
+    assert!(matches!(updates.finish(), Ok(report) if report.step == 1));
 
     let mut step = opt.begin(1.0).unwrap();
     step.check(&mut t).unwrap();
-    assert!(matches!(step.finish(), Err(Error::StepOrder(_))));
-    assert_eq!(opt.step_count(), 1, "an unfinished step is not counted");
+    let mut updates = step.decide().unwrap();
+    updates.update(&mut t).unwrap();
+    assert!(matches!(updates.update(&mut t), Err(Error::StepOrder(_))));
+    assert_eq!(updates.finish().unwrap().step, 2);
 
     let mut step = opt.begin(1.0).unwrap();
     step.check(&mut t).unwrap();
-    step.update(&mut t).unwrap();
+    let updates = step.decide().unwrap();
+    assert!(matches!(updates.finish(), Err(Error::StepOrder(_))));
+    assert_eq!(opt.step_count(), 2, "an unfinished step is not counted");
+
+    let mut step = opt.begin(1.0).unwrap();
+    step.check(&mut t).unwrap();
+    step.decide().unwrap().update(&mut t).unwrap();
     // Dropped without finish: not counted.
-    assert_eq!(opt.step_count(), 1);
+    assert_eq!(opt.step_count(), 2);
 }
 
 #[test]

@@ -6,7 +6,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{bail, DType, Result, Tensor, Var};
 use candle_nn::VarMap;
 use homeadam_core::{
-    Config, Dtype, ExactSum, Group, Optimizer, StateStorage, Step, StepReport, Storage, TensorAux,
+    Config, Dtype, ExactSum, Group, Optimizer, StateStorage, Step, StepReport, Storage, TensorAux, Updates,
 };
 
 use super::clip::{check_max_norm, clip_scale};
@@ -103,7 +103,7 @@ impl StepOutcome {
 ///
 /// A step is one core step over every variable that has a gradient, in the order the
 /// variables were given ([`Optimizer::begin`], [`Step::check`] of each variable, then
-/// [`Step::update`] of each), so it gives the same bits as [`homeadam_core::Optimizer::step`]
+/// [`Updates::update`] of each), so it gives the same bits as [`homeadam_core::Optimizer::step`]
 /// on the same numbers: one step counter, one finite check, the global HomeAdam switch decides
 /// on ρ_t = min v̂_t over the whole model, SWATS switches once for the model, stochastic
 /// rounding is keyed by the tensor's position among them. Variables without a gradient
@@ -704,40 +704,47 @@ fn step_all<S: StateStorage>(
     grad_scale: f64,
 ) -> Result<StepReport> {
     let mut step = opt.begin(grad_scale).map_err(core_err)?;
-    for update in [false, true] {
+    let mut each = |phase: &mut StepPhase<'_, '_>| {
         for (k, grad) in active {
             let p = &params[*k];
-            let mut phase = Phase {
-                step: &mut step,
-                update,
+            let mut visit = Lend {
+                phase: &mut *phase,
                 state: &mut states[*k],
                 aux: &mut aux[*k],
                 group: p.group,
                 name: &p.name,
             };
-            with_slices(&p.var, grad, &mut phase)?;
+            with_slices(&p.var, grad, &mut visit)?;
         }
-    }
-    step.finish().map_err(core_err)
+        Result::Ok(())
+    };
+    each(&mut StepPhase::Check(&mut step))?;
+    let mut updates = step.decide().map_err(core_err)?;
+    each(&mut StepPhase::Update(&mut updates))?;
+    updates.finish().map_err(core_err)
 }
 
-/// One variable's part of a step: [`Step::check`] or [`Step::update`].
-struct Phase<'a, 'o, S> {
-    step: &'a mut Step<'o>,
-    update: bool,
+/// The phase of a step a variable is lent to.
+enum StepPhase<'a, 'o> {
+    Check(&'a mut Step<'o>),
+    Update(&'a mut Updates<'o>),
+}
+
+/// One variable's part of a step: [`Step::check`] or [`Updates::update`].
+struct Lend<'a, 'p, 'o, S> {
+    phase: &'a mut StepPhase<'p, 'o>,
     state: &'a mut [S],
     aux: &'a mut TensorAux,
     group: Group,
     name: &'a str,
 }
 
-impl<S: StateStorage> Visit for Phase<'_, '_, S> {
+impl<S: StateStorage> Visit for Lend<'_, '_, '_, S> {
     fn visit<P: Storage>(&mut self, param: &mut [P], grad: &[P]) -> Result<()> {
         let tensor = homeadam_core::Tensor::new(param, grad, self.state, self.aux).in_group(self.group);
-        let done = if self.update {
-            self.step.update(&mut [tensor])
-        } else {
-            self.step.check(&mut [tensor])
+        let done = match self.phase {
+            StepPhase::Check(step) => step.check(&mut [tensor]),
+            StepPhase::Update(updates) => updates.update(&mut [tensor]),
         };
         done.map_err(core_err_about(self.name))
     }

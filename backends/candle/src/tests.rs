@@ -350,10 +350,11 @@ fn mixed_parameter_dtypes_share_one_step() {
             step.check(&mut dense).unwrap();
             step.check(&mut bfs).unwrap();
             step.check(&mut hs).unwrap();
-            step.update(&mut dense).unwrap();
-            step.update(&mut bfs).unwrap();
-            step.update(&mut hs).unwrap();
-            step.finish().unwrap();
+            let mut updates = step.decide().unwrap();
+            updates.update(&mut dense).unwrap();
+            updates.update(&mut bfs).unwrap();
+            updates.update(&mut hs).unwrap();
+            updates.finish().unwrap();
         }
         let mut want = w;
         want.push(b.iter().map(|x| x.to_f32()).collect());

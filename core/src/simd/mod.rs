@@ -30,7 +30,7 @@ use crate::q8::{Map, Q8Block};
 use crate::storage::Storage;
 
 /// An instruction set of the fast path, as a caller names it: [`Simd::detect`] is what
-/// [`crate::Step::update`] uses; [`crate::Step::update_on`] runs any available one (tests and
+/// [`crate::Updates::update`] uses; [`crate::Updates::update_on`] runs any available one (tests and
 /// benches compare them on one machine).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]

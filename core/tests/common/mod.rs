@@ -33,13 +33,13 @@ impl StateBits for Q8Block {
 /// The driver of a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
-    /// `Step::update`: the fast path with this CPU's best instruction set.
+    /// `Updates::update`: the fast path with this CPU's best instruction set.
     Fast,
-    /// `Step::update_on(simd)`: the fast path with that instruction set.
+    /// `Updates::update_on(simd)`: the fast path with that instruction set.
     On(Simd),
-    /// `Step::update_reference`: the scalar reference.
+    /// `Updates::update_reference`: the scalar reference.
     Reference,
-    /// `Step::update` with the step spread over this many threads.
+    /// `Updates::update` with the step spread over this many threads.
     Threads(usize),
 }
 
@@ -129,12 +129,13 @@ impl<P: Storage, G: Storage, S: StateBits> Model<P, G, S> {
             step = step.exact_decision();
         }
         step.check(&mut tensors)?;
+        let mut updates = step.decide()?;
         match path {
-            Path::Fast | Path::Threads(_) => step.update(&mut tensors)?,
-            Path::On(simd) => step.update_on(&mut tensors, simd)?,
-            Path::Reference => step.update_reference(&mut tensors)?,
+            Path::Fast | Path::Threads(_) => updates.update(&mut tensors)?,
+            Path::On(simd) => updates.update_on(&mut tensors, simd)?,
+            Path::Reference => updates.update_reference(&mut tensors)?,
         }
-        step.finish()
+        updates.finish()
     }
 
     pub fn param_bits(&self) -> Vec<Vec<u32>> {

@@ -9,15 +9,16 @@
 //! rounding, finite check, an optional restored step counter (up to u64::MAX) and SWATS phase,
 //! the grad scale, 1 to 3 slices of P/G/S storage types (a mixed model steps as one step
 //! in two phases), each of tensors of any length (mismatched gradient and state lengths
-//! included) in any parameter group, and 1 to 3 steps, optionally with out-of-order phases, an
-//! external finish or a new learning rate between steps. An exhausted input reads as zeros,
+//! included) in any parameter group, and 1 to 3 steps, optionally with checks and updates in any
+//! order (a check after the first update, which cannot be written, is dropped), an external
+//! finish or a new learning rate between steps. An exhausted input reads as zeros,
 //! which decode to defaults.
 
 use arbitrary::{Result, Unstructured};
-use homeadam_core::backend::{Crc32, Histogram, Outcome};
+use homeadam_core::backend::{Crc32, Histogram, Outcome, StepScalars};
 use homeadam_core::{
     bf16, f16, Config, Dtype, Error, FiniteCheck, Group, Optimizer, RhoOver, Rounding, SliceSink, Step,
-    StepReport, Storage, TauCalibration, Tensor, TensorAux, ALL_RULES,
+    StepReport, Storage, TauCalibration, Tensor, TensorAux, Updates, ALL_RULES,
 };
 
 /// Values that sit on the edges of the hyper-parameters' ranges, or beyond them.
@@ -278,28 +279,75 @@ fn drive(
             for slice in model.iter_mut() {
                 results.push(show(slice.check(&mut step)));
             }
+            let mut updates = match step.decide() {
+                Ok(updates) => updates,
+                Err(e) => return [results, vec![show::<()>(Err(e))]].concat(),
+            };
             for slice in model.iter_mut() {
-                results.push(show(slice.update(&mut step, reference)));
+                results.push(show(slice.update(&mut updates, reference)));
             }
-            results.push(show(step.finish()));
+            results.push(show(updates.finish()));
         }
         Ops::Any(list, end) => {
+            // Checks until the first update, which decides; later checks cannot be written.
+            let mut phase = Phase::Checking(step);
             for op in list {
-                results.push(match *op {
-                    Op::Check(k) => show(model[k].check(&mut step)),
-                    Op::Update(k) => show(model[k].update(&mut step, reference)),
-                    Op::Scalars(group) => format!("{:?}", step.group_scalars(group)),
-                });
+                phase = match (phase, op) {
+                    (Phase::Checking(mut step), &Op::Check(k)) => {
+                        results.push(show(model[k].check(&mut step)));
+                        Phase::Checking(step)
+                    }
+                    (Phase::Checking(step), &Op::Update(k)) => match step.decide() {
+                        Ok(mut updates) => {
+                            results.push(show(model[k].update(&mut updates, reference)));
+                            Phase::Updating(updates)
+                        }
+                        Err(e) => {
+                            results.push(show::<()>(Err(e)));
+                            return results;
+                        }
+                    },
+                    (Phase::Updating(mut updates), &Op::Update(k)) => {
+                        results.push(show(model[k].update(&mut updates, reference)));
+                        Phase::Updating(updates)
+                    }
+                    (phase @ Phase::Updating(_), Op::Check(_)) => phase,
+                    (phase, &Op::Scalars(group)) => {
+                        results.push(format!("{:?}", phase.group_scalars(group)));
+                        phase
+                    }
+                };
             }
-            match end {
-                End::Finish => results.push(show(step.finish())),
-                End::External(outcome) => results.push(show(step.finish_external(**outcome))),
-                // Dropped unfinished: the step must not count.
-                End::Drop => {}
+            match (end, phase) {
+                (End::Finish, Phase::Checking(step)) => {
+                    results.push(show(step.decide().and_then(|updates| updates.finish())))
+                }
+                (End::Finish, Phase::Updating(updates)) => results.push(show(updates.finish())),
+                (End::External(outcome), Phase::Checking(step)) => {
+                    results.push(show(step.finish_external(**outcome)))
+                }
+                // Dropped unfinished (an external end after an update drops it too): the step
+                // must not count.
+                (End::External(_) | End::Drop, _) => {}
             }
         }
     }
     results
+}
+
+/// A step of [`drive`]'s in one of its two phases.
+enum Phase<'o> {
+    Checking(Step<'o>),
+    Updating(Updates<'o>),
+}
+
+impl Phase<'_> {
+    fn group_scalars(&self, group: Group) -> StepScalars {
+        match self {
+            Phase::Checking(step) => step.group_scalars(group),
+            Phase::Updating(updates) => updates.group_scalars(group),
+        }
+    }
 }
 
 /// A result as text, its error's message included (which must not panic either).
@@ -313,7 +361,7 @@ fn show<T: std::fmt::Debug>(result: std::result::Result<T, Error>) -> String {
 /// The tensors of one slice, of one P/G/S storage type triple.
 trait Slice {
     fn check(&mut self, step: &mut Step<'_>) -> std::result::Result<(), Error>;
-    fn update(&mut self, step: &mut Step<'_>, reference: bool) -> std::result::Result<(), Error>;
+    fn update(&mut self, step: &mut Updates<'_>, reference: bool) -> std::result::Result<(), Error>;
     fn step(
         &mut self,
         opt: &mut Optimizer,
@@ -351,7 +399,7 @@ impl<P: Storage, G: Storage, S: Storage> Slice for Tensors<P, G, S> {
         step.check(&mut self.views())
     }
 
-    fn update(&mut self, step: &mut Step<'_>, reference: bool) -> std::result::Result<(), Error> {
+    fn update(&mut self, step: &mut Updates<'_>, reference: bool) -> std::result::Result<(), Error> {
         if reference {
             step.update_reference(&mut self.views())
         } else {
