@@ -217,9 +217,11 @@ impl Map {
 /// The per-block part of [`Map::random_bits`]: `k₀` and `k₁` for elements that share their
 /// index's high half (a block never straddles a multiple of 2³², which is a multiple of 256).
 #[derive(Clone, Copy)]
-struct BlockKey {
-    lo: u32,
-    hi: u32,
+pub(crate) struct BlockKey {
+    /// `k₀`.
+    pub lo: u32,
+    /// `k₁`.
+    pub hi: u32,
 }
 
 impl BlockKey {
@@ -249,10 +251,13 @@ impl BlockKey {
 /// for a's biased exponent E, and `ι = 1 / (a · σ)`. `a · σ` is in [1, 2) (in [2, 4) for
 /// E = 254, in (2⁻²³, 1) for a subnormal a), so ι is a normal number and so are the products below.
 #[derive(Clone, Copy)]
-struct Divisor {
-    a: f32,
-    sigma: f32,
-    iota: f32,
+pub(crate) struct Divisor {
+    /// The scale.
+    pub a: f32,
+    /// σ.
+    pub sigma: f32,
+    /// ι.
+    pub iota: f32,
 }
 
 impl Divisor {
@@ -373,19 +378,6 @@ fn neighbours<const N: usize, const K: usize>(frac: &[f32; K], bottom: f32, u: f
     }
 }
 
-/// The codes of `src` in a block of scale `d.a`, one loop per map (so that it vectorizes).
-#[inline(always)]
-fn encode_block<const UNSIGNED: bool>(src: &[f32], d: Divisor, key: BlockKey, first: u32, codes: &mut [u8]) {
-    for (i, (c, &x)) in codes.iter_mut().zip(src).enumerate() {
-        let r = key.bits(first.wrapping_add(i as u32));
-        *c = if UNSIGNED {
-            encode_unsigned(x, d, r)
-        } else {
-            encode_signed(x, d, r)
-        };
-    }
-}
-
 /// `dst[i]` = element `i` of `block` (`dst.len() ≤ 256`).
 #[inline(always)]
 pub fn dequantize(block: &Q8Block, map: Map, dst: &mut [f32]) {
@@ -398,30 +390,164 @@ pub fn dequantize(block: &Q8Block, map: Map, dst: &mut [f32]) {
 /// `block`, rounding with the bits of `slot_key` ([`Map::slot_key`], [`Map::random_bits`]).
 #[inline(always)]
 pub fn quantize(src: &[f32], map: Map, slot_key: u64, first: usize, block: &mut Q8Block) {
-    // The largest |x| by its bits, which order as the magnitudes do (an integer maximum, which
-    // vectorizes); bits at or above +∞'s are a non-finite element.
-    let mut max = 0u32;
-    for &x in src {
-        let m = x.to_bits() & 0x7fff_ffff;
-        max = if m > max { m } else { max };
-    }
-    let a = f32::from_bits(max);
-    block.codes = [0; BLOCK];
-    if max >= 0x7f80_0000 {
-        block.scale = f32::NAN;
+    let Some(encode) = BlockEncode::start(src, slot_key, first, block) else {
         return;
-    }
-    block.scale = a;
-    if a == 0.0 {
-        return;
-    }
-    let d = Divisor::new(a);
-    let key = BlockKey::new(slot_key, first as u64);
-    let first = first as u32;
+    };
     match map {
-        Map::Unsigned => encode_block::<true>(src, d, key, first, &mut block.codes),
-        Map::Signed => encode_block::<false>(src, d, key, first, &mut block.codes),
+        Map::Unsigned => encode_block::<true>(src, encode, &mut block.codes),
+        Map::Signed => encode_block::<false>(src, encode, &mut block.codes),
     }
+}
+
+/// What every code of one block depends on besides its element: the scale's [`Divisor`], the
+/// block's [`BlockKey`] and the low half of its first element's index. [`quantize`] and the
+/// vector encodes of [`crate::simd`] share it, so they share the scale and the poisoning too.
+#[derive(Clone, Copy)]
+pub(crate) struct BlockEncode {
+    pub divisor: Divisor,
+    pub key: BlockKey,
+    /// The low half of the tensor's index of the block's first element.
+    pub first: u32,
+}
+
+impl BlockEncode {
+    /// Sets `block`'s scale from `src` and zeroes its codes, which are then final for an
+    /// all-zero or poisoned block (`None`); else what encodes the elements.
+    #[inline(always)]
+    pub fn start(src: &[f32], slot_key: u64, first: usize, block: &mut Q8Block) -> Option<Self> {
+        // The largest |x| by its bits, which order as the magnitudes do (an integer maximum,
+        // which vectorizes); bits at or above +∞'s are a non-finite element.
+        let mut max = 0u32;
+        for &x in src {
+            let m = x.to_bits() & 0x7fff_ffff;
+            max = if m > max { m } else { max };
+        }
+        let a = f32::from_bits(max);
+        block.codes = [0; BLOCK];
+        if max >= 0x7f80_0000 {
+            block.scale = f32::NAN;
+            return None;
+        }
+        block.scale = a;
+        (a != 0.0).then(|| BlockEncode {
+            divisor: Divisor::new(a),
+            key: BlockKey::new(slot_key, first as u64),
+            first: first as u32,
+        })
+    }
+
+    /// The code of element `i` of the block, `x`: a vector encode's tail.
+    #[inline(always)]
+    pub fn code(self, map: Map, x: f32, i: usize) -> u8 {
+        let r = self.key.bits(self.first.wrapping_add(i as u32));
+        match map {
+            Map::Unsigned => encode_unsigned(x, self.divisor, r),
+            Map::Signed => encode_signed(x, self.divisor, r),
+        }
+    }
+}
+
+/// The codes of `src` in the block `encode` starts, one loop per map (so that it vectorizes).
+#[inline(always)]
+fn encode_block<const UNSIGNED: bool>(src: &[f32], encode: BlockEncode, codes: &mut [u8]) {
+    let map = if UNSIGNED { Map::Unsigned } else { Map::Signed };
+    for (i, (c, &x)) in codes.iter_mut().zip(src).enumerate() {
+        *c = encode.code(map, x, i);
+    }
+}
+
+/// A map's [`round_index`] as vector lanes compute it, with table lookups in place of the
+/// mantissa's comparisons. The count `i` of fractional powers ≤ w is
+/// `(mant + buckets[mant >> 19]) >> 23` for w's 23 mantissa bits `mant`: each of the 16 buckets
+/// of w's top 4 mantissa bits holds at most one fractional power `f`, and its entry is
+/// `base · 2²³` for the `base` powers below the bucket, or `(base + 1) · 2²³ − mant(f)`, which
+/// carries into bit 23 exactly where `mant ≥ mant(f)`. Then `j = K · E + i + offset` for u's
+/// biased exponent E, and [`neighbours`]' bracket is `lo[i]` and `hi[i] = lo[i] + …`, of which
+/// the decision needs only `(r · 2⁻²⁴) · (hi − lo)`: the real number `r · step[i]` with
+/// `step[i] = (hi − lo) · 2⁻²⁴` (exact, and normal), so it rounds to the same `f32` and the
+/// lanes skip a subtraction and a multiply. Below `bottom` (index 0) the bracket is
+/// `(u, 0, bottom)`. 16 entries each: one AVX-512 permute, two AVX2 ones.
+#[cfg(any(test, all(feature = "std", target_arch = "x86_64")))]
+pub(crate) struct Lanes {
+    /// Per bucket of w's top 4 mantissa bits, what adds the bucket's count into bit 23.
+    pub buckets: [i32; 16],
+    /// [`neighbours`]' `lo` by `i` (0 past K).
+    pub lo: [f32; 16],
+    /// `(hi − lo) · 2⁻²⁴` of [`neighbours`]' bracket by `i` (0 past K).
+    pub step: [f32; 16],
+    /// `table[1]`: u has index 0 below it.
+    pub bottom: f32,
+    /// `table[1] · 2⁻²⁴`, the step below `bottom`.
+    pub bottom_step: f32,
+    /// Codes an octave, K.
+    pub per_octave: i32,
+    /// `N − 1 − 127 · K`.
+    pub offset: i32,
+    /// `fractional_powers[r]` by `r` (0 past K): a decode's `table[j] = 2^−q · powers[r]` for
+    /// `N − 1 − j = K · q + r`, exactly, with `q` subtracted from the exponent.
+    pub powers: [f32; 16],
+    /// `⌈2¹¹ / K⌉`: `q = (n · reciprocal) >> 11` for every `n < N` (checked where it is built).
+    pub reciprocal: i32,
+}
+
+/// [`Lanes`] of the unsigned map V.
+#[cfg(any(test, all(feature = "std", target_arch = "x86_64")))]
+pub(crate) static UNSIGNED_LANES: Lanes = lanes::<256, 12>();
+
+/// [`Lanes`] of the signed map M.
+#[cfg(any(test, all(feature = "std", target_arch = "x86_64")))]
+pub(crate) static SIGNED_LANES: Lanes = lanes::<128, 8>();
+
+#[cfg(any(test, all(feature = "std", target_arch = "x86_64")))]
+const fn lanes<const N: usize, const K: usize>() -> Lanes {
+    let frac = fractional_powers::<K>();
+    let mut lanes = Lanes {
+        buckets: [0; 16],
+        lo: [0.0; 16],
+        step: [0.0; 16],
+        bottom: log_map::<N, K>()[1],
+        bottom_step: log_map::<N, K>()[1] * (1.0 / 16_777_216.0),
+        per_octave: K as i32,
+        offset: N as i32 - 1 - 127 * K as i32,
+        powers: [0.0; 16],
+        reciprocal: (2048 + K as i32 - 1) / K as i32,
+    };
+    let mut n = 0;
+    while n < N {
+        assert!((n as i32 * lanes.reciprocal) >> 11 == (n / K) as i32);
+        n += 1;
+    }
+    let mut b = 0;
+    while b < 16 {
+        let start = (b as u32) << 19;
+        let (mut base, mut inside) = (0, None);
+        let mut r = 1;
+        while r < K {
+            // Every fractional power but 1 lies in (½, 1): exponent 126, compared by mantissa.
+            assert!(frac[r].to_bits() >> 23 == 126);
+            let m = frac[r].to_bits() & 0x007f_ffff;
+            if m < start {
+                base += 1;
+            } else if m - start < 1 << 19 {
+                assert!(inside.is_none(), "two fractional powers in one bucket");
+                inside = Some(m);
+            }
+            r += 1;
+        }
+        lanes.buckets[b] = match inside {
+            None => base << 23,
+            Some(m) => ((base + 1) << 23) - m as i32,
+        };
+        b += 1;
+    }
+    let mut i = 0;
+    while i < K {
+        lanes.lo[i] = if i == 0 { 0.5 } else { frac[K - i] };
+        lanes.step[i] = (frac[K - 1 - i] - lanes.lo[i]) * (1.0 / 16_777_216.0);
+        lanes.powers[i] = frac[i];
+        i += 1;
+    }
+    lanes
 }
 
 #[cfg(test)]
@@ -491,6 +617,44 @@ mod tests {
         while bits <= 1.0f32.to_bits() {
             check(f32::from_bits(bits));
             bits += stride;
+        }
+    }
+
+    /// [`Lanes`]' index and bracket, in scalar code, against [`neighbours`] (its `hi` through
+    /// the decision's product with every 4099th 24-bit draw).
+    fn check_lanes<const N: usize, const K: usize>(lanes: &Lanes, frac: &[f32; K], u: f32) {
+        let (j, v, lo, hi) = neighbours::<N, K>(frac, lanes.bottom, u);
+        let bits = u.to_bits();
+        let mant = bits & 0x007f_ffff;
+        let i = ((mant as i32 + lanes.buckets[(mant >> 19) as usize]) >> 23) as usize;
+        let inside = u >= lanes.bottom;
+        assert_eq!(inside, j >= 1, "{u:e}");
+        let (lane_lo, step) = if inside {
+            let lane_j = lanes.per_octave * (bits >> 23) as i32 + i as i32 + lanes.offset;
+            assert_eq!(lane_j, j, "{u:e}");
+            assert_eq!(f32::from_bits(mant | 126 << 23), v, "{u:e}");
+            (lanes.lo[i], lanes.step[i])
+        } else {
+            (0.0, lanes.bottom_step)
+        };
+        assert_eq!(lane_lo, lo, "{u:e}");
+        for r in (0..1u32 << 24).step_by(4099).chain([(1 << 24) - 1]) {
+            let threshold = r as f32 * (1.0 / 16_777_216.0);
+            assert_eq!(threshold * (hi - lo), r as f32 * step, "{u:e} {r}");
+        }
+    }
+
+    #[test]
+    fn lanes_give_the_bracket_of_neighbours() {
+        let mut probes: Vec<f32> = vec![0.0, 1e-45, f32::MIN_POSITIVE, 1.0];
+        for &t in UNSIGNED.iter().chain(&SIGNED) {
+            let b = t.to_bits();
+            probes.extend([t, f32::from_bits(b.saturating_sub(1)), f32::from_bits(b + 1)]);
+        }
+        probes.extend((0..=1.0f32.to_bits()).step_by(999_983).map(f32::from_bits));
+        for u in probes.into_iter().filter(|&u| u <= 1.0) {
+            check_lanes::<256, 12>(&UNSIGNED_LANES, &UNSIGNED_FRACTIONS, u);
+            check_lanes::<128, 8>(&SIGNED_LANES, &SIGNED_FRACTIONS, u);
         }
     }
 

@@ -252,8 +252,8 @@ impl sealed::StateOps for Q8Block {
     }
 
     #[inline(always)]
-    fn unstage<C: Convert>(_conv: C, slot: &mut [Self], start: usize, buf: &[f32], how: Requantize) {
-        q8::quantize(buf, how.map, how.slot_key, how.first, &mut slot[start / BLOCK]);
+    fn unstage<C: Convert>(conv: C, slot: &mut [Self], start: usize, buf: &[f32], how: Requantize) {
+        conv.store_q8(buf, how.map, how.slot_key, how.first, &mut slot[start / BLOCK]);
     }
 
     type Elem = f32;

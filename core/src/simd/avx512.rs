@@ -11,12 +11,18 @@
 //!   multiplies 64-bit lanes in one instruction) and decides with the same IEEE operations as
 //!   [`Storage::from_f32_stochastic`], on the packed 16-bit results.
 //!
+//! - q8 blocks decode each map entry from its code (a permute over the map's fractional powers
+//!   and an exponent subtraction, where a gather would load each lane) and encode with
+//!   [`crate::q8::Lanes`]' two permutes for the code's neighbours, the block's random bits in
+//!   32-bit lanes: the bits of [`crate::q8::quantize`] and [`crate::q8::dequantize`].
+//!
 //! Each function takes the [`Avx512`] token, which only [`Avx512::detect`] creates, so the
 //! `#[target_feature]` code runs only on CPUs that have the features.
 
 use core::arch::x86_64::*;
 
 use super::{half_bits, half_bits_mut, Convert, Portable, SlicesJob, WithConvert};
+use crate::q8::{BlockEncode, Lanes, Map, Q8Block, BLOCK, SIGNED_LANES, UNSIGNED_LANES};
 use crate::storage::{Dtype, Storage};
 
 /// Proof that the CPU has AVX-512 F, BW, DQ and VL.
@@ -104,6 +110,31 @@ impl Convert for Avx512 {
                 store_stochastic::<Bf16>(src, bits, key, first)
             } else {
                 store_stochastic::<F16>(src, bits, key, first)
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn load_q8(self, block: &Q8Block, map: Map, dst: &mut [f32]) {
+        // SAFETY: `self` exists only where the features were detected.
+        unsafe {
+            match map {
+                Map::Unsigned => load_q8::<true>(block, dst),
+                Map::Signed => load_q8::<false>(block, dst),
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn store_q8(self, src: &[f32], map: Map, slot_key: u64, first: usize, block: &mut Q8Block) {
+        let Some(encode) = BlockEncode::start(src, slot_key, first, block) else {
+            return;
+        };
+        // SAFETY: as in `load_q8`.
+        unsafe {
+            match map {
+                Map::Unsigned => store_q8::<true>(src, encode, &mut block.codes),
+                Map::Signed => store_q8::<false>(src, encode, &mut block.codes),
             }
         }
     }
@@ -239,6 +270,164 @@ unsafe fn round_stochastic<H: HalfLanes>(x: __m512, r24: __m512i) -> __m256i {
     _mm256_mask_blend_epi16(keep, chosen, nearest)
 }
 
+/// [`Convert::load_q8`] with the unsigned map or the signed one: `±table[j] · scale` per lane,
+/// the same multiply as [`crate::q8::dequantize`]'s.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW, DQ and VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+#[inline]
+unsafe fn load_q8<const UNSIGNED: bool>(block: &Q8Block, dst: &mut [f32]) {
+    let lanes = if UNSIGNED { &UNSIGNED_LANES } else { &SIGNED_LANES };
+    let powers = _mm512_loadu_ps(lanes.powers.as_ptr());
+    let scale = _mm512_set1_ps(block.scale);
+    each_block(dst.len().min(BLOCK), |i, k| {
+        // In bounds: the lanes of `k` lie before `dst.len()` and the 256 codes.
+        let c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, block.codes.as_ptr().add(i).cast()));
+        let t = if UNSIGNED {
+            map_entry(lanes, powers, c)
+        } else {
+            // Bit 7 is the sign: moved to the entry's sign bit.
+            let sign = _mm512_slli_epi32::<24>(c);
+            let m = map_entry(lanes, powers, _mm512_and_si512(c, _mm512_set1_epi32(0x7f)));
+            let signed =
+                _mm512_ternarylogic_epi32::<0x78>(_mm512_castps_si512(m), sign, _mm512_set1_epi32(i32::MIN));
+            _mm512_castsi512_ps(signed)
+        };
+        _mm512_mask_storeu_ps(dst.as_mut_ptr().add(i), k, _mm512_mul_ps(t, scale));
+    });
+}
+
+/// `table[j]` for each lane's index `j < N`: `2^−q · powers[r]` for `N − 1 − j = K · q + r`,
+/// the power of two subtracted from the exponent (every entry is normal), so exactly the
+/// table's `f32`; 0 for `j = 0`.
+#[inline(always)]
+unsafe fn map_entry(lanes: &Lanes, powers: __m512, j: __m512i) -> __m512 {
+    let k = lanes.per_octave;
+    let n = _mm512_sub_epi32(_mm512_set1_epi32(lanes.offset + 127 * k), j);
+    let q = _mm512_srli_epi32::<11>(_mm512_madd_epi16(n, _mm512_set1_epi32(lanes.reciprocal)));
+    let r = _mm512_sub_epi32(n, _mm512_madd_epi16(q, _mm512_set1_epi32(k)));
+    let power = _mm512_castps_si512(_mm512_permutexvar_ps(r, powers));
+    let entry = _mm512_sub_epi32(power, _mm512_slli_epi32::<23>(q));
+    _mm512_castsi512_ps(_mm512_maskz_mov_epi32(_mm512_test_epi32_mask(j, j), entry))
+}
+
+/// The codes of `src` in the block `encode` starts, with the unsigned map or the signed one:
+/// [`Encoder::codes`] sixteen elements at a time.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW, DQ and VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+#[inline]
+unsafe fn store_q8<const UNSIGNED: bool>(src: &[f32], encode: BlockEncode, codes: &mut [u8; BLOCK]) {
+    let encoder = Encoder::new(if UNSIGNED { &UNSIGNED_LANES } else { &SIGNED_LANES }, encode);
+    let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let mut element = _mm512_add_epi32(_mm512_set1_epi32(encode.first as i32), lanes);
+    each_block(src.len().min(BLOCK), |i, k| {
+        // In bounds: the lanes of `k` lie before `src.len()` ≤ 256.
+        let x = _mm512_maskz_loadu_ps(k, src.as_ptr().add(i));
+        let c = encoder.codes::<UNSIGNED>(x, encoder.random_bits(element));
+        _mm_mask_storeu_epi8(codes.as_mut_ptr().add(i).cast(), k, _mm512_cvtepi32_epi8(c));
+        element = _mm512_add_epi32(element, _mm512_set1_epi32(16));
+    });
+}
+
+/// One block's encode in sixteen lanes: its [`BlockEncode`] and its map's [`Lanes`] broadcast.
+struct Encoder {
+    a: __m512,
+    sigma: __m512,
+    iota: __m512,
+    k0: __m512i,
+    k1: __m512i,
+    buckets: __m512i,
+    lo: __m512,
+    step: __m512,
+    bottom: __m512,
+    bottom_step: __m512,
+    per_octave: __m512i,
+    offset: __m512i,
+}
+
+impl Encoder {
+    #[inline(always)]
+    unsafe fn new(lanes: &Lanes, encode: BlockEncode) -> Self {
+        let d = encode.divisor;
+        Encoder {
+            a: _mm512_set1_ps(d.a),
+            sigma: _mm512_set1_ps(d.sigma),
+            iota: _mm512_set1_ps(d.iota),
+            k0: _mm512_set1_epi32(encode.key.lo as i32),
+            k1: _mm512_set1_epi32(encode.key.hi as i32),
+            buckets: _mm512_loadu_si512(lanes.buckets.as_ptr().cast()),
+            lo: _mm512_loadu_ps(lanes.lo.as_ptr()),
+            // Scaled by 2⁻⁸ (exactly) for the random bits' 2⁸.
+            step: _mm512_mul_ps(_mm512_loadu_ps(lanes.step.as_ptr()), _mm512_set1_ps(1.0 / 256.0)),
+            bottom: _mm512_set1_ps(lanes.bottom),
+            bottom_step: _mm512_set1_ps(lanes.bottom_step * (1.0 / 256.0)),
+            per_octave: _mm512_set1_epi32(lanes.per_octave),
+            offset: _mm512_set1_epi32(lanes.offset),
+        }
+    }
+
+    /// [`crate::q8::Map::random_bits`] of each lane's element (its index's low half), times
+    /// 2⁸: the top 24 of the hash's 32 bits in place (one operation fewer than the shift; the
+    /// steps are scaled by 2⁻⁸ to match).
+    #[inline(always)]
+    unsafe fn random_bits(&self, element: __m512i) -> __m512i {
+        let x = _mm512_xor_si512(element, self.k0);
+        let x = _mm512_xor_si512(x, _mm512_srli_epi32::<16>(x));
+        let x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x7feb_352d));
+        // x ^ (x >> 15) ^ k₁.
+        let x = _mm512_ternarylogic_epi32::<0x96>(x, _mm512_srli_epi32::<15>(x), self.k1);
+        let x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x846c_a68bu32 as i32));
+        // (x ^ (x >> 16)) & !0xff.
+        _mm512_ternarylogic_epi32::<0x28>(x, _mm512_srli_epi32::<16>(x), _mm512_set1_epi32(!0xff))
+    }
+
+    /// The code of each lane's `x` rounded with `bits` (the 24 random bits times 2⁸): the
+    /// quotient, the index and the decision of the scalar encode, each product rounded from the
+    /// same real number.
+    #[inline(always)]
+    unsafe fn codes<const UNSIGNED: bool>(&self, x: __m512, bits: __m512i) -> __m512i {
+        let m = _mm512_abs_ps(x);
+        let quotient = _mm512_mul_ps(_mm512_mul_ps(m, self.sigma), self.iota);
+        let at_max = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(m, self.a);
+        let u = _mm512_mask_mov_ps(quotient, at_max, _mm512_set1_ps(1.0));
+        let u_bits = _mm512_castps_si512(u);
+        let mant = _mm512_and_si512(u_bits, _mm512_set1_epi32(0x007f_ffff));
+        // The bucket is the index's low 4 bits: the mantissa's top 4.
+        let carry = _mm512_permutexvar_epi32(_mm512_srli_epi32::<19>(u_bits), self.buckets);
+        let i = _mm512_srli_epi32::<23>(_mm512_add_epi32(mant, carry));
+        // The exponent fits a 16-bit lane's half: one multiply-add is K · E.
+        let octave = _mm512_madd_epi16(_mm512_srli_epi32::<23>(u_bits), self.per_octave);
+        let inside = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(u, self.bottom);
+        let w = _mm512_castsi512_ps(_mm512_or_si512(mant, _mm512_set1_epi32(126 << 23)));
+        // r · 2⁸ converts exactly (24 significant bits); r · step is the same real number.
+        let r = _mm512_cvtepu32_ps(bits);
+        let j = _mm512_add_epi32(octave, i);
+        if UNSIGNED {
+            // Below bottom the code is 1 for a nonzero x (which never rounds to 0), else 0.
+            let m = _mm512_castps_si512(m);
+            let j = _mm512_mask_add_epi32(_mm512_min_epu32(m, _mm512_set1_epi32(1)), inside, j, self.offset);
+            let lo = _mm512_permutexvar_ps(i, self.lo);
+            let step = _mm512_mul_ps(r, _mm512_permutexvar_ps(i, self.step));
+            let up = _mm512_mask_cmp_ps_mask::<_CMP_LT_OQ>(inside, step, _mm512_sub_ps(w, lo));
+            _mm512_mask_add_epi32(j, up, j, _mm512_set1_epi32(1))
+        } else {
+            let v = _mm512_mask_mov_ps(u, inside, w);
+            let lo = _mm512_maskz_permutexvar_ps(inside, i, self.lo);
+            let step = _mm512_mask_permutexvar_ps(self.bottom_step, inside, i, self.step);
+            let step = _mm512_mul_ps(r, step);
+            let up = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(step, _mm512_sub_ps(v, lo));
+            let j = _mm512_maskz_add_epi32(inside, j, self.offset);
+            let j = _mm512_mask_add_epi32(j, up, j, _mm512_set1_epi32(1));
+            // Negative x with a nonzero code; −0 has the sign bit but code 0.
+            let negative = _mm512_movepi32_mask(_mm512_castps_si512(x)) & (inside | up);
+            _mm512_mask_or_epi32(j, negative, j, _mm512_set1_epi32(0x80))
+        }
+    }
+}
+
 /// [`crate::bits::stochastic_bits`] of elements `index .. index + 16`, one per 32-bit lane.
 #[inline(always)]
 unsafe fn random_bits(key: u64, index: u64) -> __m512i {
@@ -265,7 +454,7 @@ unsafe fn mix64(z: __m512i) -> __m512i {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::check_convert;
+    use super::super::tests::{check_convert, check_q8};
     use super::*;
     use half::{bf16, f16};
 
@@ -277,6 +466,14 @@ mod tests {
         check_convert::<bf16, _>(avx512);
         check_convert::<f16, _>(avx512);
         check_convert::<f32, _>(avx512);
+    }
+
+    #[test]
+    fn avx512_q8_is_the_scalar_encode() {
+        let Some(avx512) = Avx512::detect() else {
+            return;
+        };
+        check_q8(avx512);
     }
 
     /// Round to nearest of every one of the 2³² `f32` inputs gives the scalar conversion's bits

@@ -233,6 +233,13 @@ pub trait Convert: Copy {
     fn load_q8(self, block: &Q8Block, map: Map, dst: &mut [f32]) {
         crate::q8::dequantize(block, map, dst);
     }
+
+    /// Stores `src` into `block` with `map`, rounding with the bits of `slot_key`, `first` the
+    /// tensor's index of `src[0]` (the bits of [`crate::q8::quantize`], `src.len() ≤ 256`).
+    #[inline(always)]
+    fn store_q8(self, src: &[f32], map: Map, slot_key: u64, first: usize, block: &mut Q8Block) {
+        crate::q8::quantize(src, map, slot_key, first, block);
+    }
 }
 
 /// The conversions as plain loops over [`Storage`]'s scalar functions.
@@ -386,5 +393,106 @@ mod tests {
         check_convert::<bf16, _>(Portable);
         check_convert::<f16, _>(Portable);
         check_convert::<f32, _>(Portable);
+    }
+
+    /// Tensor sizes around the 256-element block and the vector widths.
+    const Q8_SIZES: [usize; 6] = [1, 255, 256, 257, 1000, 4097];
+
+    /// A block's elements: of one scale, each drawn from the classes a q8 encode treats apart
+    /// (zeros of both signs, subnormals, map entries and their f32 neighbours, points between
+    /// entries, values below `table[1]`, the scale itself, ordinary values), signed at random;
+    /// now and then a block holds a NaN or an infinity, which poisons it.
+    fn q8_values(n: usize, seed: u64) -> std::vec::Vec<f32> {
+        let mut state = seed;
+        let mut next = move || {
+            state = crate::bits::mix64(state.wrapping_add(0x9e37_79b9_7f4a_7c15));
+            state
+        };
+        let scales = [1.0f32, 0.25, 2.5, 3.7e-5, 1e30, f32::MAX, 1e-40, 1.2e-38];
+        let mut out = std::vec::Vec::with_capacity(n);
+        let mut scale = 1.0;
+        for i in 0..n {
+            let z = next();
+            if i % 256 == 0 || z % 97 == 0 {
+                scale = scales[(z >> 8) as usize % scales.len()];
+            }
+            let table: &[f32] = if z & (1 << 20) == 0 {
+                &crate::q8::UNSIGNED
+            } else {
+                &crate::q8::SIGNED
+            };
+            let t = table[(z >> 24) as usize % (table.len() - 1)];
+            let up = table[(z >> 24) as usize % (table.len() - 1) + 1];
+            let uniform = (z >> 40) as f32 / 16_777_216.0;
+            let magnitude = match (z >> 4) % 12 {
+                0 => 0.0,
+                1 => f32::from_bits((z >> 32) as u32 & 0x007f_ffff),
+                2 | 3 => t * scale,
+                4 => f32::from_bits((t * scale).to_bits().saturating_add(1)),
+                5 => f32::from_bits((t * scale).to_bits().saturating_sub(1)),
+                6 => (t + (up - t) * uniform) * scale,
+                7 => table[1] * uniform * scale,
+                8 => scale,
+                _ => uniform * scale,
+            };
+            let x = if z & 1 == 1 { -magnitude } else { magnitude };
+            out.push(match z % 1999 {
+                0 => f32::NAN,
+                1 => f32::INFINITY,
+                2 => f32::NEG_INFINITY,
+                _ => x,
+            });
+        }
+        out
+    }
+
+    /// `conv`'s q8 encode and decode give the bits of [`crate::q8::quantize`] and
+    /// [`crate::q8::dequantize`], block by block, on tensors of [`Q8_SIZES`] elements whose first
+    /// index is 0 or just below 2³² (the random bits' key changes there), with both maps.
+    pub(super) fn check_q8<C: Convert>(conv: C) {
+        use crate::q8::{dequantize, quantize, BLOCK};
+        for (t, &n) in Q8_SIZES.iter().enumerate() {
+            for (s, base) in [0usize, (1 << 32) - 1024].into_iter().enumerate() {
+                if base > usize::MAX - n {
+                    continue;
+                }
+                let xs = q8_values(n, (t * 2 + s) as u64);
+                for map in [Map::Unsigned, Map::Signed] {
+                    let key = Map::slot_key(0x5eed ^ t as u64, s);
+                    for (b, src) in xs.chunks(BLOCK).enumerate() {
+                        let first = base + b * BLOCK;
+                        let mut junk = Q8Block::ZERO;
+                        junk.codes.iter_mut().enumerate().for_each(|(i, c)| *c = i as u8);
+                        let (mut fast, mut slow) = (junk, junk);
+                        conv.store_q8(src, map, key, first, &mut fast);
+                        quantize(src, map, key, first, &mut slow);
+                        assert_eq!(
+                            fast.scale.to_bits(),
+                            slow.scale.to_bits(),
+                            "{map:?} n {n} block {b}"
+                        );
+                        for (i, (f, s)) in fast.codes.iter().zip(&slow.codes).enumerate() {
+                            let x = src.get(i).copied().unwrap_or(0.0);
+                            assert_eq!(
+                                f, s,
+                                "{map:?} n {n} block {b} element {i}: {x:e} of {:e}",
+                                slow.scale
+                            );
+                        }
+                        let (mut back_fast, mut back_slow) = ([0.0f32; BLOCK], [0.0f32; BLOCK]);
+                        conv.load_q8(&slow, map, &mut back_fast[..src.len()]);
+                        dequantize(&slow, map, &mut back_slow[..src.len()]);
+                        for (f, s) in back_fast.iter().zip(&back_slow) {
+                            assert_eq!(f.to_bits(), s.to_bits(), "{map:?} n {n} block {b}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn portable_q8_is_the_scalar_encode() {
+        check_q8(Portable);
     }
 }
