@@ -9,6 +9,9 @@
 //! - Stochastic rounding draws the bits of eight elements with splitmix64 in 64-bit lanes (AVX2
 //!   has no 64-bit multiply: three 32-bit ones) and decides with the same IEEE operations as
 //!   [`Storage::from_f32_stochastic`].
+//! - q8 blocks decode by gathering map entries, and encode eight elements at a time with
+//!   [`crate::q8::Lanes`]' lookups (each a pair of permutes over 16 entries), the block's random
+//!   bits in 32-bit lanes: the bits of [`crate::q8::quantize`].
 //!
 //! Each function takes the [`Avx2`] token, which only [`Avx2::detect`] creates, so the
 //! `#[target_feature]` code runs only on CPUs that have the features.
@@ -19,7 +22,7 @@ use half::{bf16, f16};
 
 use super::{half_bits, half_bits_mut, Convert, Portable, SlicesJob, WithConvert};
 use crate::bits::stochastic_bits;
-use crate::q8::{Map, Q8Block, SIGNED, UNSIGNED};
+use crate::q8::{BlockEncode, Lanes, Map, Q8Block, BLOCK, SIGNED, SIGNED_LANES, UNSIGNED, UNSIGNED_LANES};
 use crate::storage::{Dtype, Storage};
 
 /// Proof that the CPU has AVX2 and F16C.
@@ -109,6 +112,171 @@ impl Convert for Avx2 {
     fn load_q8(self, block: &Q8Block, map: Map, dst: &mut [f32]) {
         // SAFETY: `self` exists only where AVX2 and F16C were detected.
         unsafe { load_q8(block, map, dst) }
+    }
+
+    #[inline(always)]
+    fn store_q8(self, src: &[f32], map: Map, slot_key: u64, first: usize, block: &mut Q8Block) {
+        let Some(encode) = BlockEncode::start(src, slot_key, first, block) else {
+            return;
+        };
+        // SAFETY: `self` exists only where AVX2 and F16C were detected.
+        unsafe {
+            match map {
+                Map::Unsigned => store_q8::<true>(src, encode, &mut block.codes),
+                Map::Signed => store_q8::<false>(src, encode, &mut block.codes),
+            }
+        }
+    }
+}
+
+/// The codes of `src` in the block `encode` starts, with the unsigned map or the signed one:
+/// [`Encoder::codes`] eight elements at a time, the scalar encode for the tail.
+///
+/// # Safety
+/// The CPU has AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn store_q8<const UNSIGNED: bool>(src: &[f32], encode: BlockEncode, codes: &mut [u8; BLOCK]) {
+    let encoder = Encoder::new(if UNSIGNED { &UNSIGNED_LANES } else { &SIGNED_LANES }, encode);
+    let n = src.len().min(BLOCK);
+    let mut element = _mm256_add_epi32(
+        _mm256_set1_epi32(encode.first as i32),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    );
+    // Byte 0 of each 32-bit lane to the low 4 bytes of its 128-bit half, then both halves' to
+    // the low 8 bytes.
+    let bytes = _mm256_setr_epi8(
+        0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1,
+    );
+    let halves = _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0);
+    let mut i = 0;
+    while i + 8 <= n {
+        // In bounds: i + 8 ≤ n ≤ both lengths.
+        let x = _mm256_loadu_ps(src.as_ptr().add(i));
+        let c = encoder.codes::<UNSIGNED>(x, encoder.random_bits(element));
+        let packed = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(c, bytes), halves);
+        _mm_storel_epi64(codes.as_mut_ptr().add(i).cast(), _mm256_castsi256_si128(packed));
+        element = _mm256_add_epi32(element, _mm256_set1_epi32(8));
+        i += 8;
+    }
+    let map = if UNSIGNED { Map::Unsigned } else { Map::Signed };
+    for j in i..n {
+        codes[j] = encode.code(map, src[j], j);
+    }
+}
+
+/// `table[index & 15]` in each lane, for the two halves of a 16-entry table: each permute reads
+/// the index's low 3 bits, and `high` holds bit 3 in its sign bit.
+#[inline(always)]
+unsafe fn lookup16(table: [__m256; 2], index: __m256i, high: __m256i) -> __m256 {
+    let low_half = _mm256_permutevar8x32_ps(table[0], index);
+    let high_half = _mm256_permutevar8x32_ps(table[1], index);
+    _mm256_blendv_ps(low_half, high_half, _mm256_castsi256_ps(high))
+}
+
+/// A 16-entry table as two registers.
+#[inline(always)]
+unsafe fn table16(entries: &[f32; 16]) -> [__m256; 2] {
+    [
+        _mm256_loadu_ps(entries.as_ptr()),
+        _mm256_loadu_ps(entries.as_ptr().add(8)),
+    ]
+}
+
+/// One block's encode in eight lanes: its [`BlockEncode`] and its map's [`Lanes`] broadcast.
+struct Encoder {
+    a: __m256,
+    sigma: __m256,
+    iota: __m256,
+    k0: __m256i,
+    k1: __m256i,
+    buckets: [__m256; 2],
+    lo: [__m256; 2],
+    step: [__m256; 2],
+    bottom: __m256,
+    bottom_step: __m256,
+    per_octave: __m256i,
+    offset: __m256i,
+}
+
+impl Encoder {
+    #[inline(always)]
+    unsafe fn new(lanes: &Lanes, encode: BlockEncode) -> Self {
+        let d = encode.divisor;
+        let buckets = lanes.buckets.map(|b| f32::from_bits(b as u32));
+        Encoder {
+            a: _mm256_set1_ps(d.a),
+            sigma: _mm256_set1_ps(d.sigma),
+            iota: _mm256_set1_ps(d.iota),
+            k0: _mm256_set1_epi32(encode.key.lo as i32),
+            k1: _mm256_set1_epi32(encode.key.hi as i32),
+            buckets: table16(&buckets),
+            lo: table16(&lanes.lo),
+            step: table16(&lanes.step),
+            bottom: _mm256_set1_ps(lanes.bottom),
+            bottom_step: _mm256_set1_ps(lanes.bottom_step),
+            per_octave: _mm256_set1_epi32(lanes.per_octave),
+            offset: _mm256_set1_epi32(lanes.offset),
+        }
+    }
+
+    /// The 24 bits of [`crate::q8::Map::random_bits`] of each lane's element (its index's low
+    /// half).
+    #[inline(always)]
+    unsafe fn random_bits(&self, element: __m256i) -> __m256i {
+        let x = _mm256_xor_si256(element, self.k0);
+        let x = _mm256_xor_si256(x, _mm256_srli_epi32::<16>(x));
+        let x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb_352d));
+        let x = _mm256_xor_si256(_mm256_xor_si256(x, _mm256_srli_epi32::<15>(x)), self.k1);
+        let x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x846c_a68bu32 as i32));
+        _mm256_srli_epi32::<8>(_mm256_xor_si256(x, _mm256_srli_epi32::<16>(x)))
+    }
+
+    /// The code of each lane's `x` rounded with its 24 bits `r`: the quotient, the index and the
+    /// decision of the scalar encode, each product rounded from the same real number (see
+    /// [`Lanes`]).
+    #[inline(always)]
+    unsafe fn codes<const UNSIGNED: bool>(&self, x: __m256, r: __m256i) -> __m256i {
+        let one = _mm256_set1_epi32(1);
+        let m = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff)));
+        let quotient = _mm256_mul_ps(_mm256_mul_ps(m, self.sigma), self.iota);
+        let at_max = _mm256_cmp_ps::<_CMP_EQ_OQ>(m, self.a);
+        let u = _mm256_blendv_ps(quotient, _mm256_set1_ps(1.0), at_max);
+        let u_bits = _mm256_castps_si256(u);
+        let mant = _mm256_and_si256(u_bits, _mm256_set1_epi32(0x007f_ffff));
+        // The bucket is the mantissa's top 4 bits: bits 19 to 22 of u, bit 22 moved to the sign.
+        let bucket = _mm256_srli_epi32::<19>(u_bits);
+        let carry = lookup16(self.buckets, bucket, _mm256_slli_epi32::<9>(u_bits));
+        let i = _mm256_srli_epi32::<23>(_mm256_add_epi32(mant, _mm256_castps_si256(carry)));
+        let i_high = _mm256_slli_epi32::<28>(i);
+        // The exponent fits a 16-bit lane's half: one multiply-add is K · E.
+        let octave = _mm256_madd_epi16(_mm256_srli_epi32::<23>(u_bits), self.per_octave);
+        let j = _mm256_add_epi32(_mm256_add_epi32(octave, i), self.offset);
+        // At and above bottom, the bracket unscaled by the octave; below, (u, 0, bottom).
+        let inside = _mm256_cmp_ps::<_CMP_GE_OQ>(u, self.bottom);
+        let w = _mm256_castsi256_ps(_mm256_or_si256(mant, _mm256_set1_epi32(126 << 23)));
+        let v = _mm256_blendv_ps(u, w, inside);
+        let lo = _mm256_and_ps(lookup16(self.lo, i, i_high), inside);
+        let step = _mm256_blendv_ps(self.bottom_step, lookup16(self.step, i, i_high), inside);
+        let j = _mm256_and_si256(j, _mm256_castps_si256(inside));
+        let step = _mm256_mul_ps(_mm256_cvtepi32_ps(r), step);
+        let up = _mm256_cmp_ps::<_CMP_LT_OQ>(step, _mm256_sub_ps(v, lo));
+        // The mask is −1 where true.
+        let j = _mm256_sub_epi32(j, _mm256_castps_si256(up));
+        if UNSIGNED {
+            // A nonzero x never rounds to 0.
+            let zero = _mm256_cmpeq_epi32(_mm256_castps_si256(m), _mm256_setzero_si256());
+            _mm256_max_epi32(j, _mm256_andnot_si256(zero, one))
+        } else {
+            // Negative x with a nonzero code; −0 has the sign bit but code 0.
+            let sign = _mm256_and_si256(
+                _mm256_srli_epi32::<24>(_mm256_castps_si256(x)),
+                _mm256_set1_epi32(0x80),
+            );
+            let zero = _mm256_cmpeq_epi32(j, _mm256_setzero_si256());
+            _mm256_or_si256(j, _mm256_andnot_si256(zero, sign))
+        }
     }
 }
 
@@ -348,7 +516,7 @@ unsafe fn mul64(a: __m256i, c: u64) -> __m256i {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::check_convert;
+    use super::super::tests::{check_convert, check_q8};
     use super::*;
 
     #[test]
@@ -359,6 +527,14 @@ mod tests {
         check_convert::<bf16, _>(avx2);
         check_convert::<f16, _>(avx2);
         check_convert::<f32, _>(avx2);
+    }
+
+    #[test]
+    fn avx2_q8_is_the_scalar_encode() {
+        let Some(avx2) = Avx2::detect() else {
+            return;
+        };
+        check_q8(avx2);
     }
 
     #[test]
