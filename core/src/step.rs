@@ -52,11 +52,7 @@ impl Optimizer {
         tensors: &mut [Tensor<'_, P, G, S>],
         grad_scale: f64,
     ) -> Result<StepReport, Error> {
-        let mut step = self.begin(grad_scale)?;
-        step.check(tensors)?;
-        let mut updates = step.decide()?;
-        updates.update(tensors)?;
-        updates.finish()
+        self.whole_step::<All, false, P, G, S>(tensors, grad_scale, 1)
     }
 
     /// [`Optimizer::step`] built for the rules of `F` only ([`crate::rules::only`]): the
@@ -68,11 +64,7 @@ impl Optimizer {
         tensors: &mut [Tensor<'_, P, G, S>],
         grad_scale: f64,
     ) -> Result<StepReport, Error> {
-        let mut step = self.begin_only::<F>(grad_scale)?;
-        step.check(tensors)?;
-        let mut updates = step.decide()?;
-        updates.update(tensors)?;
-        updates.finish()
+        self.whole_step::<F, false, P, G, S>(tensors, grad_scale, 1)
     }
 
     /// [`Optimizer::step`] with each tensor's elements spread over up to `threads` threads
@@ -84,11 +76,7 @@ impl Optimizer {
         grad_scale: f64,
         threads: usize,
     ) -> Result<StepReport, Error> {
-        let mut step = self.begin(grad_scale)?.with_threads(threads);
-        step.check(tensors)?;
-        let mut updates = step.decide()?;
-        updates.update(tensors)?;
-        updates.finish()
+        self.whole_step::<All, false, P, G, S>(tensors, grad_scale, threads)
     }
 
     /// The same step through the scalar reference: one element at a time. Every fast path
@@ -100,10 +88,32 @@ impl Optimizer {
         tensors: &mut [Tensor<'_, P, G, S>],
         grad_scale: f64,
     ) -> Result<StepReport, Error> {
-        let mut step = self.begin(grad_scale)?.exact_decision();
+        self.whole_step::<All, true, P, G, S>(tensors, grad_scale, 1)
+    }
+
+    /// The one step the entries above name: the rules `F` and the driver `REFERENCE` are
+    /// types and constants, not run-time options, because they decide what a build links (a
+    /// firmware links one rule's fast path only); the thread count is a number.
+    fn whole_step<F: RuleSet, const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage>(
+        &mut self,
+        tensors: &mut [Tensor<'_, P, G, S>],
+        grad_scale: f64,
+        threads: usize,
+    ) -> Result<StepReport, Error> {
+        let mut step = self.begin_only::<F>(grad_scale)?;
+        #[cfg(feature = "std")]
+        {
+            step = step.with_threads(threads);
+        }
+        #[cfg(not(feature = "std"))]
+        let _ = threads;
+        if REFERENCE {
+            step = step.exact_decision();
+        }
         step.check(tensors)?;
         let mut updates = step.decide()?;
-        updates.update_reference(tensors)?;
+        let isa = if REFERENCE { Isa::Portable } else { Isa::detect() };
+        updates.step.update_with::<REFERENCE, P, G, S>(tensors, isa)?;
         updates.finish()
     }
 
