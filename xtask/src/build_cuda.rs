@@ -45,6 +45,21 @@ pub(crate) fn fail(message: &str) -> ! {
     exit(1)
 }
 
+/// Which build of the CUDA host a stage makes.
+#[derive(Clone, Copy, PartialEq)]
+enum Build {
+    /// What runs on a GPU (`build-cuda`, `gpu-bundle`): candle's kernels as nvcc optimizes them.
+    Gpu,
+    /// `cargo xtask test`'s lint-and-link lane, whose binary never runs device code: nvcc's
+    /// device optimization at level 1 ([`LINT_NVCC_FLAGS`]), in a target directory of its own
+    /// so that its kernels never reach a [`Build::Gpu`] binary.
+    Lint,
+}
+
+/// nvcc's device optimization for [`Build::Lint`]: about half of nvcc's time on candle's
+/// kernels, which a cold run of `cargo xtask test` spends beside the main lane's build.
+const LINT_NVCC_FLAGS: &str = "-Xcicc -O1 -Xptxas -O1";
+
 /// Builds the CUDA host and returns the binary's absolute path (`cargo xtask build-cuda` prints
 /// it last).
 pub(crate) fn build() -> PathBuf {
@@ -52,7 +67,7 @@ pub(crate) fn build() -> PathBuf {
         "CUDA host",
         &["build", "--release", "-p", "homeadam-host", "--features", "cuda"],
     );
-    let binary = target_dir().join("release/homeadam");
+    let binary = target_dir(Build::Gpu).join("release/homeadam");
     if !binary.is_file() {
         fail(&format!("{} was not built", binary.display()));
     }
@@ -76,7 +91,7 @@ const CUDA_PACKAGES: &[&str] = &[
 /// and candle's kernels are built once for both. The dev profile without debug information:
 /// what can rot without a GPU (lints, types, links) depends on neither, which would triple the
 /// time and the size of every test binary (`build-cuda` and `gpu-bundle` build the release
-/// binary).
+/// binary); device code optimized less ([`Build::Lint`]), as the binary runs on the CPU only.
 pub(crate) fn check() {
     // Dependencies unoptimized, unlike in the everyday `cargo test`: this lane builds them to
     // lint and link (and runs one short CPU command), and candle optimized takes minutes longer.
@@ -92,9 +107,9 @@ pub(crate) fn check() {
     ]
     .concat();
     let name = "CUDA host: clippy, build and link (dev profile)";
-    stage_retrying(name, &target_dir(), || {
+    stage_retrying(name, &target_dir(Build::Lint), || {
         let start = std::time::Instant::now();
-        let status = crate::lint::while_building(&mut toolkit_cargo(name, &args))
+        let status = crate::lint::while_building(&mut toolkit_cargo(name, &args, Build::Lint))
             .env("CARGO_PROFILE_DEV_DEBUG", "0")
             .status()
             .unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
@@ -113,8 +128,8 @@ pub(crate) fn check() {
 pub(crate) fn runs_without_a_driver() {
     let name = "CUDA host: runs on the CPU without a driver";
     let start = std::time::Instant::now();
-    let binary = target_dir().join("debug/homeadam");
-    let out = target_dir().join("no-driver-quick");
+    let binary = target_dir(Build::Lint).join("debug/homeadam");
+    let out = target_dir(Build::Lint).join("no-driver-quick");
     // A leftover run directory from an earlier run would be reused, not rewritten.
     if out.exists() {
         std::fs::remove_dir_all(&out).unwrap_or_else(|e| fail(&format!("{}: {e}", out.display())));
@@ -180,19 +195,20 @@ fn compute_cap() -> String {
     std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| DEFAULT_COMPUTE_CAP.into())
 }
 
-/// The target dir of the CUDA builds, one per compute capability: switching rebuilds candle's
-/// kernels and all that depends on them.
-fn target_dir() -> PathBuf {
+/// The target dir of the CUDA builds, one per compute capability (switching rebuilds candle's
+/// kernels and all that depends on them) and [`Build`].
+fn target_dir(build: Build) -> PathBuf {
+    let lint = if build == Build::Lint { "-lint" } else { "" };
     cache::build_root()
         .join("cuda")
-        .join(format!("sm_{}", compute_cap()))
+        .join(format!("sm_{}{lint}", compute_cap()))
 }
 
 /// The variables cudarc's build reads for a toolkit's root, besides `CUDA_HOME`.
 const OTHER_ROOT_VARS: &[&str] = &["CUDA_PATH", "CUDA_ROOT", "CUDA_TOOLKIT_ROOT_DIR", "CUDNN_LIB"];
 
 /// `cargo ARGS` in [`target_dir`] with the toolkit (installed first) and no other.
-fn toolkit_cargo(name: &str, args: &[&str]) -> Command {
+fn toolkit_cargo(name: &str, args: &[&str], build: Build) -> Command {
     let root = crate::root();
     let prefix = cache::build_root().join("cuda-toolkit");
     let cuda = prefix.join("nvidia/cu13");
@@ -210,7 +226,7 @@ fn toolkit_cargo(name: &str, args: &[&str]) -> Command {
     cargo
         .current_dir(&root)
         .args(args)
-        .env("CARGO_TARGET_DIR", target_dir())
+        .env("CARGO_TARGET_DIR", target_dir(build))
         .env("PATH", path)
         // cudarc's link search (`lib`, `lib/stubs`) and cudaforge's nvcc.
         .env("CUDA_HOME", &cuda)
@@ -222,9 +238,14 @@ fn toolkit_cargo(name: &str, args: &[&str]) -> Command {
     for var in OTHER_ROOT_VARS {
         cargo.env_remove(var);
     }
+    // nvcc reads its extra flags from the environment, whichever crate's build calls it.
+    match build {
+        Build::Lint => cargo.env("NVCC_APPEND_FLAGS", LINT_NVCC_FLAGS),
+        Build::Gpu => cargo.env_remove("NVCC_APPEND_FLAGS"),
+    };
     println!(
         "\n== xtask: {name}: CUDA_COMPUTE_CAP={compute_cap} CARGO_TARGET_DIR={} cargo {}",
-        target_dir().display(),
+        target_dir(build).display(),
         args.join(" ")
     );
     cargo
@@ -233,7 +254,7 @@ fn toolkit_cargo(name: &str, args: &[&str]) -> Command {
 /// Runs `cargo ARGS` as [`toolkit_cargo`] sets it up; exits on failure.
 fn cargo_with_toolkit(name: &str, args: &[&str]) {
     let start = std::time::Instant::now();
-    let status = toolkit_cargo(name, args)
+    let status = toolkit_cargo(name, args, Build::Gpu)
         .status()
         .unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
     if !status.success() {
@@ -258,7 +279,7 @@ pub(crate) fn bundle() -> PathBuf {
         &["--test", "gpu", "--test", "resume", "--no-run"],
     ]
     .concat();
-    let toolkit_tests = crate::built_tests(toolkit_cargo("GPU test binaries", &args));
+    let toolkit_tests = crate::built_tests(toolkit_cargo("GPU test binaries", &args, Build::Gpu));
     let mut workspace = Command::new("cargo");
     workspace.current_dir(crate::root()).args([
         "test",
