@@ -47,6 +47,9 @@ pub const BLOCK_BYTES: usize = 4 + BLOCK;
 /// The salt of the slot keys: `slot_key = mix64(key ^ SLOT_SALT ^ slot)`.
 pub const SLOT_SALT: u64 = 0x7138_0000_0000_0000;
 
+/// The multipliers of the two multiply-xorshift rounds of [`Map::random_bits`].
+pub const HASH_MULTIPLIERS: [u32; 2] = [0x7feb_352d, 0x846c_a68b];
+
 /// 256 elements of one state slot, as 8-bit codes and their block's scale.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[repr(C)]
@@ -238,10 +241,10 @@ impl BlockKey {
     fn bits(self, e: u32) -> u32 {
         let mut x = e ^ self.lo;
         x ^= x >> 16;
-        x = x.wrapping_mul(0x7feb_352d);
+        x = x.wrapping_mul(HASH_MULTIPLIERS[0]);
         x ^= x >> 15;
         x ^= self.hi;
-        x = x.wrapping_mul(0x846c_a68b);
+        x = x.wrapping_mul(HASH_MULTIPLIERS[1]);
         x ^= x >> 16;
         x >> 8
     }

@@ -7,7 +7,8 @@
 //! is many times slower than native, so the step runs the unit tests (every conversion), and
 //! the property test (with fewer cases) and the chunk-crossing sizes over 6 of the 27 storage
 //! combinations, which cover each storage type in each position, so every NEON conversion of
-//! θ, g and the state (`--cfg homeadam_emulated`, core/tests/common/mod.rs).
+//! θ, g and the state (`--cfg homeadam_emulated`, core/tests/common/mod.rs). Last, `cargo check` of
+//! homeadam-jetson for aarch64 (the Jetson backend's build), in the same target directory.
 
 use crate::system::present;
 use crate::{cache, stage_retrying, try_run};
@@ -79,6 +80,18 @@ pub(crate) fn test() {
         "aarch64 core: fast path = reference (sizes)",
         &["--test", "sizes"],
     );
+    // Here rather than in the main lane, which is the run's longest.
+    let jetson = [
+        "check",
+        "-p",
+        "homeadam-jetson",
+        "--target",
+        TARGET,
+        "--target-dir",
+        &target_dir,
+    ];
+    let name = "Jetson build (aarch64)";
+    stage_retrying(name, &target, || try_run(name, "cargo", &jetson));
 }
 
 /// The Debian packages of the cross linker, the aarch64 C library and QEMU that are missing.

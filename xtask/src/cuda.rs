@@ -7,16 +7,16 @@
 //!    math header with g++ (the metadata of `kernels.rs` as `-D` flags) and holds it to the
 //!    core bit for bit, parameter groups included; the GPU tests (`gpu`, and homeadam-jetson's)
 //!    say they skipped without a driver. Their output is shown (`--nocapture`).
-//! 2. The aarch64 (Jetson) build of homeadam-jetson.
+//!
+//! The aarch64 (Jetson) build of homeadam-jetson is checked in the aarch64 lane
+//! ([`crate::aarch64`]).
 
 use std::process::{exit, Command};
 
-use crate::{cache, run, run_counting, stage_retrying, test_executables, try_run};
+use crate::{cache, run, run_counting, stage_retrying, test_executables};
 
 /// The NVRTC wheel (CUDA 12.9, as cudarc's `cuda-12090` feature).
 pub(crate) const NVRTC_WHEEL: &str = "nvidia-cuda-nvrtc-cu12==12.9.86";
-/// The Jetson target.
-const AARCH64: &str = crate::aarch64::TARGET;
 
 /// Runs the CUDA checks.
 pub(crate) fn test() {
@@ -50,10 +50,6 @@ pub(crate) fn test() {
             })
     };
     stage_retrying("CUDA tests", &cache::workspace_target(), run_all);
-    let jetson = ["check", "-p", "homeadam-jetson", "--target", AARCH64];
-    stage_retrying("Jetson build (aarch64)", &cache::workspace_target(), || {
-        try_run("Jetson build (aarch64)", "cargo", &jetson)
-    });
 }
 
 /// The folder of libnvrtc.so.12 inside the installed wheel.

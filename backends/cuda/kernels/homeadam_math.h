@@ -380,10 +380,10 @@ HA_FN float ha_q8_scale(ha_u32 max_bits) {
 HA_FN ha_u32 ha_q8_bits(ha_u64 ks, ha_u64 i) {
     ha_u32 x = (ha_u32)i ^ (ha_u32)ks;
     x ^= x >> 16;
-    x *= 0x7feb352du;
+    x *= HA_Q8_HASH_MUL0;
     x ^= x >> 15;
     x ^= (ha_u32)(ks >> 32) ^ (ha_u32)(i >> 32);
-    x *= 0x846ca68bu;
+    x *= HA_Q8_HASH_MUL1;
     x ^= x >> 16;
     return x >> 8;
 }

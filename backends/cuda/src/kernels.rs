@@ -20,7 +20,8 @@
 //! The update kernels' ids (`HA_RULE_*`, positions in the core's kernel table
 //! [`ElementKernel::ALL`]), the flag bits (`HA_*`, [`flags`]), [`CHUNK`] (`HA_CHUNK`), the
 //! buckets of a calibration histogram (`HA_BUCKETS`, the core's [`BUCKETS`]), the q8 state's block
-//! size, slot-key salt and code maps (`HA_Q8_BLOCK`, `HA_Q8_SALT`, `HA_Q8_UNSIGNED`,
+//! size, slot-key salt, hash multipliers and code maps (`HA_Q8_BLOCK`, `HA_Q8_SALT`,
+//! `HA_Q8_HASH_MUL0/1`, `HA_Q8_UNSIGNED`,
 //! `HA_Q8_SIGNED`: the core's [`q8`] constants and tables, as `f32` bits), the sizes of the
 //! structs the host shares with the kernels (`HA_SIZE_*`, asserted by the C sources), the format of
 //! [`ExactSum`] (`HA_EXACT_*`, from the core's constants), each
@@ -182,6 +183,9 @@ pub fn defines() -> Vec<(String, String)> {
     }
     d.push(("HA_Q8_BLOCK".into(), q8::BLOCK.to_string()));
     d.push(("HA_Q8_SALT".into(), format!("{:#x}ull", q8::SLOT_SALT)));
+    for (k, m) in q8::HASH_MULTIPLIERS.iter().enumerate() {
+        d.push((format!("HA_Q8_HASH_MUL{k}"), format!("{m:#x}u")));
+    }
     for (name, table) in [("UNSIGNED", &q8::UNSIGNED[..]), ("SIGNED", &q8::SIGNED[..])] {
         let bits: Vec<String> = table.iter().map(|x| format!("{:#x}u", x.to_bits())).collect();
         d.push((format!("HA_Q8_{name}"), bits.join(", ")));

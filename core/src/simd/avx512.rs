@@ -22,7 +22,7 @@
 use core::arch::x86_64::*;
 
 use super::{half_bits, half_bits_mut, Convert, Portable, SlicesJob, WithConvert};
-use crate::q8::{BlockEncode, Lanes, Map, Q8Block, BLOCK, SIGNED_LANES, UNSIGNED_LANES};
+use crate::q8::{BlockEncode, Lanes, Map, Q8Block, BLOCK, HASH_MULTIPLIERS, SIGNED_LANES, UNSIGNED_LANES};
 use crate::storage::{Dtype, Storage};
 
 /// Proof that the CPU has AVX-512 F, BW, DQ and VL.
@@ -376,10 +376,10 @@ impl Encoder {
     unsafe fn random_bits(&self, element: __m512i) -> __m512i {
         let x = _mm512_xor_si512(element, self.k0);
         let x = _mm512_xor_si512(x, _mm512_srli_epi32::<16>(x));
-        let x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x7feb_352d));
+        let x = _mm512_mullo_epi32(x, _mm512_set1_epi32(HASH_MULTIPLIERS[0] as i32));
         // x ^ (x >> 15) ^ k₁.
         let x = _mm512_ternarylogic_epi32::<0x96>(x, _mm512_srli_epi32::<15>(x), self.k1);
-        let x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x846c_a68bu32 as i32));
+        let x = _mm512_mullo_epi32(x, _mm512_set1_epi32(HASH_MULTIPLIERS[1] as i32));
         // (x ^ (x >> 16)) & !0xff.
         _mm512_ternarylogic_epi32::<0x28>(x, _mm512_srli_epi32::<16>(x), _mm512_set1_epi32(!0xff))
     }

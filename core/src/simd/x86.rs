@@ -22,7 +22,9 @@ use half::{bf16, f16};
 
 use super::{half_bits, half_bits_mut, Convert, Portable, SlicesJob, WithConvert};
 use crate::bits::stochastic_bits;
-use crate::q8::{BlockEncode, Lanes, Map, Q8Block, BLOCK, SIGNED, SIGNED_LANES, UNSIGNED, UNSIGNED_LANES};
+use crate::q8::{
+    BlockEncode, Lanes, Map, Q8Block, BLOCK, HASH_MULTIPLIERS, SIGNED, SIGNED_LANES, UNSIGNED, UNSIGNED_LANES,
+};
 use crate::storage::{Dtype, Storage};
 
 /// Proof that the CPU has AVX2 and F16C.
@@ -227,9 +229,9 @@ impl Encoder {
     unsafe fn random_bits(&self, element: __m256i) -> __m256i {
         let x = _mm256_xor_si256(element, self.k0);
         let x = _mm256_xor_si256(x, _mm256_srli_epi32::<16>(x));
-        let x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb_352d));
+        let x = _mm256_mullo_epi32(x, _mm256_set1_epi32(HASH_MULTIPLIERS[0] as i32));
         let x = _mm256_xor_si256(_mm256_xor_si256(x, _mm256_srli_epi32::<15>(x)), self.k1);
-        let x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x846c_a68bu32 as i32));
+        let x = _mm256_mullo_epi32(x, _mm256_set1_epi32(HASH_MULTIPLIERS[1] as i32));
         _mm256_srli_epi32::<8>(_mm256_xor_si256(x, _mm256_srli_epi32::<16>(x)))
     }
 
