@@ -1,11 +1,13 @@
 //! Background lanes of `cargo xtask test`: stages with build directories of their own (the
-//! CUDA host, the firmware) run as a child `xtask lane NAME` beside the main lane, their output
+//! CUDA host, the firmware, aarch64), or that only run what the main lane built (the CUDA
+//! tests), run as a child `xtask lane NAME` beside the main lane, their output
 //! in a log that is printed when the lane is joined. On two cores this fills the time the main
 //! lane leaves a core idle (QEMU, test runs, links, downloads).
 //!
 //! A lane runs in its own process group and ends it when its parent is gone, so that a failing
 //! or killed main lane leaves no build running behind it.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -25,6 +27,11 @@ pub(crate) struct Lane {
 
 /// Starts `xtask lane NAME` with its output in `<build root>/logs/NAME.log`.
 pub(crate) fn spawn(name: &'static str) -> Lane {
+    spawn_with(name, &[])
+}
+
+/// Starts `xtask lane NAME ARGS…`, as [`spawn`].
+pub(crate) fn spawn_with(name: &'static str, args: &[&OsStr]) -> Lane {
     let logs = crate::cache::build_root().join("logs");
     let fail = |e: std::io::Error| -> ! {
         eprintln!("xtask: cannot start the {name} lane: {e}");
@@ -39,6 +46,7 @@ pub(crate) fn spawn(name: &'static str) -> Lane {
     let exe = std::env::current_exe().unwrap_or_else(|e| fail(e));
     let child = Command::new(exe)
         .args(["lane", name])
+        .args(args)
         .env(stages::LANE, name)
         .env(stages::STAGES_FILE, &stages_file)
         .env("CARGO_TERM_PROGRESS_WHEN", "never")
@@ -63,7 +71,15 @@ pub(crate) fn spawn(name: &'static str) -> Lane {
 
 impl Lane {
     /// Waits for the lane, prints its log and adds its stages to the table; exits on failure.
-    pub(crate) fn join(mut self) {
+    pub(crate) fn join(self) {
+        let name = self.name;
+        if !self.passed() {
+            crate::fail_exit(&format!("lane {name} failed"), 1);
+        }
+    }
+
+    /// Waits for the lane, prints its log and adds its stages to the table; whether it passed.
+    pub(crate) fn passed(mut self) -> bool {
         let waited = Instant::now();
         let status = self.child.wait().unwrap_or_else(|e| {
             eprintln!("xtask: lane {}: {e}", self.name);
@@ -82,9 +98,7 @@ impl Lane {
             self.name,
             self.start.elapsed().as_secs_f64()
         );
-        if !status.success() {
-            crate::fail_exit(&format!("lane {} failed ({status})", self.name), 1);
-        }
+        status.success()
     }
 }
 

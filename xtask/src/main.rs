@@ -3,11 +3,11 @@
 //! - `cargo xtask test`: every check of the project, as CI runs it (`.ci/run` calls this). It
 //!   installs what it needs (rustfmt, clippy, the no_std targets of the firmware's boards, the
 //!   aarch64 target, QEMU and the cross linker, the CUDA wheels, PyTorch for
-//!   `host/benches/torch_train.py`), builds in the cache of
-//!   [`cache`], lints the workspace as it builds every test once in the `ci` profile
-//!   ([`lint`]; optimized, overflow checks and debug assertions on), runs the CUDA host's, the firmware's and the aarch64 checks as background
-//!   [`lanes`], stops at the first failing check with its name, and ends with the [`stages`]
-//!   table.
+//!   `host/benches/torch_train.py`), builds in the cache of [`cache`], lints the workspace as it
+//!   builds every test once in the `ci` profile ([`lint`]; optimized, overflow checks and debug
+//!   assertions on), runs the CUDA host's build, the CUDA tests, the firmware's and the aarch64
+//!   checks as background [`lanes`], stops at the first failing check with its name, and ends
+//!   with the [`stages`] table.
 //! - `cargo xtask bench`: the core's step benchmarks, PyTorch's fused AdamW on the same sizes in
 //!   the same run, and the table of BENCHMARKS.md.
 //! - `cargo xtask firmware`: the firmware checks of `test` alone, see [`firmware`].
@@ -33,7 +33,6 @@ mod system;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -45,9 +44,6 @@ const CACHE_WARM: &str = "HOMEADAM_CACHE_WARM";
 
 /// When this process started (the wall time of the stage table).
 static START: OnceLock<Instant> = OnceLock::new();
-/// Tests passed and failed so far (from cargo's `test result:` lines).
-static PASSED: AtomicU64 = AtomicU64::new(0);
-static FAILED: AtomicU64 = AtomicU64::new(0);
 
 /// The workspace root (xtask's parent).
 pub(crate) fn root() -> PathBuf {
@@ -62,17 +58,9 @@ pub(crate) fn fail_exit(message: &str, code: i32) -> ! {
     eprintln!("xtask: {message}");
     if std::env::var_os(stages::LANE).is_none() {
         stages::print_table(START.get_or_init(Instant::now).elapsed().as_secs_f64());
-        print_totals();
+        stages::print_totals();
     }
     exit(code)
-}
-
-fn print_totals() {
-    println!(
-        "tests: {} passed, {} failed",
-        PASSED.load(Ordering::Relaxed),
-        FAILED.load(Ordering::Relaxed)
-    );
 }
 
 /// Runs `program args` as the stage `name`; whether it succeeded.
@@ -236,7 +224,8 @@ fn test() {
             1,
         ),
     }
-    // homeadam-cuda and homeadam-jetson run with NVRTC and their output shown (cuda::test).
+    // homeadam-cuda and homeadam-jetson run with NVRTC and their output shown, in a lane
+    // (cuda.rs).
     let tests = [
         "test",
         "--workspace",
@@ -247,15 +236,16 @@ fn test() {
         "--exclude",
         "homeadam-jetson",
     ];
+    let cuda_tests = cuda::spawn();
     stage_retrying("tests", &cache::workspace_target(), || run_tests("tests", &tests));
-    cuda::test();
     publish::check();
+    cuda::join(cuda_tests);
     aarch64.join();
     firmware.join();
     cuda.join();
     println!("\nxtask: every check passed");
     stages::print_table(START.get().expect("started").elapsed().as_secs_f64());
-    print_totals();
+    stages::print_totals();
 }
 
 /// Runs `cargo ARGS` (a `cargo test` of the workspace's target, with the compiler the tests were
@@ -289,9 +279,7 @@ pub(crate) fn run_counting(name: &str, mut command: Command) -> bool {
     }
     let status = child.wait().expect("the tests ran");
     let seconds = start.elapsed().as_secs_f64();
-    stages::record(name, seconds);
-    PASSED.fetch_add(passed, Ordering::Relaxed);
-    FAILED.fetch_add(failed, Ordering::Relaxed);
+    stages::record_tests(name, seconds, passed, failed);
     if status.success() {
         println!("== xtask: {name} ok ({seconds:.0} s)");
     } else {
@@ -409,6 +397,9 @@ fn main() {
                 }
                 Some("firmware") => firmware::boards(),
                 Some("aarch64") => aarch64::test(),
+                Some("cuda-tests") => {
+                    cuda::lane(&std::env::args().skip(3).collect::<Vec<_>>());
+                }
                 _ => usage(),
             }
         }

@@ -7,6 +7,7 @@
 //! Lanes overlap the main one, so the shares add up to more than 100 %.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// The variable naming the file a background lane appends its stages to.
@@ -22,6 +23,9 @@ struct Stage {
 }
 
 static STAGES: Mutex<Vec<Stage>> = Mutex::new(Vec::new());
+/// Tests passed and failed so far (from libtest's `test result:` lines), lanes' included.
+static PASSED: AtomicU64 = AtomicU64::new(0);
+static FAILED: AtomicU64 = AtomicU64::new(0);
 
 /// The lane this process runs.
 fn lane() -> String {
@@ -30,9 +34,16 @@ fn lane() -> String {
 
 /// Records a finished stage (in a background lane, also in its stages file).
 pub(crate) fn record(name: &str, seconds: f64) {
+    record_tests(name, seconds, 0, 0);
+}
+
+/// Records a finished stage that ran `passed` + `failed` tests, as [`record`].
+pub(crate) fn record_tests(name: &str, seconds: f64, passed: u64, failed: u64) {
+    PASSED.fetch_add(passed, Ordering::Relaxed);
+    FAILED.fetch_add(failed, Ordering::Relaxed);
     let lane = lane();
     if let Ok(path) = std::env::var(STAGES_FILE) {
-        let line = format!("{lane}\t{name}\t{seconds:.1}\n");
+        let line = format!("{lane}\t{name}\t{seconds:.1}\t{passed}\t{failed}\n");
         let written = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -56,15 +67,26 @@ pub(crate) fn read_lane_file(path: &std::path::Path) {
     };
     let mut stages = STAGES.lock().expect("stages");
     for line in text.lines() {
-        let mut fields = line.splitn(3, '\t');
-        if let (Some(lane), Some(name), Some(seconds)) = (fields.next(), fields.next(), fields.next()) {
+        let fields: Vec<&str> = line.split('\t').collect();
+        if let [lane, name, seconds, passed, failed] = fields[..] {
             stages.push(Stage {
                 lane: lane.into(),
                 name: name.into(),
                 seconds: seconds.parse().unwrap_or(0.0),
             });
+            PASSED.fetch_add(passed.parse().unwrap_or(0), Ordering::Relaxed);
+            FAILED.fetch_add(failed.parse().unwrap_or(0), Ordering::Relaxed);
         }
     }
+}
+
+/// Prints the tests passed and failed in every lane so far.
+pub(crate) fn print_totals() {
+    println!(
+        "tests: {} passed, {} failed",
+        PASSED.load(Ordering::Relaxed),
+        FAILED.load(Ordering::Relaxed)
+    );
 }
 
 /// Prints the table: stage, lane, seconds, share of `wall` seconds.
