@@ -124,7 +124,7 @@ fn decoder_target() -> PathBuf {
 }
 
 fn decoder() -> PathBuf {
-    decoder_target().join("release/homeadam-defmt-decode")
+    decoder_target().join("debug/homeadam-defmt-decode")
 }
 
 impl Board {
@@ -360,13 +360,13 @@ fn prepare() {
 }
 
 /// Builds the defmt decoder, from the root: the firmware's target config must not apply to
-/// this host tool.
+/// this host tool. Unoptimized (its manifest's dev profile): it decodes a few kilobytes per
+/// run, and an optimized build of its dependencies costs minutes of a cold run.
 fn build_decoder() {
     let target = decoder_target();
     let dir = target.to_string_lossy();
     let args = [
         "build",
-        "--release",
         "--manifest-path",
         "firmware/decoder/Cargo.toml",
         "--target-dir",

@@ -34,6 +34,38 @@ const LOGS: &str = "fuzz/target/logs";
 /// libFuzzer's seed: the same mutations on every run from the same corpus.
 const SEED: &str = "-seed=1";
 
+/// Lints the libFuzzer wrappers (their own workspace) in `target_dir`, on stable. Clippy links
+/// nothing, so libfuzzer-sys is given an empty archive (`CUSTOM_LIBFUZZER_PATH`) instead of
+/// compiling libFuzzer's C++.
+pub(crate) fn clippy(target_dir: &Path) {
+    let name = "clippy (fuzz)";
+    let dir = target_dir.to_string_lossy();
+    let args = [
+        &["clippy", "--target-dir", &dir],
+        PACKAGES,
+        &["--all-targets", "--", "-D", "warnings"],
+    ]
+    .concat();
+    let empty = target_dir.join("libfuzzer-empty.a");
+    crate::stage_retrying(name, target_dir, || {
+        let written = fs::create_dir_all(target_dir).and_then(|()| fs::write(&empty, "!<arch>\n"));
+        if let Err(e) = written {
+            crate::fail_exit(&format!("{name}: cannot write {}: {e}", empty.display()), 1);
+        }
+        println!("\n== xtask: {name}: cargo {}", args.join(" "));
+        let start = Instant::now();
+        let status = Command::new("cargo")
+            .args(&args)
+            .env("CUSTOM_LIBFUZZER_PATH", &empty)
+            .status()
+            .unwrap_or_else(|e| crate::fail_exit(&format!("cannot run cargo: {e}"), 1));
+        let seconds = start.elapsed().as_secs_f64();
+        crate::stages::record(name, seconds);
+        println!("== xtask: {name}: {status} ({seconds:.0} s)");
+        status.success()
+    });
+}
+
 /// Installs the nightly toolchain and cargo-fuzz when missing (not updated: a new nightly
 /// would rebuild every fuzz dependency).
 fn setup() {

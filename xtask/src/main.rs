@@ -157,21 +157,7 @@ fn test() {
         &[&["fmt"], fuzz::PACKAGES, &["--", "--check"]].concat(),
     );
     firmware::format();
-    // The fuzz targets' libFuzzer wrappers are their own workspace (cargo-fuzz, nightly).
-    let fuzz_target = cache.dir.join("fuzz");
-    let fuzz_target = fuzz_target.to_string_lossy();
-    stage_retrying("clippy (fuzz)", Path::new(&*fuzz_target), || {
-        try_run(
-            "clippy (fuzz)",
-            "cargo",
-            &[
-                &["clippy", "--target-dir", &fuzz_target],
-                fuzz::PACKAGES,
-                &["--all-targets", "--", "-D", "warnings"],
-            ]
-            .concat(),
-        )
-    });
+    fuzz::clippy(&cache.dir.join("fuzz"));
     cargo_stage(
         "no_std core",
         &["build", "-p", "homeadam-core", "--release", "--target", THUMB],
