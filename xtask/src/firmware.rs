@@ -30,7 +30,7 @@ struct Board {
     resume_check: bool,
 }
 
-const BOARDS: [Board; 7] = [
+const BOARDS: [Board; 8] = [
     Board {
         feature: "netduinoplus2",
         extra: "",
@@ -76,7 +76,7 @@ const BOARDS: [Board; 7] = [
         machine: "sifive_e",
         resume_check: false,
     },
-    // 8-bit optimizer state on the M4F and on a 16 KiB part.
+    // 8-bit optimizer state on the M4F and on both 16 KiB parts.
     Board {
         feature: "netduinoplus2",
         extra: "q8-state",
@@ -93,6 +93,15 @@ const BOARDS: [Board; 7] = [
         rustflags: "",
         qemu: "qemu-system-arm",
         machine: "microbit",
+        resume_check: false,
+    },
+    Board {
+        feature: "sifive-e",
+        extra: "q8-state",
+        target: "riscv32imac-unknown-none-elf",
+        rustflags: "",
+        qemu: "qemu-system-riscv32",
+        machine: "sifive_e",
         resume_check: false,
     },
 ];
