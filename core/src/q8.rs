@@ -469,8 +469,13 @@ fn encode_block<const UNSIGNED: bool>(src: &[f32], encode: BlockEncode, codes: &
 /// the decision needs only `(r · 2⁻²⁴) · (hi − lo)`: the real number `r · step[i]` with
 /// `step[i] = (hi − lo) · 2⁻²⁴` (exact, and normal), so it rounds to the same `f32` and the
 /// lanes skip a subtraction and a multiply. Below `bottom` (index 0) the bracket is
-/// `(u, 0, bottom)`. 16 entries each: one AVX-512 permute, two AVX2 ones.
-#[cfg(any(test, all(feature = "std", target_arch = "x86_64")))]
+/// `(u, 0, bottom)`. 16 entries each: one AVX-512 permute, two AVX2 ones, one NEON byte
+/// lookup over 64 bytes.
+#[cfg(any(
+    test,
+    all(feature = "std", target_arch = "x86_64"),
+    all(target_arch = "aarch64", target_feature = "neon")
+))]
 pub(crate) struct Lanes {
     /// Per bucket of w's top 4 mantissa bits, what adds the bucket's count into bit 23.
     pub buckets: [i32; 16],
@@ -494,14 +499,26 @@ pub(crate) struct Lanes {
 }
 
 /// [`Lanes`] of the unsigned map V.
-#[cfg(any(test, all(feature = "std", target_arch = "x86_64")))]
+#[cfg(any(
+    test,
+    all(feature = "std", target_arch = "x86_64"),
+    all(target_arch = "aarch64", target_feature = "neon")
+))]
 pub(crate) static UNSIGNED_LANES: Lanes = lanes::<256, 12>();
 
 /// [`Lanes`] of the signed map M.
-#[cfg(any(test, all(feature = "std", target_arch = "x86_64")))]
+#[cfg(any(
+    test,
+    all(feature = "std", target_arch = "x86_64"),
+    all(target_arch = "aarch64", target_feature = "neon")
+))]
 pub(crate) static SIGNED_LANES: Lanes = lanes::<128, 8>();
 
-#[cfg(any(test, all(feature = "std", target_arch = "x86_64")))]
+#[cfg(any(
+    test,
+    all(feature = "std", target_arch = "x86_64"),
+    all(target_arch = "aarch64", target_feature = "neon")
+))]
 const fn lanes<const N: usize, const K: usize>() -> Lanes {
     let frac = fractional_powers::<K>();
     let mut lanes = Lanes {

@@ -11,6 +11,10 @@
 //! - Stochastic rounding draws the random bits with the scalar multiplier (NEON has no 64-bit
 //!   multiply; aarch64's scalar one is as fast), eight at a time, and decides with the same IEEE
 //!   operations as [`Storage::from_f32_stochastic`] on eight lanes.
+//! - q8 blocks decode each map entry from its code (a byte lookup over the map's 16 fractional
+//!   powers, the octave subtracted from the exponent) and encode sixteen elements at a time with
+//!   [`crate::q8::Lanes`]' lookups and the 32-bit hash in four lanes: the bits of
+//!   [`crate::q8::dequantize`] and [`crate::q8::quantize`].
 
 use core::arch::aarch64::*;
 use core::arch::asm;
@@ -19,6 +23,7 @@ use half::{bf16, f16};
 
 use super::{half_bits, half_bits_mut, Convert, Portable};
 use crate::bits::stochastic_bits;
+use crate::q8::{BlockEncode, Lanes, Map, Q8Block, BLOCK, HASH_MULTIPLIERS, SIGNED_LANES, UNSIGNED_LANES};
 use crate::storage::{Dtype, Storage};
 
 /// The NEON conversions.
@@ -51,6 +56,243 @@ impl Convert for Neon {
             Some(bits) if T::DTYPE == Dtype::BF16 => store_stochastic::<Bf16Lanes>(src, bits, key, first),
             Some(bits) => store_stochastic::<F16Lanes>(src, bits, key, first),
             None => Portable.store_stochastic(src, dst, key, first),
+        }
+    }
+
+    #[inline(always)]
+    fn load_q8(self, block: &Q8Block, map: Map, dst: &mut [f32]) {
+        match map {
+            Map::Unsigned => load_q8::<true>(block, dst),
+            Map::Signed => load_q8::<false>(block, dst),
+        }
+    }
+
+    #[inline(always)]
+    fn store_q8(self, src: &[f32], map: Map, slot_key: u64, first: usize, block: &mut Q8Block) {
+        let Some(encode) = BlockEncode::start(src, slot_key, first, block) else {
+            return;
+        };
+        match map {
+            Map::Unsigned => store_q8::<true>(src, encode, &mut block.codes),
+            Map::Signed => store_q8::<false>(src, encode, &mut block.codes),
+        }
+    }
+}
+
+/// [`Convert::load_q8`]: sixteen codes at a time, each map entry computed from its code
+/// ([`map_entry`]; its magnitude's on the signed map, whose bit 7 becomes the sign bit), times
+/// the scale; the same multiply, operand for operand, as [`crate::q8::dequantize`].
+#[inline(always)]
+fn load_q8<const UNSIGNED: bool>(block: &Q8Block, dst: &mut [f32]) {
+    let (lanes, map) = if UNSIGNED {
+        (&UNSIGNED_LANES, Map::Unsigned)
+    } else {
+        (&SIGNED_LANES, Map::Signed)
+    };
+    let n = dst.len().min(BLOCK);
+    let whole = n / 16 * 16;
+    // SAFETY: NEON is part of this target; every load and store lies within the first `whole`
+    // codes and elements.
+    unsafe {
+        let powers = table16(&lanes.powers);
+        let scale = vdupq_n_f32(block.scale);
+        for (out, codes) in dst[..whole]
+            .chunks_exact_mut(16)
+            .zip(block.codes.chunks_exact(16))
+        {
+            let c = vld1q_u8(codes.as_ptr());
+            let (low, high) = (vmovl_u8(vget_low_u8(c)), vmovl_high_u8(c));
+            let quarters = [
+                vmovl_u16(vget_low_u16(low)),
+                vmovl_high_u16(low),
+                vmovl_u16(vget_low_u16(high)),
+                vmovl_high_u16(high),
+            ];
+            for (k, c) in quarters.into_iter().enumerate() {
+                let t = if UNSIGNED {
+                    map_entry(lanes, powers, c)
+                } else {
+                    let sign = vshlq_n_u32::<24>(vandq_u32(c, vdupq_n_u32(0x80)));
+                    let m = map_entry(lanes, powers, vandq_u32(c, vdupq_n_u32(0x7f)));
+                    vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(m), sign))
+                };
+                vst1q_f32(out.as_mut_ptr().add(4 * k), vmulq_f32(t, scale));
+            }
+        }
+    }
+    for (d, &c) in dst[whole..n].iter_mut().zip(&block.codes[whole..]) {
+        *d = map.value(c) * block.scale;
+    }
+}
+
+/// `table[j]` for each lane's index `j < N`: `2^−q · powers[r]` for `N − 1 − j = K · q + r`,
+/// the power of two subtracted from the exponent (every entry is normal), so exactly the
+/// table's `f32`; 0 for `j = 0`.
+///
+/// # Safety
+/// NEON is available (it is part of every target this module compiles for).
+#[inline(always)]
+unsafe fn map_entry(lanes: &Lanes, powers: uint8x16x4_t, j: uint32x4_t) -> float32x4_t {
+    let k = lanes.per_octave as u32;
+    let n = vsubq_u32(vdupq_n_u32((lanes.offset + 127 * lanes.per_octave) as u32), j);
+    let q = vshrq_n_u32::<11>(vmulq_n_u32(n, lanes.reciprocal as u32));
+    let r = vsubq_u32(n, vmulq_n_u32(q, k));
+    let power = vreinterpretq_u32_f32(lookup16(powers, r));
+    let entry = vsubq_u32(power, vshlq_n_u32::<23>(q));
+    vreinterpretq_f32_u32(vbicq_u32(entry, vceqzq_u32(j)))
+}
+
+/// The codes of `src` in the block `encode` starts, with the unsigned map or the signed one:
+/// [`Encoder::codes`] sixteen elements at a time (four vectors, narrowed to one of bytes), the
+/// scalar encode for the tail.
+#[inline(always)]
+fn store_q8<const UNSIGNED: bool>(src: &[f32], encode: BlockEncode, codes: &mut [u8; BLOCK]) {
+    let n = src.len().min(BLOCK);
+    let mut i = 0;
+    // SAFETY: NEON is part of this target; i + 16 ≤ n ≤ both lengths.
+    unsafe {
+        let encoder = Encoder::new(if UNSIGNED { &UNSIGNED_LANES } else { &SIGNED_LANES }, encode);
+        let lane = vld1q_u32([0, 1, 2, 3].as_ptr());
+        while i + 16 <= n {
+            let quarter = |k: usize| {
+                let element = vaddq_u32(vdupq_n_u32(encode.first.wrapping_add((i + 4 * k) as u32)), lane);
+                let x = vld1q_f32(src.as_ptr().add(i + 4 * k));
+                vmovn_u32(encoder.codes::<UNSIGNED>(x, encoder.random_bits(element)))
+            };
+            let low = vcombine_u16(quarter(0), quarter(1));
+            let high = vcombine_u16(quarter(2), quarter(3));
+            vst1q_u8(
+                codes.as_mut_ptr().add(i),
+                vcombine_u8(vmovn_u16(low), vmovn_u16(high)),
+            );
+            i += 16;
+        }
+    }
+    let map = if UNSIGNED { Map::Unsigned } else { Map::Signed };
+    for j in i..n {
+        codes[j] = encode.code(map, src[j], j);
+    }
+}
+
+/// A 16-entry `f32` table as the 64 bytes of one `vqtbl4q_u8` lookup.
+///
+/// # Safety
+/// NEON is available (it is part of every target this module compiles for).
+#[inline(always)]
+unsafe fn table16(entries: &[f32; 16]) -> uint8x16x4_t {
+    let bytes = entries.as_ptr().cast::<u8>();
+    uint8x16x4_t(
+        vld1q_u8(bytes),
+        vld1q_u8(bytes.add(16)),
+        vld1q_u8(bytes.add(32)),
+        vld1q_u8(bytes.add(48)),
+    )
+}
+
+/// `table[index & 15]` in each lane: the lane's four bytes looked up at `4i`, …, `4i + 3`
+/// (each byte's index computed without a carry into the next, since `4i + 3 < 64`).
+///
+/// # Safety
+/// NEON is available (it is part of every target this module compiles for).
+#[inline(always)]
+unsafe fn lookup16(table: uint8x16x4_t, index: uint32x4_t) -> float32x4_t {
+    let first = vshlq_n_u32::<2>(vandq_u32(index, vdupq_n_u32(15)));
+    let bytes = vaddq_u32(vmulq_n_u32(first, 0x0101_0101), vdupq_n_u32(0x0302_0100));
+    vreinterpretq_f32_u8(vqtbl4q_u8(table, vreinterpretq_u8_u32(bytes)))
+}
+
+/// One block's encode in four lanes: its [`BlockEncode`] and its map's [`Lanes`] broadcast.
+struct Encoder {
+    a: float32x4_t,
+    sigma: float32x4_t,
+    iota: float32x4_t,
+    k0: uint32x4_t,
+    k1: uint32x4_t,
+    buckets: uint8x16x4_t,
+    lo: uint8x16x4_t,
+    step: uint8x16x4_t,
+    bottom: float32x4_t,
+    bottom_step: float32x4_t,
+    per_octave: u32,
+    offset: uint32x4_t,
+}
+
+impl Encoder {
+    /// # Safety
+    /// NEON is available (it is part of every target this module compiles for).
+    #[inline(always)]
+    unsafe fn new(lanes: &Lanes, encode: BlockEncode) -> Self {
+        let d = encode.divisor;
+        let buckets = lanes.buckets.map(|b| f32::from_bits(b as u32));
+        Encoder {
+            a: vdupq_n_f32(d.a),
+            sigma: vdupq_n_f32(d.sigma),
+            iota: vdupq_n_f32(d.iota),
+            k0: vdupq_n_u32(encode.key.lo),
+            k1: vdupq_n_u32(encode.key.hi),
+            buckets: table16(&buckets),
+            lo: table16(&lanes.lo),
+            step: table16(&lanes.step),
+            bottom: vdupq_n_f32(lanes.bottom),
+            bottom_step: vdupq_n_f32(lanes.bottom_step),
+            per_octave: lanes.per_octave as u32,
+            // Negative: added with wrap-around, as a 32-bit lane does.
+            offset: vdupq_n_u32(lanes.offset as u32),
+        }
+    }
+
+    /// The 24 bits of [`crate::q8::Map::random_bits`] of each lane's element (its index's low
+    /// half).
+    ///
+    /// # Safety
+    /// NEON is available (it is part of every target this module compiles for).
+    #[inline(always)]
+    unsafe fn random_bits(&self, element: uint32x4_t) -> uint32x4_t {
+        let x = veorq_u32(element, self.k0);
+        let x = veorq_u32(x, vshrq_n_u32::<16>(x));
+        let x = vmulq_n_u32(x, HASH_MULTIPLIERS[0]);
+        let x = veorq_u32(veorq_u32(x, vshrq_n_u32::<15>(x)), self.k1);
+        let x = vmulq_n_u32(x, HASH_MULTIPLIERS[1]);
+        vshrq_n_u32::<8>(veorq_u32(x, vshrq_n_u32::<16>(x)))
+    }
+
+    /// The code of each lane's `x` rounded with its 24 bits `r`: the quotient, the index and the
+    /// decision of the scalar encode, each product rounded from the same real number (see
+    /// [`Lanes`]).
+    ///
+    /// # Safety
+    /// NEON is available (it is part of every target this module compiles for).
+    #[inline(always)]
+    unsafe fn codes<const UNSIGNED: bool>(&self, x: float32x4_t, r: uint32x4_t) -> uint32x4_t {
+        let m_bits = vandq_u32(vreinterpretq_u32_f32(x), vdupq_n_u32(0x7fff_ffff));
+        let m = vreinterpretq_f32_u32(m_bits);
+        let quotient = vmulq_f32(vmulq_f32(m, self.sigma), self.iota);
+        let u = vbslq_f32(vceqq_f32(m, self.a), vdupq_n_f32(1.0), quotient);
+        let u_bits = vreinterpretq_u32_f32(u);
+        let mant = vandq_u32(u_bits, vdupq_n_u32(0x007f_ffff));
+        // The bucket is the mantissa's top 4 bits: bits 19 to 22 of u.
+        let carry = vreinterpretq_u32_f32(lookup16(self.buckets, vshrq_n_u32::<19>(u_bits)));
+        let i = vshrq_n_u32::<23>(vaddq_u32(mant, carry));
+        let octave = vmulq_n_u32(vshrq_n_u32::<23>(u_bits), self.per_octave);
+        let j = vaddq_u32(vaddq_u32(octave, i), self.offset);
+        // At and above bottom, the bracket unscaled by the octave; below, (u, 0, bottom).
+        let inside = vcgeq_f32(u, self.bottom);
+        let w = vreinterpretq_f32_u32(vorrq_u32(mant, vdupq_n_u32(126 << 23)));
+        let v = vbslq_f32(inside, w, u);
+        let lo = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(lookup16(self.lo, i)), inside));
+        let step = vbslq_f32(inside, lookup16(self.step, i), self.bottom_step);
+        let j = vandq_u32(j, inside);
+        let step = vmulq_f32(vcvtq_f32_u32(r), step);
+        let up = vcltq_f32(step, vsubq_f32(v, lo));
+        // The mask is all ones (−1) where true.
+        let j = vsubq_u32(j, up);
+        if UNSIGNED {
+            // A nonzero x never rounds to 0.
+            vmaxq_u32(j, vbicq_u32(vdupq_n_u32(1), vceqzq_u32(m_bits)))
+        } else {
+            // Negative x with a nonzero code; −0 has the sign bit but code 0.
+            let sign = vandq_u32(vshrq_n_u32::<24>(vreinterpretq_u32_f32(x)), vdupq_n_u32(0x80));
+            vorrq_u32(j, vbicq_u32(sign, vceqzq_u32(j)))
         }
     }
 }
@@ -239,7 +481,7 @@ unsafe fn bf16_nearest(x: float32x4_t) -> uint32x4_t {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::check_convert;
+    use super::super::tests::{check_convert, check_q8};
     use super::*;
 
     #[test]
@@ -247,6 +489,11 @@ mod tests {
         check_convert::<bf16, _>(Neon);
         check_convert::<f16, _>(Neon);
         check_convert::<f32, _>(Neon);
+    }
+
+    #[test]
+    fn neon_q8_is_the_scalar_encode() {
+        check_q8(Neon);
     }
 
     /// The FPCR the f16 conversions are proven under: round to nearest even (RMode, bits 23:22),
