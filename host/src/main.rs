@@ -17,7 +17,7 @@ use homeadam_host::train::bench::{bench_train, BenchOptions};
 use homeadam_host::train::experiments::{BuildOptions, Experiment};
 use homeadam_host::train::run::RunSettings;
 use homeadam_host::train::runner::{outcome, run_experiment, ExperimentOutcome, ExperimentRun};
-use homeadam_host::train::stability::{matched_loss, run_stability, StabilityOptions};
+use homeadam_host::train::stability::{matched_loss, run_stability, ReplacedRun, StabilityOptions};
 
 #[derive(Parser)]
 #[command(
@@ -78,10 +78,11 @@ enum Command {
     /// the same seed on data sets that differ in one example, and their loss gaps, after every
     /// epoch (CSV and figure). Offline on the shipped digits by default.
     Stability {
-        /// digits-mlp or cifar10-vgg16.
+        /// digits-mlp, digits-cnn, wikitext2-quick or cifar10-vgg16.
         #[arg(long, default_value = "digits-mlp")]
         experiment: String,
-        /// An offline copy of CIFAR-10 (default: the cache, downloading what is missing).
+        /// An offline copy of CIFAR-10 (default: the cache, downloading what is missing) or of
+        /// WikiText-2 for wikitext2-quick (default: the shipped one).
         #[arg(long)]
         data_dir: Option<PathBuf>,
         /// A CPU-sized VGG (widths / 16).
@@ -104,10 +105,24 @@ enum Command {
         /// sweep`: stability at the tuned settings.
         #[arg(long)]
         preset: Option<PathBuf>,
-        /// The example of S that S⁽ⁱ⁾ replaces.
-        #[arg(long, default_value_t = 0)]
-        replace: usize,
-        /// Seed of initialisation and data order.
+        /// The examples of S that the S⁽ⁱ⁾ replace, comma-separated (e.g. 0,72,144): θ(S) is
+        /// trained once, each S⁽ⁱ⁾ beside it; with several, RUN_DIR/replace<i>/ per example.
+        /// On wikitext2-quick an example is one window of one column, in stream order.
+        #[arg(long, value_delimiter = ',', default_value = "0")]
+        replace: Vec<usize>,
+        /// At most this many minibatches per epoch (on wikitext2-quick, S is the windows they
+        /// read).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        max_batches: Option<u64>,
+        /// A row every this many minibatches instead of after every epoch (it must divide an
+        /// epoch's minibatches); a row's `epoch` column then counts rows.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        every_batches: Option<u64>,
+        /// Score the losses on the leading minibatches of S and of the test split holding at
+        /// least N predictions (examples, or tokens for the LM) instead of all of them.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        eval_subset: Option<u64>,
+        /// Seed of initialisation, data order and dropout.
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// The run directory.
@@ -445,23 +460,34 @@ fn presets(departures: bool) -> Result<()> {
 }
 
 fn stability(o: &StabilityOptions) -> Result<()> {
-    let (rows, figures) = run_stability(o)?;
+    let (runs, figures) = run_stability(o)?;
+    for run in &runs {
+        stability_table(o, run);
+    }
+    for f in figures {
+        println!("figure: {}", f.display());
+    }
+    Ok(())
+}
+
+/// The last rows, and those at the matched training loss, against one S⁽ⁱ⁾.
+fn stability_table(o: &StabilityOptions, run: &ReplacedRun) {
+    let rows = &run.summaries;
+    let s = match o.experiment {
+        Experiment::WikiText2Quick => "the windows trained on; S(i): window {} replaced by the stream's last",
+        _ => "the training split but its last example; S(i): example {} replaced by it",
+    };
     println!(
-        "\nstability on {} (S: the training split but its last example; S(i): example {} replaced by it)\n",
+        "\nstability on {} (S: {})\n",
         o.experiment.name(),
-        o.replace
+        s.replace("{}", &run.replace.to_string())
     );
+    // With --every-batches a row is not an epoch.
+    let unit = if o.every_batches.is_some() { "row" } else { "epoch" };
     let width = rows.iter().map(|r| r.optimizer.len()).max().unwrap_or(0).max(9);
     println!(
         "{:<width$} {:>6} {:>14} {:>12} {:>11} {:>11} {:>11} {:>11}",
-        "optimizer",
-        "epoch",
-        "|θ(S)-θ(Si)|",
-        "/ |θ(S)-θ0|",
-        "train loss",
-        "train gap",
-        "test gap",
-        "gen. gap"
+        "optimizer", unit, "|θ(S)-θ(Si)|", "/ |θ(S)-θ0|", "train loss", "train gap", "test gap", "gen. gap"
     );
     let line = |name: &str, l: &StabilityRecord| {
         let or_dash = |x: Option<f64>, digits: usize| x.map_or("-".to_string(), |x| format!("{x:.digits$}"));
@@ -476,21 +502,19 @@ fn stability(o: &StabilityOptions) -> Result<()> {
             l.generalization_gap
         );
     };
-    for r in &rows {
+    for r in rows {
         line(&r.optimizer, r.last());
     }
-    if let Some(loss) = matched_loss(&rows) {
-        println!("\nat the first epoch with training loss <= {loss:.4}, the loss every optimizer reached:\n");
-        for r in &rows {
+    if let Some(loss) = matched_loss(rows) {
+        println!(
+            "\nat the first {unit} with training loss <= {loss:.4}, the loss every optimizer reached:\n"
+        );
+        for r in rows {
             if let Some(l) = r.at_loss(loss) {
                 line(&r.optimizer, l);
             }
         }
     }
-    for f in figures {
-        println!("figure: {}", f.display());
-    }
-    Ok(())
 }
 
 fn train(a: TrainArgs) -> Result<()> {
@@ -616,11 +640,15 @@ fn main() -> ExitCode {
             epochs,
             preset,
             replace,
+            max_batches,
+            every_batches,
+            eval_subset,
             seed,
             out,
             quiet,
             device,
         } => Experiment::from_name(&experiment).and_then(|experiment| {
+            let count = |n: Option<u64>| n.map(usize::try_from).transpose();
             stability(&StabilityOptions {
                 experiment,
                 data_dir,
@@ -632,6 +660,9 @@ fn main() -> ExitCode {
                 epochs,
                 seed,
                 replace,
+                max_batches: count(max_batches)?,
+                every_batches: count(every_batches)?,
+                eval_subset: count(eval_subset)?,
                 out_dir: out,
                 progress: !quiet,
                 device: device.open()?,

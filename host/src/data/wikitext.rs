@@ -280,6 +280,16 @@ pub fn batchify(ids: &[u32], batch: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
+/// The stream that [`batchify`] cuts into the first `rows` tokens of each of the `columns`
+/// columns of `batchify(ids, columns)` (`rows` at most a column's length): a run that trains
+/// on the first windows of each column only, as a stream of its own.
+pub fn leading_rows(ids: &[u32], columns: usize, rows: usize) -> Vec<u32> {
+    batchify(ids, columns)
+        .into_iter()
+        .flat_map(|c| c.into_iter().take(rows))
+        .collect()
+}
+
 /// One training window over the columns: `input[b][t]` is column `b` at `start + t`, and
 /// `target[b][t]` the token after it. Both are row-major `batch × len` (batch first).
 #[derive(Clone, Debug, PartialEq, Eq)]

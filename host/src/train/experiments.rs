@@ -13,7 +13,7 @@
 //! Every choice besides the data and the model sizes (augmentation, sequence length,
 //! vocabulary, VGG variant, …) is read from the experiment's preset protocol.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
@@ -288,31 +288,10 @@ impl Experiment {
                 (factory, Box::new(data))
             }
             Experiment::WikiText2Quick => {
-                let dir = o
-                    .data_dir
-                    .clone()
-                    .unwrap_or_else(|| crate::data::shipped_dir().join("wikitext-2"));
-                let read = |split| -> Result<String> {
-                    let path = wikitext::locate(Corpus::WikiText2, split, Some(&dir))?;
-                    std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
-                };
-                let valid = read(TextSplit::Valid)?;
-                let vocab = match vocabulary()? {
-                    Vocabulary { max_words: Some(n) } => Vocab::most_frequent(&valid, n),
-                    Vocabulary { max_words: None } => Vocab::build(&valid),
-                };
-                let mut train = wikitext::encode(&valid, &vocab)?.ids;
-                let test = match validation {
-                    None => {
-                        let mut test = wikitext::encode(&read(TextSplit::Test)?, &vocab)?.ids;
-                        test.truncate(QUICK_TEST_TOKENS);
-                        test
-                    }
-                    // The stream's tail, so that no window spans both parts.
-                    Some(f) => train.split_off(train.len() - (train.len() as f64 * f).round() as usize),
-                };
-                let data = LanguageData::new(&train, &test, vocab.len(), batch, bptt()?, &dev)?;
-                let config = TransformerConfig::tiny(vocab.len());
+                let tokens = quick_lm_tokens(o.data_dir.as_deref(), vocabulary()?, validation)?;
+                let data =
+                    LanguageData::new(&tokens.train, &tokens.test, tokens.vocab, batch, bptt()?, &dev)?;
+                let config = TransformerConfig::tiny(tokens.vocab);
                 let factory: ModelFactory =
                     Box::new(move |seed| Ok(Box::new(TransformerLm::new(config, seed, &dev)?)));
                 (factory, Box::new(data))
@@ -327,6 +306,54 @@ impl Experiment {
             preset,
         })
     }
+}
+
+/// The offline LM's token streams (`wikitext2-quick`).
+pub(crate) struct QuickLmTokens {
+    /// The training stream: the shipped validation split (but its tail, with a validation
+    /// fraction).
+    pub train: Vec<u32>,
+    /// The first [`QUICK_TEST_TOKENS`] of the test split, or the validation tail.
+    pub test: Vec<u32>,
+    /// The vocabulary's size.
+    pub vocab: usize,
+}
+
+/// Reads and encodes `wikitext2-quick`'s streams from `data_dir` (default: the shipped copy),
+/// the vocabulary built from the training stream as `vocabulary` says.
+pub(crate) fn quick_lm_tokens(
+    data_dir: Option<&Path>,
+    vocabulary: Vocabulary,
+    validation: Option<f64>,
+) -> Result<QuickLmTokens> {
+    let dir = data_dir.map_or_else(
+        || crate::data::shipped_dir().join("wikitext-2"),
+        Path::to_path_buf,
+    );
+    let read = |split| -> Result<String> {
+        let path = wikitext::locate(Corpus::WikiText2, split, Some(&dir))?;
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+    };
+    let valid = read(TextSplit::Valid)?;
+    let vocab = match vocabulary {
+        Vocabulary { max_words: Some(n) } => Vocab::most_frequent(&valid, n),
+        Vocabulary { max_words: None } => Vocab::build(&valid),
+    };
+    let mut train = wikitext::encode(&valid, &vocab)?.ids;
+    let test = match validation {
+        None => {
+            let mut test = wikitext::encode(&read(TextSplit::Test)?, &vocab)?.ids;
+            test.truncate(QUICK_TEST_TOKENS);
+            test
+        }
+        // The stream's tail, so that no window spans both parts.
+        Some(f) => train.split_off(train.len() - (train.len() as f64 * f).round() as usize),
+    };
+    Ok(QuickLmTokens {
+        train,
+        test,
+        vocab: vocab.len(),
+    })
 }
 
 /// A protocol choice an experiment of this kind needs ([`Preset::load`] checks that the preset
