@@ -2,9 +2,13 @@
 """Summarises many `homeadam stability` runs of the same optimizers, one per (seed, replaced
 example), as a Markdown table.
 
-    scripts/stability_summary.py RUN_DIR...
+    scripts/stability_summary.py [--csv RUNS_CSV] RUN_DIR...
 
-Each RUN_DIR holds `<optimizer>/stability.csv` and is named `seed<S>-replace<I>`. Per run,
+A run is a folder holding `<optimizer>/stability.csv`: a RUN_DIR itself (named
+`seed<S>-replace<I>`, one replaced example per command) or each of its `replace<I>` folders
+(`--replace I,J,…`, the RUN_DIR's path naming `seed<S>`); the seed and the replaced example
+are read from the run's `stability.json` when it has one, else from the path. Folders of one
+seed and replaced example from commands with other optimizers join into one run. Per run,
 two readings: the distance ‖θ(S) − θ(S⁽ⁱ⁾)‖ after the last epoch, and the distance at the
 training loss every optimizer of the run reached (the largest of their smallest losses),
 interpolated linearly between the two epochs whose losses bracket it (the first epoch's value
@@ -12,8 +16,14 @@ when the first epoch is already below it). A seed is the unit of the interval: e
 runs are averaged over the replaced examples first, so the interval has (seeds − 1) degrees of
 freedom; the replaced examples only make each seed's value less noisy. Each optimizer is also
 compared with adamw-srf run by run (same seed and replaced example).
+
+`--csv RUNS_CSV` also writes every run's rows, one line per (seed, replaced example, optimizer,
+row): `seed,replace,optimizer,epoch,step,param_distance,travelled,train_loss,min_v_hat`, where
+`step` is the minibatches trained when the row was written and `min_v_hat` the smallest ρ =
+min v̂ the optimizer's steps on S reported (both from `stability.json`; empty without one).
 """
 import csv
+import json
 import math
 import os
 import re
@@ -54,19 +64,72 @@ def estimate(values):
     return f"{mean:.4f} ± {std:.4f}", f"[{low}, {mean + h:.4f}]"
 
 
-def main(dirs):
+def optimizers(d):
+    return [o for o in sorted(os.listdir(d)) if os.path.exists(os.path.join(d, o, "stability.csv"))]
+
+
+def runs_in(dirs):
+    """Every run under the arguments, by (seed, replaced example): each optimizer's
+    stability.csv, and what the runs' stability.json say (steps per row, min v̂ per optimizer).
+    Folders of the same seed and replaced example from several commands (other optimizers)
+    join into one run."""
+    found = {}
+    for d in dirs:
+        runs = [d] if optimizers(d) else [
+            os.path.join(d, r) for r in sorted(os.listdir(d)) if re.fullmatch(r"replace\d+", r)
+        ]
+        if not runs:
+            sys.exit(f"{d}: no <optimizer>/stability.csv and no replace<I> folder")
+        for r in runs:
+            meta_path = os.path.join(r, "stability.json")
+            meta = json.load(open(meta_path)) if os.path.exists(meta_path) else {}
+            seed = meta.get("seed", None)
+            replace = meta.get("replace", None)
+            if seed is None or replace is None:
+                seed = int(re.findall(r"seed(\d+)", r)[-1])
+                replace = int(re.findall(r"replace(\d+)", r)[-1])
+            run = found.setdefault((seed, replace), {"csv": {}, "per_row": {}, "min_v_hat": {}})
+            for o in optimizers(r):
+                if o in run["csv"]:
+                    sys.exit(f"{r}: {o} of seed {seed}, example {replace} is also in {run['csv'][o]}")
+                run["csv"][o] = os.path.join(r, o, "stability.csv")
+                run["per_row"][o] = meta.get("steps_per_row")
+                run["min_v_hat"][o] = meta.get("min_v_hat", {}).get(o)
+    return found
+
+
+def write_runs(path, runs):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["seed", "replace", "optimizer", "epoch", "step", "param_distance", "travelled",
+                    "train_loss", "min_v_hat"])
+        for (seed, replace), run in sorted(runs.items()):
+            for o, path_in in sorted(run["csv"].items()):
+                per_row, v = run["per_row"][o], run["min_v_hat"][o]
+                with open(path_in) as f_in:
+                    for r in csv.DictReader(f_in):
+                        epoch = int(r["epoch"])
+                        w.writerow([seed, replace, o, epoch, "" if per_row is None else epoch * per_row,
+                                    r["param_distance"], r["travelled"], r["train_loss"],
+                                    "" if v is None else f"{v:.6g}"])
+
+
+def main(args):
+    csv_out = None
+    if args[:1] == ["--csv"]:
+        csv_out, args = args[1], args[2:]
+    found = runs_in(args)
+    if csv_out:
+        write_runs(csv_out, found)
     last = defaultdict(lambda: defaultdict(list))  # optimizer -> seed -> values
     matched = defaultdict(lambda: defaultdict(list))
     losses = defaultdict(list)
     names = []
-    for d in dirs:
-        seed = int(re.search(r"seed(\d+)-replace\d+", d).group(1))
-        curves = {
-            o: rows(os.path.join(d, o, "stability.csv"))
-            for o in sorted(os.listdir(d))
-            if os.path.exists(os.path.join(d, o, "stability.csv"))
-        }
+    for (seed, _), run in sorted(found.items()):
+        curves = {o: rows(p) for o, p in sorted(run["csv"].items())}
         names = names or list(curves)
+        if list(curves) != names:
+            sys.exit(f"seed {seed}: optimizers {list(curves)}, not {names} as the first run")
         loss = max(min(r["train_loss"] for r in c) for c in curves.values())
         losses[seed].append(loss)
         for o, c in curves.items():
