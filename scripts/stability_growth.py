@@ -9,10 +9,11 @@ param_distance,…`, with `step` and `min_v_hat` when the runs wrote `stability.
 preset file the runs read (a sweep's `best.json`), for ε; STEPS_PER_ROW the minibatches per row
 for a RUNS_CSV without a `step` column (an epoch's, for rows written after every epoch).
 
-Per optimizer, the mean distance over every (seed, replaced example) at T₁ (the first row), 2T₁,
-4T₁, … and the last row; the mean per-step growth of its logarithm between the first and the
-last row, (ln d̄(T_last) − ln d̄(T₁)) / (T_last − T₁), and its growth against ln T, the α of
-d̄ ∝ T^α between the same rows; and the per-step growth of the bound, whose
+Per optimizer, the mean distance over every (seed, replaced example) at the first row's T, twice
+it, four times, … and at the last row; the mean per-step growth of its logarithm from the first
+row at which every run's distance is above 0 (every run has read its replaced example: the LM
+reads its windows in order) to the last, (ln d̄(T_last) − ln d̄(T₁)) / (T_last − T₁), and its
+growth against ln T, the α of d̄ ∝ T^α between the same rows; and the per-step growth of the bound, whose
 logarithm grows by 2 ln(1/ρ̂) per step. ρ̂ = min v̂ + ε with min v̂ the smallest ρ the
 optimizer's steps reported over all runs (0 when the CSV has none: marked *); rules without a
 second moment (SGDM) have no ρ̂.
@@ -44,12 +45,15 @@ def task(arg):
     print(f"### {label}\n")
     print("| optimizer | d̄ at T = " + " | ".join(
         f"{t}" for t in marks(sorted(next(iter(curves.values()))))) +
-        " | per-step growth of ln d̄ | α | ρ̂ = min v̂ + ε | bound's per-step growth 2 ln(1/ρ̂) |")
-    print("|---|" + "---:|" * (len(marks(sorted(next(iter(curves.values()))))) + 4))
+        " | from T | per-step growth of ln d̄ | α | ρ̂ = min v̂ + ε | bound's per-step growth 2 ln(1/ρ̂) |")
+    print("|---|" + "---:|" * (len(marks(sorted(next(iter(curves.values()))))) + 5))
     for o in sorted(curves):
         steps = sorted(curves[o])
         mean = {t: sum(curves[o][t]) / len(curves[o][t]) for t in steps}
-        t1, tn = steps[0], steps[-1]
+        # From the first row at which every run has seen its replaced example (the LM's windows
+        # come in order, so a window late in the epoch is first read late).
+        t1 = next((t for t in steps if min(curves[o][t]) > 0), steps[-1])
+        tn = steps[-1]
         growth = (math.log(mean[tn]) - math.log(mean[t1])) / (tn - t1) if tn > t1 and mean[t1] > 0 else math.nan
         alpha = (math.log(mean[tn]) - math.log(mean[t1])) / math.log(tn / t1) if tn > t1 and mean[t1] > 0 else math.nan
         e = eps.get(o)
@@ -61,7 +65,7 @@ def task(arg):
             rho = f"{r:.3g}" + ("" if v is not None else "*")
             bound = f"{2 * math.log(1 / r):.2f}"
         cells = " | ".join(f"{mean[t]:.4g}" for t in marks(steps))
-        print(f"| {o} | {cells} | {growth:.4f} | {alpha:.2f} | {rho} | {bound} |")
+        print(f"| {o} | {cells} | {t1} | {growth:.4f} | {alpha:.2f} | {rho} | {bound} |")
     print()
 
 
