@@ -188,21 +188,13 @@ fn cargo_in(name: &str, target_dir: &Path, args: &[&str]) {
     let (head, tail) = args.split_at(args.iter().position(|&a| a == "--").unwrap_or(args.len()));
     let args = [head, &["--target-dir", &dir], tail].concat();
     stage_retrying(name, target_dir, || {
-        println!("\n== xtask: {name}: (cd firmware && cargo {})", args.join(" "));
-        let start = Instant::now();
-        let ok = Command::new("cargo")
-            .args(&args)
-            .current_dir(crate::root().join("firmware"))
-            .env_remove("CARGO_TARGET_DIR")
-            .status()
-            .is_ok_and(|s| s.success());
-        let seconds = start.elapsed().as_secs_f64();
-        stages::record(name, seconds);
-        match ok {
-            true => println!("== xtask: {name} ok ({seconds:.0} s)"),
-            false => eprintln!("xtask: {name} failed"),
-        }
-        ok
+        crate::try_command(
+            name,
+            Command::new("cargo")
+                .args(&args)
+                .current_dir(crate::root().join("firmware"))
+                .env_remove("CARGO_TARGET_DIR"),
+        )
     });
 }
 

@@ -52,17 +52,12 @@ pub(crate) fn clippy(target_dir: &Path) {
         if let Err(e) = written {
             crate::fail_exit(&format!("{name}: cannot write {}: {e}", empty.display()), 1);
         }
-        println!("\n== xtask: {name}: cargo {}", args.join(" "));
-        let start = Instant::now();
-        let status = Command::new("cargo")
-            .args(&args)
-            .env("CUSTOM_LIBFUZZER_PATH", &empty)
-            .status()
-            .unwrap_or_else(|e| crate::fail_exit(&format!("cannot run cargo: {e}"), 1));
-        let seconds = start.elapsed().as_secs_f64();
-        crate::stages::record(name, seconds);
-        println!("== xtask: {name}: {status} ({seconds:.0} s)");
-        status.success()
+        crate::try_command(
+            name,
+            Command::new("cargo")
+                .args(&args)
+                .env("CUSTOM_LIBFUZZER_PATH", &empty),
+        )
     });
 }
 

@@ -65,11 +65,23 @@ pub(crate) fn fail_exit(message: &str, code: i32) -> ! {
 
 /// Runs `program args` as the stage `name`; whether it succeeded.
 fn try_run(name: &str, program: &str, args: &[&str]) -> bool {
-    println!("\n== xtask: {name}: {program} {}", args.join(" "));
+    try_command(name, Command::new(program).args(args))
+}
+
+/// Runs `command` as the stage `name`: echoed, timed into the stage table, its outcome
+/// printed; whether it succeeded.
+pub(crate) fn try_command(name: &str, command: &mut Command) -> bool {
+    let program = command.get_program().to_string_lossy().into_owned();
+    let args: Vec<_> = command.get_args().map(|a| a.to_string_lossy()).collect();
+    let line = format!("{program} {}", args.join(" "));
+    match command.get_current_dir() {
+        Some(dir) => println!("\n== xtask: {name}: (cd {} && {line})", dir.display()),
+        None => println!("\n== xtask: {name}: {line}"),
+    }
     let start = Instant::now();
-    let status = Command::new(program).args(args).status().unwrap_or_else(|e| {
-        fail_exit(&format!("cannot run {program}: {e}"), 1);
-    });
+    let status = command
+        .status()
+        .unwrap_or_else(|e| fail_exit(&format!("cannot run {program}: {e}"), 1));
     let seconds = start.elapsed().as_secs_f64();
     stages::record(name, seconds);
     if status.success() {
@@ -184,19 +196,9 @@ fn test() {
         "--no-run",
         "--all-targets",
     ];
-    stage_retrying("clippy and build the tests", &cache::workspace_target(), || {
-        println!(
-            "\n== xtask: clippy and build the tests: cargo {}",
-            build.join(" ")
-        );
-        let start = Instant::now();
-        let status = lint::while_building(Command::new("cargo").args(build))
-            .status()
-            .unwrap_or_else(|e| fail_exit(&format!("cannot run cargo: {e}"), 1));
-        let seconds = start.elapsed().as_secs_f64();
-        stages::record("clippy and build the tests", seconds);
-        println!("== xtask: clippy and build the tests: {status} ({seconds:.0} s)");
-        status.success()
+    let name = "clippy and build the tests";
+    stage_retrying(name, &cache::workspace_target(), || {
+        try_command(name, lint::while_building(Command::new("cargo").args(build)))
     });
     firmware::golden_vectors();
     packages.join();
