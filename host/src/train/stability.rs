@@ -579,9 +579,8 @@ pub fn lockstep(o: &StabilityOptions, sets: StabilitySets) -> Result<(Vec<Replac
                 "eval_subset": o.eval_subset,
                 "min_v_hat": min_v_hat,
             });
-            let path = run.dir.join("stability.json");
-            std::fs::write(&path, serde_json::to_string_pretty(&meta)? + "\n")
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            let text = serde_json::to_string_pretty(&meta)? + "\n";
+            super::checkpoint::write_atomically(&run.dir.join("stability.json"), text.as_bytes())?;
         }
     }
     let mut figures = Vec::new();
