@@ -269,6 +269,14 @@ impl VarOptimizer {
         self.core().step_count()
     }
 
+    /// Steps at which global HomeAdam(W) ran its exact first pass over g and v to find
+    /// ρ_t = min v̂_t, because the bounds kept from its last update did not decide the branch
+    /// ([`homeadam_core::Optimizer::exact_first_passes`]); 0 for every other rule. A count of
+    /// this process: not saved in checkpoints.
+    pub fn exact_first_passes(&self) -> u64 {
+        self.core().exact_first_passes()
+    }
+
     /// The core optimizer holding t and the config: on a CUDA device, the kernels' own once
     /// they have stepped.
     pub(crate) fn core(&self) -> &Optimizer {

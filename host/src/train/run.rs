@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use homeadam_core::StepReport;
+use homeadam_core::{StepReport, Switch};
 
 use super::checkpoint::{EpochProgress, RunCheckpoint, RunMeta};
 use super::data::{Minibatch, TrainData};
@@ -286,6 +286,7 @@ pub fn train(
     let batches = data.train_batches().min(s.max_batches.unwrap_or(usize::MAX));
     let mut pending = PendingScores::default();
     let mut rows = Vec::new();
+    let first_step = meta.step;
     while meta.epoch < s.epochs {
         let pb = bar(
             s.progress,
@@ -384,6 +385,15 @@ pub fn train(
         save(model, opt, &meta, &checkpoint)?;
     }
     save(model, opt, &meta, &dir.join("final.bin"))?;
+    if s.progress && opt.config().core.rule.switch() == Some(Switch::Global) {
+        // How often the bounds on ρ_t left the decision to the exact pass over g and v.
+        println!(
+            "{}: the exact first pass decided {} of the {} steps of this run",
+            o.optimizer,
+            opt.exact_first_passes(),
+            meta.step - first_step
+        );
+    }
     Ok(rows)
 }
 
