@@ -2,7 +2,7 @@
 """Summarises many `homeadam stability` runs of the same optimizers, one per (seed, replaced
 example), as a Markdown table.
 
-    scripts/stability_summary.py [--csv RUNS_CSV] RUN_DIR...
+    scripts/stability_summary.py [--csv RUNS_CSV] [--from RUNS_CSV]... RUN_DIR...
 
 A run is a folder holding `<optimizer>/stability.csv`: a RUN_DIR itself (named
 `seed<S>-replace<I>`, one replaced example per command) or each of its `replace<I>` folders
@@ -21,6 +21,8 @@ compared with adamw-srf run by run (same seed and replaced example).
 row): `seed,replace,optimizer,epoch,step,param_distance,travelled,train_loss,min_v_hat`, where
 `step` is the minibatches trained when the row was written and `min_v_hat` the smallest ρ =
 min v̂ the optimizer's steps on S reported (both from `stability.json`; empty without one).
+`--from RUNS_CSV` reads such a file back as runs, so that runs whose folders are gone join
+new ones (a seed and replaced example may come from one source only).
 """
 import csv
 import json
@@ -37,9 +39,14 @@ REFERENCE = "adamw-srf"
 T_975 = [12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281]
 
 
+# The columns of a stability.csv that the summary and RUNS_CSV keep.
+COLUMNS = ["epoch", "param_distance", "travelled", "train_loss"]
+
+
 def rows(path):
+    """The rows of a stability.csv, as written (text)."""
     with open(path) as f:
-        return [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+        return [{k: r[k] for k in COLUMNS} for r in csv.DictReader(f)]
 
 
 def at_loss(curve, loss):
@@ -88,14 +95,39 @@ def runs_in(dirs):
             if seed is None or replace is None:
                 seed = int(re.findall(r"seed(\d+)", r)[-1])
                 replace = int(re.findall(r"replace(\d+)", r)[-1])
-            run = found.setdefault((seed, replace), {"csv": {}, "per_row": {}, "min_v_hat": {}})
+            run = found.setdefault((seed, replace), new_run())
             for o in optimizers(r):
-                if o in run["csv"]:
-                    sys.exit(f"{r}: {o} of seed {seed}, example {replace} is also in {run['csv'][o]}")
-                run["csv"][o] = os.path.join(r, o, "stability.csv")
-                run["per_row"][o] = meta.get("steps_per_row")
-                run["min_v_hat"][o] = meta.get("min_v_hat", {}).get(o)
+                add(run, o, os.path.join(r, o, "stability.csv"), rows(os.path.join(r, o, "stability.csv")),
+                    meta.get("steps_per_row"), meta.get("min_v_hat", {}).get(o))
     return found
+
+
+def new_run():
+    return {"source": {}, "rows": {}, "per_row": {}, "min_v_hat": {}}
+
+
+def add(run, o, source, curve, per_row, min_v_hat):
+    if o in run["source"]:
+        sys.exit(f"{source}: {o} is also in {run['source'][o]} for the same seed and example")
+    run["source"][o] = source
+    run["rows"][o] = curve
+    run["per_row"][o] = per_row
+    run["min_v_hat"][o] = min_v_hat
+
+
+def runs_from_csv(path, found):
+    """The runs of a RUNS_CSV (as `--csv` writes it) added to `found`."""
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            run = found.setdefault((int(r["seed"]), int(r["replace"])), new_run())
+            o = r["optimizer"]
+            if o not in run["rows"]:
+                add(run, o, path, [], None, float(r["min_v_hat"]) if r["min_v_hat"] else None)
+            elif run["source"][o] != path:
+                sys.exit(f"{path}: {o} of seed {r['seed']}, example {r['replace']} is also in {run['source'][o]}")
+            run["rows"][o].append({k: r[k] for k in COLUMNS})
+            if r["step"]:
+                run["per_row"][o] = int(r["step"]) // int(r["epoch"])
 
 
 def write_runs(path, runs):
@@ -104,21 +136,26 @@ def write_runs(path, runs):
         w.writerow(["seed", "replace", "optimizer", "epoch", "step", "param_distance", "travelled",
                     "train_loss", "min_v_hat"])
         for (seed, replace), run in sorted(runs.items()):
-            for o, path_in in sorted(run["csv"].items()):
+            for o, curve in sorted(run["rows"].items()):
                 per_row, v = run["per_row"][o], run["min_v_hat"][o]
-                with open(path_in) as f_in:
-                    for r in csv.DictReader(f_in):
-                        epoch = int(r["epoch"])
-                        w.writerow([seed, replace, o, epoch, "" if per_row is None else epoch * per_row,
-                                    r["param_distance"], r["travelled"], r["train_loss"],
-                                    "" if v is None else f"{v:.6g}"])
+                for r in curve:
+                    epoch = int(r["epoch"])
+                    w.writerow([seed, replace, o, epoch, "" if per_row is None else epoch * per_row,
+                                r["param_distance"], r["travelled"], r["train_loss"],
+                                "" if v is None else f"{v:.6g}"])
 
 
 def main(args):
-    csv_out = None
-    if args[:1] == ["--csv"]:
-        csv_out, args = args[1], args[2:]
+    csv_out, sources = None, []
+    while args[:1] in (["--csv"], ["--from"]):
+        if args[0] == "--csv":
+            csv_out = args[1]
+        else:
+            sources.append(args[1])
+        args = args[2:]
     found = runs_in(args)
+    for path in sources:
+        runs_from_csv(path, found)
     if csv_out:
         write_runs(csv_out, found)
     last = defaultdict(lambda: defaultdict(list))  # optimizer -> seed -> values
@@ -126,7 +163,7 @@ def main(args):
     losses = defaultdict(list)
     names = []
     for (seed, _), run in sorted(found.items()):
-        curves = {o: rows(p) for o, p in sorted(run["csv"].items())}
+        curves = {o: [{k: float(v) for k, v in r.items()} for r in c] for o, c in sorted(run["rows"].items())}
         names = names or list(curves)
         if list(curves) != names:
             sys.exit(f"seed {seed}: optimizers {list(curves)}, not {names} as the first run")
