@@ -8,7 +8,9 @@
 # jetson-gpu (homeadam-cuda's kernels and the Jetson path against the core), candle-gpu
 # (VarOptimizer on CUDA against the CPU), host-gpu (the host's device code against the CPU),
 # host-resume (kill and resume) and cuda-bench (homeadam-cuda's step benchmark); optionally
-# homeadam-before, an earlier build of the host, timed beside it. The CUDA 13 libraries and cuDNN 9 come from
+# homeadam-before, an earlier build of the host, timed beside it. Python packages in it
+# (`*.tar.xz`: bitsandbytes, the 8-bit AdamW that cuda-bench times beside its q8 rows; it needs
+# numpy and packaging from the machine's environment) are unpacked onto PYTHONPATH. The CUDA 13 libraries and cuDNN 9 come from
 # LD_LIBRARY_PATH, or else from the Python environment's `nvidia` packages (PyTorch's CUDA
 # wheels: `nvidia/cu13/lib`, `nvidia/cudnn/lib`).
 #
@@ -49,6 +51,10 @@ if [[ $dry -eq 0 ]]; then
     for f in "$bundle"/*; do
         name=$(basename "$(basename "$f" .gz)" .xz)
         case $f in
+            *.tar.xz)
+                python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$f" "$out/python"
+                export PYTHONPATH="$out/python${PYTHONPATH:+:$PYTHONPATH}"
+                continue ;;
             # Python's lzma: the GPU machine may have no xz tool.
             *.xz) python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$f" "$bin/$name" ;;
             *.gz) gunzip -c "$f" >"$bin/$name" ;;

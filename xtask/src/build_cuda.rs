@@ -37,6 +37,24 @@ pub(crate) const WHEELS: &[&str] = &[
 /// The CUDA version of cudarc's bindings, as `CUDARC_CUDA_VERSION` spells it: the wheels' 13.0.
 const CUDARC_CUDA_VERSION: &str = "13000";
 
+/// The 8-bit AdamW that `cuda-bench` times beside its q8 rows (`benches/torch_adamw_cuda.py`).
+const BITSANDBYTES: &str = "bitsandbytes==0.50.2";
+
+/// Packs bitsandbytes' wheel (argv[1]) into a tar.xz (argv[2]) of its Python sources and the one
+/// native library for CUDA 13 (a later 13.x runtime loads it too), a tenth of the wheel's size.
+const PACK_BITSANDBYTES: &str = r#"
+import io, sys, tarfile, zipfile
+native = ("libbitsandbytes_cuda130.so",)
+with zipfile.ZipFile(sys.argv[1]) as z, tarfile.open(sys.argv[2], "w:xz") as t:
+    for m in z.infolist():
+        if m.is_dir() or (m.filename.endswith(".so") and m.filename.rsplit("/", 1)[-1] not in native):
+            continue
+        data = z.read(m)
+        info = tarfile.TarInfo(m.filename)
+        info.size, info.mode = len(data), 0o644
+        t.addfile(info, io.BytesIO(data))
+"#;
+
 /// The architecture of candle's kernels when `CUDA_COMPUTE_CAP` is not set (RTX 4090).
 const DEFAULT_COMPUTE_CAP: &str = "89";
 
@@ -270,7 +288,9 @@ fn cargo_with_toolkit(name: &str, args: &[&str]) {
 /// `host-gpu` (homeadam-host's `resume` and `gpu`), built with the same features as the host so
 /// that candle's kernels build once; and `cuda-gpu` and `jetson-gpu` (homeadam-cuda's and
 /// homeadam-jetson's `gpu`) and `cuda-bench` (homeadam-cuda's step benchmark), which need no
-/// toolkit (the driver and NVRTC are loaded at run time) and build in the workspace.
+/// toolkit (the driver and NVRTC are loaded at run time) and build in the workspace; and
+/// `bitsandbytes.tar.xz`, the 8-bit AdamW that `cuda-bench` compares its q8 rows with (the GPU
+/// machine has PyTorch but no network; the script unpacks it onto PYTHONPATH).
 pub(crate) fn bundle() -> PathBuf {
     let host = build();
     let args = [
@@ -327,7 +347,51 @@ pub(crate) fn bundle() -> PathBuf {
         run(&format!("strip {name}"), "strip", &[&copy]);
         run(&format!("xz {name}"), "xz", &["-6", "-T2", &copy]);
     }
+    pack_bitsandbytes(&dir);
     dir
+}
+
+/// Downloads [`BITSANDBYTES`]' wheel and packs it into `dir/bitsandbytes.tar.xz`.
+fn pack_bitsandbytes(dir: &Path) {
+    let wheels = crate::root().join("target/bitsandbytes-wheel");
+    let wheels_str = wheels.to_string_lossy();
+    run(
+        "download bitsandbytes",
+        "python3",
+        &[
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--dest",
+            &wheels_str,
+            BITSANDBYTES,
+        ],
+    );
+    let version = BITSANDBYTES.rsplit('=').next().unwrap_or_default();
+    let wheel = std::fs::read_dir(&wheels)
+        .unwrap_or_else(|e| fail(&format!("{}: {e}", wheels.display())))
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name().is_some_and(|n| {
+                n.to_string_lossy()
+                    .starts_with(&format!("bitsandbytes-{version}-"))
+            })
+        })
+        .unwrap_or_else(|| fail(&format!("no {BITSANDBYTES} wheel in {}", wheels.display())));
+    let archive = dir.join("bitsandbytes.tar.xz");
+    run(
+        "pack bitsandbytes",
+        "python3",
+        &[
+            "-c",
+            PACK_BITSANDBYTES,
+            &wheel.to_string_lossy(),
+            &archive.to_string_lossy(),
+        ],
+    );
 }
 
 /// The executable of `package`'s example `name`, built in release in the workspace.
