@@ -486,13 +486,27 @@ __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, const HaScal
             atomicAdd(&status->home, (ha_u64)home);
         }
     }
+    // The bound's minima go through shared memory: one global atomic of each per block, as every
+    // block's status atomics meet in one line of L2.
     if (RULE == HA_RULE_HOMEADAM && HaBoundOf<S>::KEPT && (flags & HA_BOUND)) {
+        __shared__ ha_u64 block_at;
+        __shared__ ha_u32 block_active;
         ha_u64 at = ha_warp_min64(acc.bound.at);
         ha_u32 active = ha_warp_min(acc.bound.active);
+        if (threadIdx.x == 0) {
+            block_at = HA_BOUND_NONE;
+            block_active = HA_INF_BITS;
+        }
+        __syncthreads();
         if ((threadIdx.x & 31) == 0) {
-            atomicMin(&t.vmin_at, at);
-            atomicMin(&status->bound, HaBoundOf<S>::model_key((ha_u32)(at >> 32), blk.tensor));
-            atomicMin(&status->vmin_post_active, active);
+            atomicMin(&block_at, at);
+            atomicMin(&block_active, active);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            atomicMin(&t.vmin_at, block_at);
+            atomicMin(&status->bound, HaBoundOf<S>::model_key((ha_u32)(block_at >> 32), blk.tensor));
+            atomicMin(&status->vmin_post_active, block_active);
         }
     }
 }

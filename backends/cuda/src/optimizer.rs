@@ -12,7 +12,7 @@
 //!   `ExactSum` of the same values rounded once, then `f64::sqrt` (one read);
 //! - `set_lr`, `save_state`, `load_state`, `tensor_telemetry`, `core`, `stream`.
 //!
-//! A step is at most five launches on one stream, whatever the number of tensors:
+//! A step is at most four kernel launches on one stream, whatever the number of tensors:
 //! `ha_reset` (which also installs the gradient pointers); `ha_home_pre_{g}_{s}` (global /
 //! per-layer HomeAdam: min v_t over every element and over those with v_t > 0, and the
 //! non-finite flag) or `ha_check_{g}` (the non-finite flag, under `FiniteCheck::SkipStep`); the

@@ -671,7 +671,9 @@ fn bound_grads(next: &mut impl FnMut() -> u64) -> Vec<Vec<f32>> {
         let k = nonempty[(next() % nonempty.len() as u64) as usize];
         (k, (next() % BOUND_SIZES[k].div_ceil(256) as u64) as usize)
     });
-    let nan = next().is_multiple_of(8).then(|| nonempty[(next() % nonempty.len() as u64) as usize]);
+    let nan = next()
+        .is_multiple_of(8)
+        .then(|| nonempty[(next() % nonempty.len() as u64) as usize]);
     BOUND_SIZES
         .iter()
         .enumerate()
