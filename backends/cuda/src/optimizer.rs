@@ -163,6 +163,37 @@ struct Bound {
     kept: bool,
 }
 
+impl Bound {
+    /// The start of a step whose last step left `last`: the tensor whose chunk `ha_reset` keeps
+    /// (`u32::MAX`: none), the bound of this step, and what decides its branch.
+    fn plan(last: Option<Bound>, calibrates: bool, s: &StepScalars) -> (u32, Option<Bound>, Decision) {
+        // The chunk of a bound the last update left is kept before the reset clears it.
+        let keep = last.filter(|b| !b.kept).map_or(u32::MAX, |b| b.tensor);
+        // A step that sets τ needs ρ_t before any update.
+        let bound = last.filter(|_| !calibrates);
+        let decision = match bound {
+            None => Decision::Pass,
+            Some(b) if srf_proven_by(b.u, s) => Decision::Srf,
+            Some(b) => Decision::Chunk(b.tensor),
+        };
+        (keep, bound, decision)
+    }
+
+    /// The bound of the next step, after a step whose bound was `bound`: the one its update
+    /// left in `status`, or on a skipped step, which wrote nothing, `bound` with its chunk kept.
+    fn after(bound: Option<Bound>, skipped: bool, status: &HaStatus) -> Option<Bound> {
+        if skipped {
+            return bound.map(|b| Bound { kept: true, ..b });
+        }
+        let (u, tensor) = status.bound();
+        Some(Bound {
+            u,
+            tensor,
+            kept: false,
+        })
+    }
+}
+
 /// What decides the global rule's branch at a step with a bound.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Decision {
@@ -464,16 +495,7 @@ impl CudaOptimizer {
         let switch = config.rule.switch();
         let bc2 = step.scalars().bc2;
         let calibrates = step.calibrates();
-        let last = self.bound.take();
-        // The chunk of a bound the last update left is kept before the reset clears it.
-        let keep = last.filter(|b| !b.kept).map_or(u32::MAX, |b| b.tensor);
-        // A step that sets τ needs ρ_t before any update.
-        let bound = last.filter(|_| !calibrates);
-        let decision = match bound {
-            None => Decision::Pass,
-            Some(b) if srf_proven_by(b.u, step.scalars()) => Decision::Srf,
-            Some(b) => Decision::Chunk(b.tensor),
-        };
+        let (keep, bound, decision) = Bound::plan(self.bound.take(), calibrates, step.scalars());
         self.device
             .first_pass(&HaScalars(*step.scalars()), calibrates, keep, decision)?;
         if calibrates {
@@ -513,16 +535,7 @@ impl CudaOptimizer {
             status.vmin_pre
         };
         if self.bounded {
-            self.bound = if skipped {
-                bound.map(|b| Bound { kept: true, ..b })
-            } else {
-                let (u, tensor) = status.bound();
-                Some(Bound {
-                    u,
-                    tensor,
-                    kept: false,
-                })
-            };
+            self.bound = Bound::after(bound, skipped, status);
         }
         let outcome = Outcome {
             skipped,
@@ -775,5 +788,57 @@ fn grid(n: u32, shared: u32) -> LaunchConfig {
         grid_dim: (n, 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: shared,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use homeadam_core::{Config, Rule, Switch};
+
+    use super::*;
+
+    fn status(u: f32, tensor: u32) -> HaStatus {
+        HaStatus {
+            bound: u64::from(u.to_bits()) << 32 | u64::from(tensor),
+            ..HaStatus::default()
+        }
+    }
+
+    /// The host's part of the bound over a sequence of steps: the chunk kept once after each
+    /// update, through skipped steps; none after a skipped step that set τ.
+    #[test]
+    fn the_bound_follows_the_steps_as_the_cores() {
+        let config = Config {
+            tau: 1e-6,
+            ..Config::new(Rule::HomeAdamW(Switch::Global))
+        };
+        let s = StepScalars::new(&config, 5, 1.0, None);
+        let (large, small) = (1.0, 1e-12);
+        let (keep, bound, decision) = Bound::plan(None, false, &s);
+        assert_eq!((keep, decision), (u32::MAX, Decision::Pass));
+        let next = Bound::after(bound, false, &status(large, 3));
+        let (keep, bound, decision) = Bound::plan(next, false, &s);
+        assert_eq!((keep, decision), (3, Decision::Srf));
+        let next = Bound::after(bound, false, &status(small, 2));
+        let (keep, bound, decision) = Bound::plan(next, false, &s);
+        assert_eq!((keep, decision), (2, Decision::Chunk(2)));
+        // Skipped: the same bound, its chunk already kept.
+        let next = Bound::after(bound, true, &status(large, 5));
+        let (keep, bound, decision) = Bound::plan(next, false, &s);
+        assert_eq!((keep, decision), (u32::MAX, Decision::Chunk(2)));
+        let next = Bound::after(bound, true, &status(large, 5));
+        // A step that sets τ runs the exact pass; skipped, it leaves no bound.
+        let (keep, bound, decision) = Bound::plan(next, true, &s);
+        assert_eq!((keep, decision), (u32::MAX, Decision::Pass));
+        assert!(Bound::after(bound, true, &status(large, 5)).is_none());
+        let next = Bound::after(None, false, &status(f32::INFINITY, 0));
+        let (keep, _, decision) = Bound::plan(next, true, &s);
+        assert_eq!(
+            (keep, decision),
+            (0, Decision::Pass),
+            "a fresh bound's chunk is kept"
+        );
+        let (_, _, decision) = Bound::plan(next, false, &s);
+        assert_eq!(decision, Decision::Srf, "u = +∞ (no element) proves srf");
     }
 }
