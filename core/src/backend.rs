@@ -1,13 +1,14 @@
 //! What backend authors need to reproduce a step bit for bit (CUDA, MCU, other learners):
-//! the per-step scalars, the HomeAdam first pass and test, the calibration pass of a calibrated
-//! τ, the keys of stochastic rounding, the square root and the checksum the core uses, and
-//! [`Outcome`] for [`crate::Step::finish_external`] ([`SwatsDots`] for SWATS). A training loop
-//! needs none of it. A facade: everything here is defined where the core uses it.
+//! the per-step scalars, the HomeAdam first pass and test, the global rule's srf proof from its
+//! bound ([`srf_proven_by`]), the calibration pass of a calibrated τ, the keys of stochastic
+//! rounding, the square root and the checksum the core uses, and [`Outcome`] for
+//! [`crate::Step::finish_external`] ([`SwatsDots`] for SWATS). A training loop needs none of it.
+//! A facade: everything here is defined where the core uses it.
 
 pub use crate::bits::{mix64, stochastic_bits, tensor_key};
 pub use crate::calibration::{Histogram, BUCKETS};
 pub use crate::crc32::Crc32;
-pub use crate::external::{Outcome, SwatsDots};
+pub use crate::external::{srf_proven_by, Outcome, SwatsDots};
 pub use crate::math::sqrt;
 pub use crate::reduce::SecondMomentMin;
 pub use crate::rules::homeadam::{goes_home, home_calibration_pass, home_first_pass};

@@ -6,11 +6,13 @@
 use crate::calibration::Histogram;
 use crate::error::Error;
 use crate::exact::ExactSum;
+use crate::optimizer::Bound;
 use crate::reduce::RhoOver;
-use crate::step::Step;
+use crate::scalars::StepScalars;
+use crate::step::{srf_proven, Step};
 
 use crate::rules::only::RuleSet;
-use crate::rules::Rule;
+use crate::rules::{Rule, Switch};
 use crate::tensor::{Group, StepReport, TensorAux};
 
 /// What a backend that updates the tensors itself (CUDA) tells [`Step::finish_external`].
@@ -30,6 +32,17 @@ pub struct Outcome {
     pub home_elements: u64,
     /// A non-finite gradient was applied (under [`crate::FiniteCheck::Trust`]).
     pub nonfinite_applied: bool,
+    /// Global HomeAdam(W): the exact first pass over the model decided the branch, as no bound
+    /// proved it ([`crate::Optimizer::exact_first_passes`] counts these steps). Ignored for
+    /// the other rules.
+    pub exact_pass: bool,
+}
+
+/// Whether u = min_i v_{i,t−1} as stored by the last update proves the srf branch of global
+/// HomeAdam(W) at the step whose scalars are `s`: fl(β2 u) / bc2 ≥ τ bounds ρ_t from below
+/// ([`Step::check`]). For a backend that keeps the bound itself.
+pub fn srf_proven_by(u: f32, s: &StepScalars) -> bool {
+    srf_proven(Bound { u, ..Bound::EMPTY }, s)
 }
 
 /// One tensor's SWATS switch test, for [`Step::finish_external_swats`]: its Λ and group, and
@@ -124,6 +137,9 @@ impl<F: RuleSet> Step<'_, F> {
         }
         if !self.calibrated {
             self.pending = outcome.decisions;
+        }
+        if outcome.exact_pass && self.opt.config.rule.switch() == Some(Switch::Global) {
+            self.opt.decisions.exact += 1;
         }
         self.commit(report)
     }

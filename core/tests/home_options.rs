@@ -1,7 +1,7 @@
 //! HomeAdam(W)'s options beyond the paper: ρ over the active elements, the home branch's own
 //! learning rate, and τ calibrated to a home share.
 
-use homeadam_core::backend::{Histogram, Outcome};
+use homeadam_core::backend::{srf_proven_by, Histogram, Outcome};
 use homeadam_core::*;
 
 /// One tensor of four elements whose last element never gets a gradient.
@@ -210,6 +210,7 @@ fn an_external_backend_must_calibrate_before_it_finishes() {
         home_elements: 0,
         nonfinite_applied: false,
         decisions: Histogram::new(),
+        exact_pass: false,
     };
     let step = opt.begin(1.0).unwrap();
     assert!(step.calibrates());
@@ -231,4 +232,53 @@ fn an_external_backend_must_calibrate_before_it_finishes() {
     assert!(!step.calibrates());
     assert!(step.calibrate_external(&values).is_err());
     assert_eq!(step.scalars().tau, tau);
+}
+
+#[test]
+fn an_external_backend_counts_the_global_rules_exact_first_passes() {
+    let outcome = |skipped, exact_pass| Outcome {
+        skipped,
+        v_min: Some(1.0),
+        v_min_active: Some(1.0),
+        home_elements: 0,
+        nonfinite_applied: false,
+        decisions: Histogram::new(),
+        exact_pass,
+    };
+    let mut opt = Optimizer::new(home_config(Switch::Global)).unwrap();
+    for (skipped, exact, count) in [
+        (false, true, 1),
+        (false, false, 1),
+        (true, true, 1),
+        (false, true, 2),
+    ] {
+        opt.begin(1.0)
+            .unwrap()
+            .finish_external(outcome(skipped, exact))
+            .unwrap();
+        assert_eq!(opt.exact_first_passes(), count);
+    }
+    for switch in [Switch::Layer, Switch::Element] {
+        let mut opt = Optimizer::new(home_config(switch)).unwrap();
+        opt.begin(1.0)
+            .unwrap()
+            .finish_external(outcome(false, true))
+            .unwrap();
+        assert_eq!(opt.exact_first_passes(), 0, "{switch:?}");
+    }
+}
+
+#[test]
+fn the_srf_proof_of_a_backend_is_the_cores() {
+    // fl(β2 u) / bc2 ≥ τ proves srf: at t = 1 bc2 = 1 − β2.
+    let mut c = home_config(Switch::Global);
+    c.tau = 1e-3;
+    let mut opt = Optimizer::new(c).unwrap();
+    let step = opt.begin(1.0).unwrap();
+    let s = *step.scalars();
+    let at_tau = s.tau * s.bc2 / s.beta2;
+    assert!(srf_proven_by(at_tau * 2.0, &s));
+    assert!(!srf_proven_by(at_tau * 0.5, &s));
+    assert!(srf_proven_by(f32::INFINITY, &s));
+    assert!(!srf_proven_by(0.0, &s));
 }

@@ -7,13 +7,20 @@
 // updates chunk blocks[b]. A step is: ha_reset, then either ha_check_{g} (any non-finite
 // unscaled gradient sets status->nonfinite) or, for global / per-layer HomeAdam,
 // ha_home_pre_{g}_{s} (the same flag, plus min v_t and min v_t over v_t > 0 per tensor and over
-// the model with atomicMin on the float bits: exact and order-independent for v >= 0) or, for
+// the model with atomicMin on the float bits: exact and order-independent for v >= 0), which the
+// global rule's bound replaces at most steps (below), or, for
 // element-wise HomeAdam at a step that calibrates τ, ha_home_hist_{g}_{s} (the same flag, plus
 // the histogram of v̂_t), then the update {rule}_{p}_{g}_{s}, which returns at once when the
 // flag is set. Each tensor steps with the scalars of its parameter group (groups[tensor.group]);
 // the first passes read only beta2, 1 - beta2, bc2 and 1 / grad_scale, which no group changes
 // where a first pass runs (Config::check_group refuses a group's beta2 there), so they take the
 // step's scalars.
+//
+// The global rule's bound (HA_BOUND, homeadam_math.h): its update also keeps u = min v_t as stored
+// and the chunk that held min v_t; at the next step the host, which reads u with the status, runs
+// ha_check_{g} where u proves the srf branch, else ha_home_bound_{g}_{s} (the finite check, and min
+// v_t over that chunk, which may prove the home branch) and then ha_home_pre_{g}_{s}, which returns
+// at once where the bound decided.
 //
 // q8 state (HaQ8Block, homeadam_math.h): the update takes one block of every slot at a time, one
 // element per thread (HaChunk), and the first passes read v dequantized (HaSecondMoments).
@@ -37,7 +44,8 @@ struct HaTensor {
     ha_u32 vmin_post;  // min of the v slot after the update (f32 bits)
     ha_u32 home;       // elements that took the home branch
     ha_u32 group;      // index of the tensor's parameter group in the step's scalars
-    ha_u32 unused;     // explicit padding: 56 bytes, no byte undefined
+    ha_u32 unused;     // explicit padding: 64 bytes, no byte undefined
+    ha_u64 vmin_at;    // HA_BOUND: min over the update of ha_bound_key (v's bits, chunk)
 };
 
 // One chunk: tensor index in the table (also its stochastic rounding key) and chunk number.
@@ -49,17 +57,24 @@ struct HaStatus {
     HaVmin vmin_pre;   // the minima over the model of the first pass's v_t
     ha_u32 vmin_post;  // min over the model of v after the update (f32 bits)
     ha_u32 nonfinite_applied;  // 1: a non-finite gradient was applied (FiniteCheck::Trust)
-    ha_u32 unused;     // explicit padding: 32 bytes, no byte undefined
+    ha_u32 decided;    // 1: ha_home_bound proved the home branch (vmin_pre.all: the chunk's min)
     ha_u64 home;       // elements that took the home branch
+    ha_u64 bound;      // HA_BOUND: min over the update of HaBoundOf::model_key (u's bits, tensor)
+    ha_u32 vmin_post_active;  // HA_BOUND: min over the model of v > 0 after the update (f32 bits)
+    ha_u32 bound_at;   // the chunk of the last update's bound in tensor bound_tensor (ha_reset)
 };
 static_assert(sizeof(HaTensor) == HA_SIZE_TENSOR && sizeof(HaStatus) == HA_SIZE_STATUS,
               "the layouts of src/device.rs");
 
 // Starts a step: installs the gradient pointers `grads` (one per tensor, refreshed by the host
-// between steps) and resets the results.
-extern "C" __global__ void ha_reset(HaTensor* tensors, ha_u32 count, const ha_u64* grads, HaStatus* status) {
+// between steps) and resets the results; first keeps the chunk of the last update's bound, in
+// tensor `bound_tensor` (the status's, as the host read it; none where it is `count` or more).
+extern "C" __global__ void ha_reset(HaTensor* tensors, ha_u32 count, const ha_u64* grads, HaStatus* status,
+                                    ha_u32 bound_tensor) {
     ha_u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) {
+        if (i == bound_tensor) status->bound_at = (ha_u32)tensors[i].vmin_at;
+        tensors[i].vmin_at = HA_BOUND_NONE;
         tensors[i].grad = grads[i];
         tensors[i].vmin_pre.all = HA_INF_BITS;
         tensors[i].vmin_pre.active = HA_INF_BITS;
@@ -72,12 +87,19 @@ extern "C" __global__ void ha_reset(HaTensor* tensors, ha_u32 count, const ha_u6
         status->vmin_pre.active = HA_INF_BITS;
         status->vmin_post = HA_INF_BITS;
         status->nonfinite_applied = 0;
+        status->decided = 0;
         status->home = 0;
+        status->bound = HA_BOUND_NONE;
+        status->vmin_post_active = HA_INF_BITS;
     }
 }
 
 __device__ static inline ha_u32 ha_warp_min(ha_u32 x) {
     for (int o = 16; o > 0; o >>= 1) { ha_u32 y = __shfl_xor_sync(0xffffffffu, x, o); x = y < x ? y : x; }
+    return x;
+}
+__device__ static inline ha_u64 ha_warp_min64(ha_u64 x) {
+    for (int o = 16; o > 0; o >>= 1) { ha_u64 y = __shfl_xor_sync(0xffffffffu, x, o); x = y < x ? y : x; }
     return x;
 }
 __device__ static inline ha_u32 ha_warp_max(ha_u32 x) {
@@ -142,12 +164,15 @@ __device__ static inline bool ha_vectorizable(const HaTensor& t) {
     return ((t.param | t.grad | t.state) & 15) == 0 && (t.numel & 3) == 0;
 }
 
-template <typename G>
-__device__ void ha_check(const HaTensor* tensors, const HaBlock* blocks, float inv, HaStatus* status) {
-    HaBlock blk = blocks[blockIdx.x];
-    const HaTensor& t = tensors[blk.tensor];
+// The end of the chunk of tensor t that starts at element `start`.
+__device__ static inline ha_u64 ha_chunk_end(const HaTensor& t, ha_u64 start) {
+    return start + HA_CHUNK < t.numel ? start + HA_CHUNK : t.numel;
+}
+
+// Whether an unscaled gradient of the block's chunk is not finite (per thread).
+template <typename G> __device__ static inline ha_u32 ha_chunk_nonfinite(const HaTensor& t, HaBlock blk, float inv) {
     const G* grad = (const G*)t.grad;
-    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < t.numel ? start + HA_CHUNK : t.numel;
+    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = ha_chunk_end(t, start);
     ha_u32 bad = 0;
     if (ha_vectorizable(t)) {
         for (ha_u64 i = start + 4 * threadIdx.x; i < end; i += 4 * blockDim.x) {
@@ -157,6 +182,13 @@ __device__ void ha_check(const HaTensor* tensors, const HaBlock* blocks, float i
     } else {
         for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) bad |= ha_nonfinite(ha_to_f32(grad[i]) * inv);
     }
+    return bad;
+}
+
+template <typename G>
+__device__ void ha_check(const HaTensor* tensors, const HaBlock* blocks, float inv, HaStatus* status) {
+    HaBlock blk = blocks[blockIdx.x];
+    ha_u32 bad = ha_chunk_nonfinite<G>(tensors[blk.tensor], blk, inv);
     if (ha_warp_any(bad) && (threadIdx.x & 31) == 0) atomicExch(&status->nonfinite, 1u);
 }
 
@@ -171,15 +203,14 @@ __device__ static inline HaQ8Maps ha_q8_shared_maps() {
     return m;
 }
 
-// Calls visit(v_t) for every element of the block's chunk, v_t = β2 v + (1 − β2) g² as the update
-// computes it (not stored; g unscaled); returns whether an unscaled g was not finite. State S of
-// one element per parameter; q8 below.
+// Calls visit(v_t) for every element [start, end) of tensor t (within one chunk; start a multiple
+// of 4), v_t = β2 v + (1 − β2) g² as the update computes it (not stored; g unscaled); returns
+// whether an unscaled g was not finite. State S of one element per parameter; q8 below.
 template <typename G, typename S> struct HaSecondMoments {
 template <typename F>
-__device__ static inline ha_u32 each(const HaTensor& t, HaBlock blk, const HaScalars& s, F& visit) {
+__device__ static inline ha_u32 each(const HaTensor& t, ha_u64 start, ha_u64 end, const HaScalars& s, F& visit) {
     const G* grad = (const G*)t.grad;
     const S* v = (const S*)t.state + t.numel;
-    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < t.numel ? start + HA_CHUNK : t.numel;
     ha_u32 bad = 0;
     if (ha_vectorizable(t)) {
         for (ha_u64 i = start + 4 * threadIdx.x; i < end; i += 4 * blockDim.x) {
@@ -205,12 +236,11 @@ __device__ static inline ha_u32 each(const HaTensor& t, HaBlock blk, const HaSca
 // q8 state: v dequantized (HomeAdam's v, slot 1).
 template <typename G> struct HaSecondMoments<G, HaQ8Block> {
 template <typename F>
-__device__ static inline ha_u32 each(const HaTensor& t, HaBlock blk, const HaScalars& s, F& visit) {
+__device__ static inline ha_u32 each(const HaTensor& t, ha_u64 start, ha_u64 end, const HaScalars& s, F& visit) {
     const G* grad = (const G*)t.grad;
     const HaQ8Maps maps = ha_q8_shared_maps();
     const HaQ8Block* v = (const HaQ8Block*)t.state + ha_q8_blocks(t.numel);
     const bool unsigned_map = ha_q8_unsigned_slot<HA_RULE_HOMEADAM>(1);
-    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < t.numel ? start + HA_CHUNK : t.numel;
     ha_u32 bad = 0;
     for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
         float g = ha_to_f32(grad[i]) * s.inv_grad_scale;
@@ -222,17 +252,19 @@ __device__ static inline ha_u32 each(const HaTensor& t, HaBlock blk, const HaSca
 };
 
 // The global and per-layer first pass: the minima of v_t (all, active) per tensor and over the
-// model, and the non-finite flag.
+// model, and the non-finite flag; nothing where ha_home_bound decided.
 template <typename G, typename S>
 __device__ void ha_home_pre(HaTensor* tensors, const HaBlock* blocks, HaScalars s, HaStatus* status) {
+    if (*(volatile ha_u32*)&status->decided) return;
     HaBlock blk = blocks[blockIdx.x];
     HaTensor& t = tensors[blk.tensor];
+    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK;
     HaVmin vmin = {HA_INF_BITS, HA_INF_BITS};
     auto fold = [&vmin](float v) {
         vmin.all = ha_min_bits(vmin.all, v);
         if (v > 0.0f) vmin.active = ha_min_bits(vmin.active, v);
     };
-    ha_u32 bad = HaSecondMoments<G, S>::each(t, blk, s, fold);
+    ha_u32 bad = HaSecondMoments<G, S>::each(t, start, ha_chunk_end(t, start), s, fold);
     vmin.all = ha_warp_min(vmin.all);
     vmin.active = ha_warp_min(vmin.active);
     if ((threadIdx.x & 31) == 0) {
@@ -242,6 +274,36 @@ __device__ void ha_home_pre(HaTensor* tensors, const HaBlock* blocks, HaScalars 
         atomicMin(&status->vmin_pre.active, vmin.active);
     }
     if (ha_warp_any(bad) && (threadIdx.x & 31) == 0) atomicExch(&status->nonfinite, 1u);
+}
+
+// The global rule's bound at a step where u did not prove the srf branch: the finite check of
+// every chunk and, in the block whose chunk holds the bound's (element status->bound_at ·
+// HA_BOUND_CHUNK of tensor `bound_tensor`, as ha_reset kept it), min v_t over that chunk. Where
+// it proves the home branch, it becomes the model's min for the update's ha_home_branch, and
+// status->decided stops ha_home_pre, queued next.
+template <typename G, typename S>
+__device__ void ha_home_bound(const HaTensor* tensors, const HaBlock* blocks, HaScalars s, HaStatus* status,
+                              ha_u32 bound_tensor) {
+    __shared__ ha_u32 chunk_min;
+    HaBlock blk = blocks[blockIdx.x];
+    const HaTensor& t = tensors[blk.tensor];
+    ha_u32 bad = ha_chunk_nonfinite<G>(t, blk, s.inv_grad_scale);
+    if (ha_warp_any(bad) && (threadIdx.x & 31) == 0) atomicExch(&status->nonfinite, 1u);
+    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = ha_chunk_end(t, start);
+    ha_u64 at = (ha_u64)status->bound_at * HA_BOUND_CHUNK;
+    if (blk.tensor != bound_tensor || at < start || at >= end) return;
+    ha_u32 vmin = HA_INF_BITS;
+    auto fold = [&vmin](float v) { vmin = ha_min_bits(vmin, v); };
+    HaSecondMoments<G, S>::each(t, at, at + HA_BOUND_CHUNK < end ? at + HA_BOUND_CHUNK : end, s, fold);
+    if (threadIdx.x == 0) chunk_min = HA_INF_BITS;
+    __syncthreads();
+    vmin = ha_warp_min(vmin);
+    if ((threadIdx.x & 31) == 0) atomicMin(&chunk_min, vmin);
+    __syncthreads();
+    if (threadIdx.x == 0 && ha_bound_proves_home(chunk_min, s)) {
+        status->vmin_pre.all = chunk_min;
+        status->decided = 1;
+    }
 }
 
 // The element-wise calibration pass (at the steps that calibrate τ): v̂_t = v_t / bc2 of every
@@ -259,7 +321,9 @@ __device__ void ha_home_hist(const HaTensor* tensors, const HaBlock* blocks, HaS
     auto count = [&s](float v) {
         if (v > 0.0f) atomicAdd(&counts[ha_bucket(v / s.bc2)], 1u);
     };
-    ha_u32 bad = HaSecondMoments<G, S>::each(tensors[blk.tensor], blk, s, count);
+    const HaTensor& t = tensors[blk.tensor];
+    ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK;
+    ha_u32 bad = HaSecondMoments<G, S>::each(t, start, ha_chunk_end(t, start), s, count);
     __syncthreads();
     for (ha_u32 i = threadIdx.x; i < HA_BUCKETS; i += blockDim.x) {
         if (counts[i] != 0) atomicAdd(hist + i, (ha_u64)counts[i]);
@@ -268,7 +332,7 @@ __device__ void ha_home_hist(const HaTensor* tensors, const HaBlock* blocks, HaS
 }
 
 // What a thread's elements add to the step's results.
-struct HaAcc { ha_u32 home, vmin, bad; };
+struct HaAcc { ha_u32 home, vmin, bad; HaBoundAcc bound; };
 
 // One element: θ (P) and its state slots st (as f32) updated in place from the stored gradient;
 // in SWATS's Adam phase, step² and step · grad go to the block's two exact accumulators.
@@ -280,6 +344,7 @@ __device__ static inline void ha_update_elem(const HaScalars& s, ha_u32 flags, i
     HaElem e = ha_element<RULE>(s, flags, branch, ha_to_f32(param), g, st);
     param = stochastic ? ha_from_f32_stochastic<P>(e.p, ha_stochastic_bits(key, i)) : HaStore<P>::from_f32(e.p);
     if (HaRule<RULE>::RHO_SLOT >= 0) acc.vmin = ha_min_bits(acc.vmin, st[HaRule<RULE>::RHO_SLOT]);
+    if (RULE == HA_RULE_HOMEADAM && (flags & HA_BOUND)) ha_bound_fold(acc.bound, st[HaRule<RULE>::RHO_SLOT], i);
     acc.home += e.home;
     if (RULE == HA_RULE_SWATS_ADAM) {
         ha_exact_add(ha_shared, e.step, e.step, HaAtomic());
@@ -402,7 +467,7 @@ __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, const HaScal
     c.key = ha_tensor_key(sr_base, blk.tensor);
     ha_u64 n = t.numel;
     ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < n ? start + HA_CHUNK : n;
-    HaAcc acc = {0u, HA_INF_BITS, 0u};
+    HaAcc acc = {0u, HA_INF_BITS, 0u, {HA_BOUND_NONE, HA_INF_BITS}};
     if (RULE == HA_RULE_SWATS_ADAM) ha_exact_block_begin(2);
     HaChunk<RULE, P, G, S>::update(t, c, start, end, acc);
     // dots: per tensor, the accumulators of pᵀp and pᵀg.
@@ -419,6 +484,29 @@ __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, const HaScal
         if (RULE == HA_RULE_HOMEADAM && home != 0) {
             atomicAdd(&t.home, home);
             atomicAdd(&status->home, (ha_u64)home);
+        }
+    }
+    // The bound's minima go through shared memory: one global atomic of each per block, as every
+    // block's status atomics meet in one line of L2.
+    if (RULE == HA_RULE_HOMEADAM && HaBoundOf<S>::KEPT && (flags & HA_BOUND)) {
+        __shared__ ha_u64 block_at;
+        __shared__ ha_u32 block_active;
+        ha_u64 at = ha_warp_min64(acc.bound.at);
+        ha_u32 active = ha_warp_min(acc.bound.active);
+        if (threadIdx.x == 0) {
+            block_at = HA_BOUND_NONE;
+            block_active = HA_INF_BITS;
+        }
+        __syncthreads();
+        if ((threadIdx.x & 31) == 0) {
+            atomicMin(&block_at, at);
+            atomicMin(&block_active, active);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            atomicMin(&t.vmin_at, block_at);
+            atomicMin(&status->bound, HaBoundOf<S>::model_key((ha_u32)(block_at >> 32), blk.tensor));
+            atomicMin(&status->vmin_post_active, block_active);
         }
     }
 }
@@ -479,6 +567,12 @@ __device__ void ha_grad_sq(const HaTensor* tensors, const HaBlock* blocks, const
     extern "C" __global__ void ha_home_pre_##g##_##s(HaTensor* tensors, const HaBlock* blocks, HaScalars sc,  \
                                                      HaStatus* status) {                                      \
         ha_home_pre<G, S>(tensors, blocks, sc, status);                                                       \
+    }
+// ha_home_bound_{g}_{s}: the global rule's bound over gradients G and state S (not q8).
+#define HA_HOME_BOUND(G, S, g, s)                                                                                  \
+    extern "C" __global__ void ha_home_bound_##g##_##s(const HaTensor* tensors, const HaBlock* blocks,         \
+                                                       HaScalars sc, HaStatus* status, ha_u32 bound_tensor) { \
+        ha_home_bound<G, S>(tensors, blocks, sc, status, bound_tensor);                                       \
     }
 // ha_home_hist_{g}_{s}: the element-wise calibration pass over gradients G and state S.
 #define HA_HIST(G, S, g, s)                                                                                   \

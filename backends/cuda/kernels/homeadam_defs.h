@@ -3,10 +3,12 @@
 // test) get them from kernels.rs itself; this copy serves a build of one file alone.
 #define HA_METADATA 1
 #define HA_CHUNK 16384
+#define HA_BOUND_CHUNK 256
 #define HA_NESTEROV 1u
 #define HA_WEIGHT_DECOUPLE 2u
 #define HA_STOCHASTIC 4u
 #define HA_RHO_ACTIVE 8u
+#define HA_BOUND 16u
 #define HA_SWITCH_ELEMENT 0u
 #define HA_SWITCH_GLOBAL 1u
 #define HA_SWITCH_LAYER 2u
@@ -14,8 +16,8 @@
 #define HA_SWITCH_SHIFT 8
 #define HA_BUCKETS 128u
 #define HA_SIZE_SCALARS 96
-#define HA_SIZE_TENSOR 56
-#define HA_SIZE_STATUS 32
+#define HA_SIZE_TENSOR 64
+#define HA_SIZE_STATUS 48
 #define HA_SIZE_Q8 260
 #define HA_EXACT_LIMBS 18
 #define HA_EXACT_WORDS 19
@@ -46,3 +48,4 @@
 #define HA_STORAGE_P(X, ...) X(float, f32, __VA_ARGS__) X(ha_f16, f16, __VA_ARGS__) X(ha_bf16, bf16, __VA_ARGS__)
 #define HA_STORAGE_G(X, ...) X(float, f32, __VA_ARGS__) X(ha_f16, f16, __VA_ARGS__) X(ha_bf16, bf16, __VA_ARGS__)
 #define HA_STORAGE_S(X, ...) X(float, f32, __VA_ARGS__) X(ha_f16, f16, __VA_ARGS__) X(ha_bf16, bf16, __VA_ARGS__) X(HaQ8Block, q8, __VA_ARGS__)
+#define HA_STORAGE_E(X, ...) X(float, f32, __VA_ARGS__) X(ha_f16, f16, __VA_ARGS__) X(ha_bf16, bf16, __VA_ARGS__)

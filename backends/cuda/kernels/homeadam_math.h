@@ -208,7 +208,8 @@ HA_FN float ha_rho(ha_u32 flags, HaVmin vmin, float bc2) {
 }
 
 // The branch of a HomeAdam update: per element, srf (Adam(W)-srf), or from ρ of the first pass
-// over the model (global) or the tensor (layer).
+// over the model (global) or the tensor (layer). Where the global rule's bound decides, the model's
+// minimum is the bound's chunk's (which proved home) or stays +∞ (u proved srf, no pass ran).
 HA_FN int ha_home_branch(ha_u32 flags, HaVmin model, HaVmin tensor, const HaScalars& s) {
     ha_u32 sw = (flags >> HA_SWITCH_SHIFT) & 3u;
     if (sw == HA_SWITCH_ELEMENT) return HA_PER_ELEMENT;
@@ -413,5 +414,50 @@ HA_FN ha_u32 ha_q8_code(const HaQ8Maps& maps, bool unsigned_map, float x, float 
     if (unsigned_map) return j == 0 && m != 0.0f ? 1u : j;
     return j == 0 ? 0u : x < 0.0f ? (j | 0x80u) : j;
 }
+
+// ---- the global rule's bound (the core's Step::check and Bound) ----------------------------
+//
+// The update of global HomeAdam(W) with ρ over every element (HA_BOUND) leaves the next step a
+// bound: u = min_i v_{i,t} as stored, and the chunk of HA_BOUND_CHUNK elements (the core's chunk)
+// that held min v_t. Both are 64-bit minima, so that atomics find them in any order: per tensor
+// v's bits above its chunk's index (NaN never wins: its bits are above +∞'s), the core's v_min and
+// v_min_at; over the model u's bits above the tensor's index, so that ties keep the earliest
+// tensor, as the core's `u < next.u`.
+
+// No value yet: +∞ in chunk (or tensor) 0, which is where the core's empty bound points.
+#define HA_BOUND_NONE ((ha_u64)HA_INF_BITS << 32)
+
+// One element's key in its tensor's minimum: v_t's bits above the index of its chunk.
+HA_FN ha_u64 ha_bound_key(float v, ha_u64 i) { return (ha_u64)ha_bits(v) << 32 | (ha_u32)(i / HA_BOUND_CHUNK); }
+
+// What the update keeps for the bound: the tensor's key, and min v_t over v_t > 0 (ρ_active of the
+// report, as no first pass finds it where the bound decides).
+struct HaBoundAcc { ha_u64 at; ha_u32 active; };
+
+HA_FN void ha_bound_fold(HaBoundAcc& acc, float v, ha_u64 i) {
+    ha_u64 k = ha_bound_key(v, i);
+    acc.at = k < acc.at ? k : acc.at;
+    ha_u32 b = ha_bits(v);
+    if (v > 0.0f && b < acc.active) acc.active = b;
+}
+
+// The model's key of a tensor (or part of it) whose min v_t has the bits `vmin`: v as state S
+// stores it (rounded to nearest on its own, which is monotonic: the rounding of the min is the min
+// of the roundings, the core's stored_min) above the tensor's index. q8 state keeps no bound (its
+// blocks share a scale and may round stochastically), and is never updated with HA_BOUND.
+template <typename S> struct HaBoundOf {
+    HA_FN ha_u64 model_key(ha_u32 vmin, ha_u32 tensor) {
+        return (ha_u64)ha_bits(ha_to_f32(HaStore<S>::from_f32(ha_float(vmin)))) << 32 | tensor;
+    }
+    static const bool KEPT = true;
+};
+template <> struct HaBoundOf<HaQ8Block> {
+    HA_FN ha_u64 model_key(ha_u32, ha_u32) { return HA_BOUND_NONE; }
+    static const bool KEPT = false;
+};
+
+// Whether min v_t over the bound's chunk (f32 bits) proves the home branch: min v_t / bc2 < τ,
+// and ρ_t is at most that. +∞ (no element, or NaN only) proves nothing.
+HA_FN bool ha_bound_proves_home(ha_u32 chunk_min, const HaScalars& s) { return ha_float(chunk_min) / s.bc2 < s.tau; }
 
 #endif

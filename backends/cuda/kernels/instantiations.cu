@@ -1,7 +1,8 @@
 // instantiations.cu: every kernel of homeadam.cuh (kernels::all_kernel_names), for the compile
 // check: the update kernels {rule}_{p}_{g}_{s}, ha_check_{g}, ha_home_pre_{g}_{s},
-// ha_home_hist_{g}_{s}, ha_grad_sq_{g} and ha_reset.
-// The rules and storage types are the lists of kernels.rs (HA_RULE_KERNELS, HA_STORAGE_P/G/S:
+// ha_home_bound_{g}_{e} (element state types only), ha_home_hist_{g}_{s}, ha_grad_sq_{g} and
+// ha_reset.
+// The rules and storage types are the lists of kernels.rs (HA_RULE_KERNELS, HA_STORAGE_P/G/S/E:
 // X(C type, name, context...)); each level passes its choices on to the next as context.
 #include "homeadam.cuh"
 
@@ -24,3 +25,7 @@ HA_STORAGE_G(HA_PRE_G, )
 #define HA_HIST_G(G, g, unused) HA_STORAGE_S(HA_HIST_S, G, g)
 #define HA_HIST_S(S, s, G, g) HA_HIST(G, S, g, s)
 HA_STORAGE_G(HA_HIST_G, )
+
+#define HA_HOME_BOUND_G(G, g, unused) HA_STORAGE_E(HA_HOME_BOUND_E, G, g)
+#define HA_HOME_BOUND_E(S, s, G, g) HA_HOME_BOUND(G, S, g, s)
+HA_STORAGE_G(HA_HOME_BOUND_G, )

@@ -47,6 +47,9 @@ pub(crate) struct HaTensor {
     pub group: u32,
     /// Explicit padding (no byte of the struct undefined).
     pub unused: u32,
+    /// [`crate::kernels::flags::BOUND`]: the min over the update of v's f32 bits above the
+    /// index of its chunk of [`crate::kernels::BOUND_CHUNK`] elements (`ha_bound_key`).
+    pub vmin_at: u64,
 }
 
 /// `HaBlock`: one chunk of `kernels::CHUNK` elements of one tensor (whose index in the table
@@ -66,8 +69,25 @@ pub(crate) struct HaStatus {
     pub vmin_pre: HaVmin,
     pub vmin_post: u32,
     pub nonfinite_applied: u32,
-    pub unused: u32,
+    /// 1: `ha_home_bound` proved the home branch; the first pass did not run.
+    pub decided: u32,
     pub home: u64,
+    /// [`crate::kernels::flags::BOUND`]: the min over the update of u's f32 bits (v as stored)
+    /// above the tensor's index.
+    pub bound: u64,
+    /// [`crate::kernels::flags::BOUND`]: min v over the elements with v > 0 after the update
+    /// (f32 bits).
+    pub vmin_post_active: u32,
+    /// The chunk of the last update's bound, as `ha_reset` keeps it for `ha_home_bound`.
+    pub bound_at: u32,
+}
+
+impl HaStatus {
+    /// The bound the update of global HomeAdam(W) leaves (with [`crate::kernels::flags::BOUND`]):
+    /// u = min v as stored, and the tensor that holds it (the earliest of equals).
+    pub fn bound(&self) -> (f32, u32) {
+        (f32::from_bits((self.bound >> 32) as u32), self.bound as u32)
+    }
 }
 
 /// `HaScalars`: the core's [`StepScalars`] (same `repr(C)` layout), one per parameter group.
@@ -115,9 +135,9 @@ mod tests {
 
     #[test]
     fn layouts_match_the_c_structs() {
-        assert_eq!(std::mem::size_of::<HaTensor>(), 56);
+        assert_eq!(std::mem::size_of::<HaTensor>(), 64);
         assert_eq!(std::mem::size_of::<HaBlock>(), 8);
-        assert_eq!(std::mem::size_of::<HaStatus>(), 32);
+        assert_eq!(std::mem::size_of::<HaStatus>(), 48);
         // 20 f32 + 3 u32 + 1 f32, no padding.
         assert_eq!(std::mem::size_of::<HaScalars>(), 96);
     }

@@ -7,7 +7,8 @@
 //! - `kernels/homeadam_exact.h`: the core's [`ExactSum`] (exact sums of products of `f32`, for
 //!   SWATS's dot products and [`crate::CudaOptimizer::grad_norm`]), also compiled by g++.
 //! - `kernels/homeadam.cuh`: the multi-tensor kernel templates and the `HA_UPDATE` / `HA_CHECK`
-//!   / `HA_PRE` / `HA_HIST` / `HA_GRAD_SQ` macros that instantiate them as `extern "C"` kernels.
+//!   / `HA_PRE` / `HA_HOME_BOUND` / `HA_HIST` / `HA_GRAD_SQ` macros that instantiate them as
+//!   `extern "C"` kernels.
 //! - `kernels/instantiations.cu`: every kernel ([`all_kernel_names`]), for the compile check.
 //!   At run time a model compiles only its own kernels ([`model_source`]).
 //!
@@ -18,7 +19,8 @@
 //! # One source for the metadata
 //!
 //! The update kernels' ids (`HA_RULE_*`, positions in the core's kernel table
-//! [`ElementKernel::ALL`]), the flag bits (`HA_*`, [`flags`]), [`CHUNK`] (`HA_CHUNK`), the
+//! [`ElementKernel::ALL`]), the flag bits (`HA_*`, [`flags`]), [`CHUNK`] (`HA_CHUNK`),
+//! [`BOUND_CHUNK`] (`HA_BOUND_CHUNK`), the
 //! buckets of a calibration histogram (`HA_BUCKETS`, the core's [`BUCKETS`]), the q8 state's block
 //! size, slot-key salt, hash multipliers and code maps (`HA_Q8_BLOCK`, `HA_Q8_SALT`,
 //! `HA_Q8_HASH_MUL0/1`, `HA_Q8_UNSIGNED`,
@@ -27,7 +29,7 @@
 //! [`ExactSum`] (`HA_EXACT_*`, from the core's constants), each
 //! update kernel's state slots, ρ slot, second-moment slots (on q8's unsigned map) and C element
 //! function (from the core's kernel table) and the kernel lists
-//! (`HA_RULE_KERNELS`, `HA_STORAGE_P/G/S`, from which
+//! (`HA_RULE_KERNELS`, `HA_STORAGE_P/G/S/E`, from which
 //! the C sources build every kernel name) are defined here only, as [`defines`]. The C files
 //! define none of them: `homeadam_math.h` includes `homeadam_defs.h` unless `HA_METADATA` is
 //! already defined, and each consumer gets the values from Rust:
@@ -61,6 +63,13 @@ pub const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
 pub const STATE_DTYPES: [Dtype; 4] = [Dtype::F32, Dtype::F16, Dtype::BF16, Dtype::Q8];
 /// Elements per block-table entry (`HA_CHUNK`).
 pub const CHUNK: usize = 16384;
+/// Elements per chunk of the global rule's bound (`HA_BOUND_CHUNK`): the core's chunk, which the
+/// core keeps equal to its q8 block, so that the bound's chunk, and with it every decision the
+/// bound proves, is the core's.
+pub const BOUND_CHUNK: usize = q8::BLOCK;
+
+// A bound's chunk lies in one block-table entry.
+const _: () = assert!(CHUNK.is_multiple_of(BOUND_CHUNK));
 /// Dynamic shared memory of a kernel that sums into `sums` exact accumulators per block
 /// (SWATS's Adam phase: 2; `ha_grad_sq_{g}`: 1).
 pub const fn exact_shared_bytes(sums: u32) -> u32 {
@@ -79,6 +88,10 @@ pub mod flags {
     ///
     /// [`RhoOver::Active`]: homeadam_core::RhoOver::Active
     pub const RHO_ACTIVE: u32 = 8;
+    /// Global HomeAdam with ρ over every element and state of one element per parameter: the
+    /// update keeps the next step's bound (u = min v_t as stored, and the chunk that held
+    /// min v_t) and min v_t over v_t > 0.
+    pub const BOUND: u32 = 16;
     /// The HomeAdam switch (one of the `SWITCH_*` values) is `flags >> SWITCH_SHIFT & 3`.
     pub const SWITCH_SHIFT: u32 = 8;
     /// One decision per element.
@@ -146,12 +159,14 @@ pub fn defines() -> Vec<(String, String)> {
     let mut d: Vec<(String, String)> = vec![
         ("HA_METADATA".into(), "1".into()),
         ("HA_CHUNK".into(), CHUNK.to_string()),
+        ("HA_BOUND_CHUNK".into(), BOUND_CHUNK.to_string()),
     ];
     for (name, bits) in [
         ("NESTEROV", flags::NESTEROV),
         ("WEIGHT_DECOUPLE", flags::WEIGHT_DECOUPLE),
         ("STOCHASTIC", flags::STOCHASTIC),
         ("RHO_ACTIVE", flags::RHO_ACTIVE),
+        ("BOUND", flags::BOUND),
         ("SWITCH_ELEMENT", flags::SWITCH_ELEMENT),
         ("SWITCH_GLOBAL", flags::SWITCH_GLOBAL),
         ("SWITCH_LAYER", flags::SWITCH_LAYER),
@@ -215,7 +230,13 @@ pub fn defines() -> Vec<(String, String)> {
             .collect();
         xs.join(" ")
     };
-    for (level, list) in [("P", &DTYPES[..]), ("G", &DTYPES[..]), ("S", &STATE_DTYPES[..])] {
+    // E: the state types that keep the global rule's bound (not q8).
+    for (level, list) in [
+        ("P", &DTYPES[..]),
+        ("G", &DTYPES[..]),
+        ("S", &STATE_DTYPES[..]),
+        ("E", &DTYPES[..]),
+    ] {
         d.push((format!("HA_STORAGE_{level}(X, ...)"), types(list)));
     }
     d
@@ -245,7 +266,8 @@ pub fn headers() -> [(&'static str, String); 4] {
 }
 
 /// The source of one model's kernels: `ha_reset`, `ha_check_{g}`, `ha_home_pre_{g}_{s}`,
-/// `ha_home_hist_{g}_{s}`, `ha_grad_sq_{g}` and the update kernels `{rule}_{p}_{g}_{s}` of `update` (SWATS has two), a
+/// `ha_home_bound_{g}_{s}` (state of one element per parameter), `ha_home_hist_{g}_{s}`,
+/// `ha_grad_sq_{g}` and the update kernels `{rule}_{p}_{g}_{s}` of `update` (SWATS has two), a
 /// fraction of [`INSTANTIATIONS`]' compile time.
 pub fn model_source(update: &[ElementKernel], p: Dtype, g: Dtype, s: Dtype) -> String {
     let (pn, gn, sn) = (p.name(), g.name(), s.name());
@@ -254,6 +276,9 @@ pub fn model_source(update: &[ElementKernel], p: Dtype, g: Dtype, s: Dtype) -> S
         "#include \"homeadam.cuh\"\nHA_CHECK({gt}, {gn})\nHA_PRE({gt}, {st}, {gn}, {sn})\n\
          HA_HIST({gt}, {st}, {gn}, {sn})\nHA_GRAD_SQ({gt}, {gn})\n"
     );
+    if s.is_element() {
+        source.push_str(&format!("HA_HOME_BOUND({gt}, {st}, {gn}, {sn})\n"));
+    }
     for k in update {
         source.push_str(&format!(
             "HA_UPDATE({}, {}, {pt}, {gt}, {st}, {pn}, {gn}, {sn})\n",
@@ -278,6 +303,9 @@ pub fn all_kernel_names() -> Vec<String> {
         for s in STATE_DTYPES {
             names.push(format!("ha_home_pre_{}_{}", g.name(), s.name()));
             names.push(format!("ha_home_hist_{}_{}", g.name(), s.name()));
+        }
+        for s in DTYPES {
+            names.push(format!("ha_home_bound_{}_{}", g.name(), s.name()));
         }
     }
     for kernel in ElementKernel::ALL {
@@ -322,7 +350,7 @@ mod tests {
         }
         assert_eq!(
             all_kernel_names().len(),
-            1 + 3 + 3 + 2 * 12 + ElementKernel::ALL.len() * 36
+            1 + 3 + 3 + 2 * 12 + 9 + ElementKernel::ALL.len() * 36
         );
     }
 
@@ -341,7 +369,8 @@ mod tests {
             );
         }
         // No bit of a flag in the switch's two bits.
-        let others = flags::NESTEROV | flags::WEIGHT_DECOUPLE | flags::STOCHASTIC | flags::RHO_ACTIVE;
+        let others =
+            flags::NESTEROV | flags::WEIGHT_DECOUPLE | flags::STOCHASTIC | flags::RHO_ACTIVE | flags::BOUND;
         assert_eq!(others & (3 << flags::SWITCH_SHIFT), 0);
     }
 

@@ -12,7 +12,7 @@
 //!   `ExactSum` of the same values rounded once, then `f64::sqrt` (one read);
 //! - `set_lr`, `save_state`, `load_state`, `tensor_telemetry`, `core`, `stream`.
 //!
-//! A step is at most four launches on one stream, whatever the number of tensors:
+//! A step is at most four kernel launches on one stream, whatever the number of tensors:
 //! `ha_reset` (which also installs the gradient pointers); `ha_home_pre_{g}_{s}` (global /
 //! per-layer HomeAdam: min v_t over every element and over those with v_t > 0, and the
 //! non-finite flag) or `ha_check_{g}` (the non-finite flag, under `FiniteCheck::SkipStep`); the
@@ -20,8 +20,18 @@
 //! scalars of its parameter group (HomeAdam's home branch at η_h: `home_lr_over_bc1`; its ρ
 //! over the active elements with [`flags::RHO_ACTIVE`]). The host work is the core's: [`Optimizer::begin`] gives t
 //! and the scalars of each group, [`homeadam_core::Step::finish_external`] counts the step from
-//! the device's 32-byte status, read back at the end (the step's only sync: t does not advance
+//! the device's 48-byte status, read back at the end (the step's only sync: t does not advance
 //! on a skipped step, so the next step's scalars depend on it).
+//!
+//! Global HomeAdam(W) with ρ over every element and state of one element per parameter decides
+//! as the core's [`homeadam_core::Step::check`], from the bound its last update left
+//! ([`flags::BOUND`]: u = min v as stored, read with the status, and the chunk that held min v,
+//! kept on the device): where u proves the srf branch
+//! ([`homeadam_core::backend::srf_proven_by`]) the pass before the update is `ha_check_{g}`;
+//! else `ha_home_bound_{g}_{s}` checks the gradients and takes min v_t over that chunk, which
+//! may prove the home branch, and `ha_home_pre_{g}_{s}` follows, doing nothing where it did.
+//! There is no bound at the first step, after `load_state`, at steps that calibrate τ and after
+//! a skipped one of those; a skipped step keeps the bound it had.
 //!
 //! A calibrated τ (`Config::tau_calibration`, HomeAdam(W)) is set at the steps that
 //! [`homeadam_core::Step::calibrates`], before the update reads it:
@@ -54,13 +64,14 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use homeadam_core::backend::{Histogram, Outcome, StepScalars, SwatsDots, BUCKETS};
+use homeadam_core::backend::{srf_proven_by, Histogram, Outcome, StepScalars, SwatsDots, BUCKETS};
 use homeadam_core::rules::ElementKernel;
 use homeadam_core::{
-    Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Switch, TensorAux,
+    Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, RhoOver, Rounding, Rule, StepReport, Switch,
+    TensorAux,
 };
 
-use crate::device::{block_table, histogram, HaBlock, HaScalars, HaStatus, HaTensor};
+use crate::device::{block_table, histogram, HaBlock, HaScalars, HaStatus, HaTensor, HaVmin};
 use crate::kernels::{self, flags};
 use crate::nvrtc;
 use crate::Error;
@@ -132,6 +143,69 @@ enum FirstPass {
     Home(CudaFunction),
 }
 
+/// The passes of the global rule's bound ([`flags::BOUND`]).
+struct BoundPasses {
+    /// `ha_check_{g}(tensors, blocks, 1 / grad_scale, status)`, where u proves the srf branch.
+    check: CudaFunction,
+    /// `ha_home_bound_{g}_{s}(tensors, blocks, scalars, status, bound_tensor)`.
+    home: CudaFunction,
+}
+
+/// The bound the last update of the global rule left for the next step.
+#[derive(Clone, Copy, Debug)]
+struct Bound {
+    /// u = min_i v_{i,t−1} as stored (+∞ for none).
+    u: f32,
+    /// The tensor whose chunk held min v_{t−1}.
+    tensor: u32,
+    /// `ha_reset` has kept the chunk in the status (after a skipped step, whose update wrote
+    /// nothing and whose reset cleared the table's).
+    kept: bool,
+}
+
+impl Bound {
+    /// The start of a step whose last step left `last`: the tensor whose chunk `ha_reset` keeps
+    /// (`u32::MAX`: none), the bound of this step, and what decides its branch.
+    fn plan(last: Option<Bound>, calibrates: bool, s: &StepScalars) -> (u32, Option<Bound>, Decision) {
+        // The chunk of a bound the last update left is kept before the reset clears it.
+        let keep = last.filter(|b| !b.kept).map_or(u32::MAX, |b| b.tensor);
+        // A step that sets τ needs ρ_t before any update.
+        let bound = last.filter(|_| !calibrates);
+        let decision = match bound {
+            None => Decision::Pass,
+            Some(b) if srf_proven_by(b.u, s) => Decision::Srf,
+            Some(b) => Decision::Chunk(b.tensor),
+        };
+        (keep, bound, decision)
+    }
+
+    /// The bound of the next step, after a step whose bound was `bound`: the one its update
+    /// left in `status`, or on a skipped step, which wrote nothing, `bound` with its chunk kept.
+    fn after(bound: Option<Bound>, skipped: bool, status: &HaStatus) -> Option<Bound> {
+        if skipped {
+            return bound.map(|b| Bound { kept: true, ..b });
+        }
+        let (u, tensor) = status.bound();
+        Some(Bound {
+            u,
+            tensor,
+            kept: false,
+        })
+    }
+}
+
+/// What decides the global rule's branch at a step with a bound.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Decision {
+    /// The rule's pass before the update (for the global rule the exact first pass).
+    Pass,
+    /// u proves the srf branch: `ha_check_{g}` only.
+    Srf,
+    /// `ha_home_bound_{g}_{s}` over the bound's chunk in this tensor, then the exact first pass
+    /// where that does not prove the home branch.
+    Chunk(u32),
+}
+
 /// The element-wise rule's calibration pass and its counts (with a calibrated τ).
 struct Calibration {
     /// `ha_home_hist_{g}_{s}(tensors, blocks, scalars, status, counts)`.
@@ -159,6 +233,8 @@ struct Device {
     stream: Arc<CudaStream>,
     reset: CudaFunction,
     first_pass: Option<FirstPass>,
+    /// Global HomeAdam with [`flags::BOUND`].
+    bound: Option<BoundPasses>,
     /// Element-wise HomeAdam with a calibrated τ: replaces `first_pass` at the steps that
     /// calibrate.
     calibration: Option<Calibration>,
@@ -193,6 +269,10 @@ pub struct CudaOptimizer {
     /// Per tensor: Λ (SWATS's state); the telemetry lives on the device.
     aux: Vec<TensorAux>,
     has_rho: bool,
+    /// The update keeps the global rule's bound ([`flags::BOUND`]).
+    bounded: bool,
+    /// The bound of the next step.
+    bound: Option<Bound>,
     device: Device,
 }
 
@@ -248,7 +328,15 @@ impl CudaOptimizer {
         } else {
             0
         };
+        // As the core's bound: the global rule with ρ over every element (a newly active element
+        // may undercut u), on state whose min as stored is the stored min (not q8).
+        let bounded = config.rule.switch() == Some(Switch::Global)
+            && config.rho_over == RhoOver::All
+            && dtypes.state.is_element();
         let mut update = vec![kernels::rule_kernel(&config, false)];
+        if bounded {
+            update[0].1 |= flags::BOUND;
+        }
         if config.rule == Rule::Swats {
             update.push(kernels::rule_kernel(&config, true));
         }
@@ -265,6 +353,13 @@ impl CudaOptimizer {
                 Some(FirstPass::Check(module.load_function(&format!("ha_check_{g}"))?))
             }
             _ => None,
+        };
+        let bound = match bounded {
+            true => Some(BoundPasses {
+                check: module.load_function(&format!("ha_check_{g}"))?,
+                home: module.load_function(&format!("ha_home_bound_{g}_{s}"))?,
+            }),
+            false => None,
         };
         let calibration = match config.rule.switch() {
             Some(Switch::Element) if config.tau_calibration.is_some() => Some(Calibration {
@@ -299,6 +394,7 @@ impl CudaOptimizer {
         let device = Device {
             reset: module.load_function("ha_reset")?,
             first_pass,
+            bound,
             calibration,
             update,
             swats_sgd,
@@ -314,6 +410,8 @@ impl CudaOptimizer {
         };
         Ok(CudaOptimizer {
             has_rho: config.rho_slot().is_some() && !tensors.is_empty(),
+            bounded,
+            bound: None,
             core,
             dtypes,
             tensors: tensors.to_vec(),
@@ -397,7 +495,9 @@ impl CudaOptimizer {
         let switch = config.rule.switch();
         let bc2 = step.scalars().bc2;
         let calibrates = step.calibrates();
-        self.device.first_pass(&HaScalars(*step.scalars()), calibrates)?;
+        let (keep, bound, decision) = Bound::plan(self.bound.take(), calibrates, step.scalars());
+        self.device
+            .first_pass(&HaScalars(*step.scalars()), calibrates, keep, decision)?;
         if calibrates {
             // τ is set from this step's values before any update reads it.
             let element = switch == Some(Switch::Element);
@@ -405,7 +505,7 @@ impl CudaOptimizer {
             let values = if element {
                 histogram(&pre.counts)
             } else {
-                decisions(&config, bc2, &pre.status, &pre.table)
+                decisions(&config, bc2, pre.status.vmin_pre, &pre.table)
             };
             step.calibrate_external(&values)?;
         }
@@ -423,18 +523,36 @@ impl CudaOptimizer {
             .device
             .read(window && switch == Some(Switch::Layer), false, swats_adam)?;
         let status = &end.status;
+        let skipped = status.nonfinite != 0;
+        // With a bound the first pass may not run: the update's minima are the model's (the
+        // same v_t, and ρ is over every element).
+        let model = if self.bounded {
+            HaVmin {
+                all: status.vmin_post,
+                active: status.vmin_post_active,
+            }
+        } else {
+            status.vmin_pre
+        };
+        if self.bounded {
+            self.bound = Bound::after(bound, skipped, status);
+        }
         let outcome = Outcome {
-            skipped: status.nonfinite != 0,
+            skipped,
             // SWATS reports ρ in its Adam phase only, as the core.
             v_min: (self.has_rho && !swats_sgd).then(|| f32::from_bits(status.vmin_post)),
-            v_min_active: matches!(switch, Some(Switch::Global | Switch::Layer))
-                .then(|| status.vmin_pre.get().active),
+            v_min_active: matches!(switch, Some(Switch::Global | Switch::Layer)).then(|| model.get().active),
             home_elements: status.home,
             nonfinite_applied: status.nonfinite_applied != 0,
             decisions: if window {
-                decisions(&config, bc2, status, &end.table)
+                decisions(&config, bc2, model, &end.table)
             } else {
                 Histogram::new()
+            },
+            exact_pass: match decision {
+                Decision::Pass => true,
+                Decision::Srf => false,
+                Decision::Chunk(_) => status.decided == 0,
             },
         };
         if config.rule != Rule::Swats {
@@ -484,19 +602,27 @@ impl CudaOptimizer {
 }
 
 impl Device {
-    /// Queues the start of a step: `ha_reset`, then the pass before the update, with the
-    /// step's scalars `step`: at a step that `calibrates` τ, the element-wise rule's
-    /// calibration pass `ha_home_hist_*` (its counts zeroed first).
-    fn first_pass(&mut self, step: &HaScalars, calibrates: bool) -> Result<(), Error> {
+    /// Queues the start of a step: `ha_reset` (keeping the bound's chunk of tensor `keep`, if
+    /// any), then the pass before the update, with the step's scalars `step`: at a step that
+    /// `calibrates` τ, the element-wise rule's calibration pass `ha_home_hist_*` (its counts
+    /// zeroed first); for the global rule's bound, as `decision` says.
+    fn first_pass(
+        &mut self,
+        step: &HaScalars,
+        calibrates: bool,
+        keep: u32,
+        decision: Decision,
+    ) -> Result<(), Error> {
         let count = self.table.len() as u32;
         let blocks = self.blocks.len() as u32;
         let mut b = self.stream.launch_builder(&self.reset);
         b.arg(&mut self.table)
             .arg(&count)
             .arg(&self.grads)
-            .arg(&mut self.status);
-        // SAFETY: ha_reset(HaTensor*, u32, const u64*, HaStatus*) with `count` entries in the
-        // table and in `grads`.
+            .arg(&mut self.status)
+            .arg(&keep);
+        // SAFETY: ha_reset(HaTensor*, u32, const u64*, HaStatus*, u32) with `count` entries in
+        // the table and in `grads`.
         unsafe { b.launch(grid(count.div_ceil(THREADS).max(1), 0)) }?;
         let mut calibration = self.calibration.as_mut().filter(|_| calibrates);
         if let Some(c) = &mut calibration {
@@ -506,6 +632,33 @@ impl Device {
             return Ok(());
         }
         let inv = step.0.inv_grad_scale;
+        if let Some(passes) = self.bound.as_ref().filter(|_| decision != Decision::Pass) {
+            let mut b = match decision {
+                Decision::Chunk(ref tensor) => {
+                    let mut b = self.stream.launch_builder(&passes.home);
+                    b.arg(&self.table)
+                        .arg(&self.blocks)
+                        .arg(step)
+                        .arg(&mut self.status)
+                        .arg(tensor);
+                    b
+                }
+                _ => {
+                    let mut b = self.stream.launch_builder(&passes.check);
+                    b.arg(&self.table)
+                        .arg(&self.blocks)
+                        .arg(&inv)
+                        .arg(&mut self.status);
+                    b
+                }
+            };
+            // SAFETY: the signatures of ha_home_bound and ha_check; the table's pointers are
+            // valid (the contract of `CudaOptimizer::new`).
+            unsafe { b.launch(grid(blocks, 0)) }?;
+            if decision == Decision::Srf {
+                return Ok(());
+            }
+        }
         let mut b = match (calibration, &self.first_pass) {
             (Some(c), _) => {
                 let mut b = self.stream.launch_builder(&c.function);
@@ -635,5 +788,57 @@ fn grid(n: u32, shared: u32) -> LaunchConfig {
         grid_dim: (n, 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: shared,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use homeadam_core::{Config, Rule, Switch};
+
+    use super::*;
+
+    fn status(u: f32, tensor: u32) -> HaStatus {
+        HaStatus {
+            bound: u64::from(u.to_bits()) << 32 | u64::from(tensor),
+            ..HaStatus::default()
+        }
+    }
+
+    /// The host's part of the bound over a sequence of steps: the chunk kept once after each
+    /// update, through skipped steps; none after a skipped step that set τ.
+    #[test]
+    fn the_bound_follows_the_steps_as_the_cores() {
+        let config = Config {
+            tau: 1e-6,
+            ..Config::new(Rule::HomeAdamW(Switch::Global))
+        };
+        let s = StepScalars::new(&config, 5, 1.0, None);
+        let (large, small) = (1.0, 1e-12);
+        let (keep, bound, decision) = Bound::plan(None, false, &s);
+        assert_eq!((keep, decision), (u32::MAX, Decision::Pass));
+        let next = Bound::after(bound, false, &status(large, 3));
+        let (keep, bound, decision) = Bound::plan(next, false, &s);
+        assert_eq!((keep, decision), (3, Decision::Srf));
+        let next = Bound::after(bound, false, &status(small, 2));
+        let (keep, bound, decision) = Bound::plan(next, false, &s);
+        assert_eq!((keep, decision), (2, Decision::Chunk(2)));
+        // Skipped: the same bound, its chunk already kept.
+        let next = Bound::after(bound, true, &status(large, 5));
+        let (keep, bound, decision) = Bound::plan(next, false, &s);
+        assert_eq!((keep, decision), (u32::MAX, Decision::Chunk(2)));
+        let next = Bound::after(bound, true, &status(large, 5));
+        // A step that sets τ runs the exact pass; skipped, it leaves no bound.
+        let (keep, bound, decision) = Bound::plan(next, true, &s);
+        assert_eq!((keep, decision), (u32::MAX, Decision::Pass));
+        assert!(Bound::after(bound, true, &status(large, 5)).is_none());
+        let next = Bound::after(None, false, &status(f32::INFINITY, 0));
+        let (keep, _, decision) = Bound::plan(next, true, &s);
+        assert_eq!(
+            (keep, decision),
+            (0, Decision::Pass),
+            "a fresh bound's chunk is kept"
+        );
+        let (_, _, decision) = Bound::plan(next, false, &s);
+        assert_eq!(decision, Decision::Srf, "u = +∞ (no element) proves srf");
     }
 }

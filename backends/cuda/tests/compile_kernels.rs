@@ -179,5 +179,8 @@ fn the_runtime_source_of_one_model_compiles() {
         for name in names {
             assert!(ptx.contains(&format!(".entry {name}(")), "{name} missing");
         }
+        // The global rule's bound: state of one element per parameter only.
+        let bound = format!(".entry ha_home_bound_{}_{}(", g.name(), s.name());
+        assert_eq!(ptx.contains(&bound), s.is_element(), "{bound}");
     }
 }

@@ -8,7 +8,9 @@
 //! through the core's byte format. q8 state (the golden q8 cases, and random models whose sizes
 //! end in partial 256-element blocks) is compared block for block: scales bit for bit, codes
 //! equal. `grad_norm` equals the core's exact sum, and `set_grads` steps with
-//! the new gradients. Skipped with a message when no CUDA driver is present; the golden cases
+//! the new gradients. Global HomeAdam(W) with its bound on ρ_t runs many steps against the core's
+//! `Optimizer::step`, ρ_t crossing τ both ways, with the same decisions and exact first passes.
+//! Skipped with a message when no CUDA driver is present; the golden cases
 //! are parsed and replayed on the core either way.
 
 use std::sync::Arc;
@@ -653,4 +655,211 @@ fn grad_norm_is_the_cores_exact_sum_and_set_grads_steps_with_new_pointers() {
     norm_and_new_grads::<bf16>(&stream);
     norm_and_new_grads::<f16>(&stream);
     println!("gpu: grad_norm = the core's exact ‖g‖₂, set_grads steps with the new gradients");
+}
+
+/// The sizes of the bounded models: several kernel chunks (16384 elements) and many chunks of
+/// the bound (256), partial ones, an empty tensor.
+const BOUND_SIZES: [usize; 6] = [70_000, 0, 16_385, 300, 4096, 257];
+
+/// Gradients whose ρ_t crosses τ = 1e-7 both ways (β2 = 0.5): each step one floor scale for the
+/// model (3e-2 keeps every v̂ far above τ, 1e-3 near it, 1e-4 below it) times [0.5, 1.5) per
+/// element, one step in three one chunk of the bound without gradient, one in eight a NaN.
+fn bound_grads(next: &mut impl FnMut() -> u64) -> Vec<Vec<f32>> {
+    let floor = [3e-2f32, 3e-2, 1e-3, 1e-4][(next() % 4) as usize];
+    let nonempty: Vec<usize> = (0..BOUND_SIZES.len()).filter(|&k| BOUND_SIZES[k] > 0).collect();
+    let dead = next().is_multiple_of(3).then(|| {
+        let k = nonempty[(next() % nonempty.len() as u64) as usize];
+        (k, (next() % BOUND_SIZES[k].div_ceil(256) as u64) as usize)
+    });
+    let nan = next()
+        .is_multiple_of(8)
+        .then(|| nonempty[(next() % nonempty.len() as u64) as usize]);
+    BOUND_SIZES
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            let mut g: Vec<f32> = (0..n)
+                .map(|i| {
+                    let scale = if dead == Some((k, i / 256)) { 0.0 } else { floor };
+                    let r = next();
+                    let u = 0.5 + (r >> 40) as f32 / (1u64 << 24) as f32;
+                    if r & 1 == 0 {
+                        scale * u
+                    } else {
+                        -scale * u
+                    }
+                })
+                .collect();
+            if nan == Some(k) {
+                g[n / 2] = f32::NAN;
+            }
+            g
+        })
+        .collect()
+}
+
+/// Global HomeAdam(W) over many steps on the device and in the core's `Optimizer::step`, which
+/// bounds ρ_t itself: parameters and state bit for bit after every step, the same reports and
+/// per-tensor telemetry, and the same `exact_first_passes` (the device's bound proving srf and
+/// home where the core's does); state reloaded in the middle (no bound on either side after it).
+/// Returns the exact first passes and the applied steps.
+fn bounded<P: Storage, G: Storage, S: DeviceState>(
+    config: Config,
+    stream: &Arc<CudaStream>,
+    seed: u64,
+) -> (u64, u64) {
+    let mut s = seed;
+    let mut next = move || {
+        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix64(s)
+    };
+    let mut core = Optimizer::new(config).expect("config");
+    let mut params: Vec<Vec<P>> = BOUND_SIZES
+        .iter()
+        .map(|&n| {
+            (0..n)
+                .map(|_| P::from_f32((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5))
+                .collect()
+        })
+        .collect();
+    let mut states: Vec<Vec<S>> = BOUND_SIZES
+        .iter()
+        .map(|&n| vec![S::default(); core.state_len_of::<S>(n)])
+        .collect();
+    let mut auxes = vec![TensorAux::default(); BOUND_SIZES.len()];
+    let d_params: Vec<CudaSlice<u8>> = params.iter().map(|p| upload(stream, p)).collect();
+    let mut d_grads: Vec<CudaSlice<u8>> = BOUND_SIZES
+        .iter()
+        .map(|&n| upload(stream, &vec![G::from_f32(0.0); n]))
+        .collect();
+    let d_states: Vec<CudaSlice<u8>> = states
+        .iter()
+        .map(|st| {
+            let b = S::state_bytes(st);
+            stream
+                .clone_htod(&if b.is_empty() { vec![0u8] } else { b })
+                .expect("upload")
+        })
+        .collect();
+    let ptr = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
+    let tensors: Vec<DeviceTensor> = (0..BOUND_SIZES.len())
+        .map(|k| {
+            DeviceTensor::new(
+                ptr(&d_params[k]),
+                ptr(&d_grads[k]),
+                ptr(&d_states[k]),
+                BOUND_SIZES[k],
+            )
+        })
+        .collect();
+    let dtypes = Dtypes {
+        param: P::DTYPE,
+        grad: G::DTYPE,
+        state: S::DTYPE,
+    };
+    // SAFETY: the buffers live until the end of this function and have the stated sizes.
+    let mut cuda =
+        unsafe { CudaOptimizer::new(config, dtypes, &tensors, stream.clone()) }.expect("cuda optimizer");
+    let name = format!("bound {} {dtypes:?}", config.name());
+    let steps = 80;
+    for r in 0..steps {
+        let grads: Vec<Vec<G>> = bound_grads(&mut next).iter().map(|g| stored(g)).collect();
+        for (d, g) in d_grads.iter_mut().zip(&grads) {
+            if !g.is_empty() {
+                stream.memcpy_htod(&bytes(g), d).expect("grad upload");
+            }
+        }
+        let grad_scale = [1.0, 4.0][(next() % 2) as usize];
+        let expected = {
+            let mut model: Vec<Tensor<'_, P, G, S>> = params
+                .iter_mut()
+                .zip(&grads)
+                .zip(states.iter_mut().zip(auxes.iter_mut()))
+                .map(|((p, g), (s, a))| Tensor::new(p, g, s, a))
+                .collect();
+            core.step(&mut model, grad_scale).expect("core step")
+        };
+        let got = cuda.step(grad_scale).expect("cuda step");
+        assert!(
+            same_report(&expected, &got),
+            "{name} step {r}: core {expected:?} cuda {got:?}"
+        );
+        assert_eq!(
+            cuda.core().exact_first_passes(),
+            core.exact_first_passes(),
+            "{name} step {r}: exact first passes"
+        );
+        assert!(
+            cuda.core().tau().to_bits() == core.tau().to_bits()
+                && cuda.core().calibration_window() == core.calibration_window(),
+            "{name} step {r}: the calibration state"
+        );
+        let telemetry = cuda.tensor_telemetry().expect("telemetry");
+        for (k, (c, d)) in auxes.iter().zip(&telemetry).enumerate() {
+            assert!(
+                c.rho.to_bits() == d.rho.to_bits() && c.home_elements == d.home_elements,
+                "{name} step {r} tensor {k}: core {c:?} cuda {d:?}"
+            );
+        }
+        for k in 0..BOUND_SIZES.len() {
+            let p = stream.clone_dtoh(&d_params[k]).expect("download");
+            let st = stream.clone_dtoh(&d_states[k]).expect("download");
+            assert_same(
+                &format!("{name} step {r} param {k}"),
+                &params[k],
+                &p[..params[k].len() * P::DTYPE.size()],
+            );
+            let len = S::state_bytes(&states[k]).len();
+            S::assert_state(&format!("{name} step {r} state {k}"), &states[k], &st[..len]);
+        }
+        if r == steps / 2 {
+            let saved = cuda.save_state().expect("save");
+            cuda.load_state(&saved).expect("load");
+            core.forget_bound();
+        }
+    }
+    (core.exact_first_passes(), core.step_count())
+}
+
+#[test]
+fn the_global_bound_decides_on_the_gpu_as_in_the_core() {
+    let Some(stream) = gpu() else { return };
+    let base = Config {
+        beta2: 0.5,
+        tau: 1e-7,
+        allow_f16_state: true,
+        ..Config::new(Rule::HomeAdamW(Switch::Global))
+    };
+    let calibrated = Config {
+        tau_calibration: Some(TauCalibration {
+            home_share: 0.3,
+            every: 7,
+        }),
+        ..base
+    };
+    let trust = Config {
+        finite_check: FiniteCheck::Trust,
+        rounding: Rounding::Stochastic,
+        ..base
+    };
+    let mut bounded_steps = (0, 0);
+    for (i, config) in [base, trust, calibrated].into_iter().enumerate() {
+        let seed = 100 + i as u64;
+        for (exact, steps) in [
+            bounded::<f32, f32, f32>(config, &stream, seed),
+            bounded::<bf16, bf16, f32>(config, &stream, seed),
+            bounded::<bf16, bf16, bf16>(config, &stream, seed),
+            bounded::<f16, f16, f16>(config, &stream, seed),
+        ] {
+            bounded_steps = (bounded_steps.0 + exact, bounded_steps.1 + steps);
+        }
+        // q8 state keeps no bound: every applied step runs the exact first pass.
+        let (exact, steps) = bounded::<bf16, bf16, Q8Block>(config, &stream, seed);
+        assert_eq!(exact, steps, "q8 state: an exact first pass at every step");
+    }
+    println!(
+        "gpu: global bound, {} of {} applied steps ran the exact first pass, as in the core",
+        bounded_steps.0, bounded_steps.1
+    );
+    assert!(bounded_steps.0 < bounded_steps.1, "no bound decided a step");
 }

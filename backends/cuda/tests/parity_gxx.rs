@@ -8,7 +8,9 @@
 //! sums of `homeadam_exact.h` against the core's `ExactSum`. The first passes the harness
 //! mirrors (minima of v_t, the calibration histogram) are checked against the core's
 //! `home_first_pass` and `home_calibration_pass`; the update runs with the τ the core's step
-//! used. Needs g++ only (no GPU); skipped with a message when g++ is missing.
+//! used. The global rule's bound (u and its chunk, kept by the update; the srf and home proofs)
+//! is driven over many steps as the CUDA host drives it and decides as the core's own step.
+//! Needs g++ only (no GPU); skipped with a message when g++ is missing.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -16,7 +18,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use homeadam_core::backend::{
-    goes_home, home_calibration_pass, home_first_pass, mix64, Histogram, SecondMomentMin, StepScalars,
+    goes_home, home_calibration_pass, home_first_pass, mix64, srf_proven_by, Histogram, Outcome,
+    SecondMomentMin, StepScalars,
 };
 use homeadam_core::q8::{self, Map};
 use homeadam_core::rules::ElementKernel;
@@ -928,5 +931,320 @@ fn check_sums(out: &[u8], expected: &[ExactSum], what: &str) {
     println!(
         "parity_gxx: {} {what} (ExactSum's words) bit-identical",
         expected.len()
+    );
+}
+
+/// The steps of the global rule's bound ([`flags::BOUND`]) and how each was decided.
+#[derive(Default)]
+struct BoundCounts {
+    steps: u64,
+    skipped: u64,
+    /// Applied steps where u proved the srf branch.
+    srf: u64,
+    /// Applied steps where the bound's chunk proved the home branch.
+    home: u64,
+    /// Applied steps that needed the exact first pass (the bound's chunk tried first in
+    /// `straddled` of them).
+    exact: u64,
+    straddled: u64,
+    calibrated: u64,
+    home_elements: u64,
+}
+
+/// The sizes of the bounded models: several chunks of the bound, partial ones, an empty tensor.
+const BOUND_SIZES: [usize; 6] = [300, 0, 1000, 257, 64, 512];
+
+/// Gradients whose ρ_t crosses τ = 1e-7 both ways (β2 = 0.5): each step one floor scale for the
+/// model (3e-2 keeps every v̂ far above τ, 1e-3 near it, 1e-4 below it) times [0.5, 1.5) per
+/// element, one step in three one chunk of the bound without gradient, one in eight a NaN.
+fn bound_grads(rng: &mut Rng) -> Vec<Vec<f32>> {
+    let floor = [3e-2f32, 3e-2, 1e-3, 1e-4][rng.below(4) as usize];
+    let nonempty: Vec<usize> = (0..BOUND_SIZES.len()).filter(|&k| BOUND_SIZES[k] > 0).collect();
+    let dead = (rng.below(3) == 0).then(|| {
+        let k = nonempty[rng.below(nonempty.len() as u64) as usize];
+        (
+            k,
+            rng.below(BOUND_SIZES[k].div_ceil(kernels::BOUND_CHUNK) as u64) as usize,
+        )
+    });
+    let nan = (rng.below(8) == 0).then(|| nonempty[rng.below(nonempty.len() as u64) as usize]);
+    BOUND_SIZES
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            let mut g: Vec<f32> = (0..n)
+                .map(|i| {
+                    let scale = if dead == Some((k, i / kernels::BOUND_CHUNK)) {
+                        0.0
+                    } else {
+                        floor
+                    };
+                    let u = 0.5 + (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
+                    if rng.below(2) == 0 {
+                        scale * u
+                    } else {
+                        -scale * u
+                    }
+                })
+                .collect();
+            if nan == Some(k) {
+                g[n / 2] = f32::NAN;
+            }
+            g
+        })
+        .collect()
+}
+
+/// Global HomeAdam(W) with its bound, as `CudaOptimizer::step` runs it: the harness mirrors the
+/// device's passes (`ha_check` where u proves srf, else `ha_home_bound` over the bound's chunk,
+/// then the exact first pass where that proves nothing) and the update's keys; the host keeps u
+/// and the chunk from them and drives a second core optimizer through `finish_external`. Every
+/// step is compared with the core's own `Optimizer::step` (which bounds ρ_t itself) on the same
+/// values: parameters and state bit for bit, the report, whether the exact first pass ran, and
+/// `exact_first_passes`.
+fn bounded_global<P: Storage, G: Storage, S: HarnessState>(
+    exe: &PathBuf,
+    config: Config,
+    steps: u64,
+    counts: &mut BoundCounts,
+) {
+    let what = |t: u64| {
+        format!(
+            "bound {}/{}/{} {config:?} t={t}",
+            P::DTYPE.name(),
+            G::DTYPE.name(),
+            S::DTYPE.name()
+        )
+    };
+    let mut rng = Rng(0xb0 ^ (code(P::DTYPE) * 9 + code(G::DTYPE) * 3 + code(S::DTYPE)) as u64);
+    let mut reference = Optimizer::new(config).expect("config");
+    let mut backend = Optimizer::new(config).expect("config");
+    let mut params: Vec<Vec<P>> = BOUND_SIZES
+        .iter()
+        .map(|&n| (0..n).map(|_| P::from_f32(rng.moderate())).collect())
+        .collect();
+    let mut states: Vec<Vec<S>> = BOUND_SIZES
+        .iter()
+        .map(|&n| S::initial(&config, n, |_, _| 0.0))
+        .collect();
+    let mut auxes = vec![TensorAux::default(); BOUND_SIZES.len()];
+    let (kernel, mut f) = kernels::rule_kernel(&config, false);
+    f |= flags::BOUND;
+    if config.rounding == Rounding::Stochastic {
+        f |= flags::STOCHASTIC;
+    }
+    // u, the tensor and the chunk of the bound the last update left.
+    let mut bound: Option<(f32, u32, u32)> = None;
+    for _ in 0..steps {
+        let grads: Vec<Vec<G>> = bound_grads(&mut rng)
+            .iter()
+            .map(|g| g.iter().map(|&x| G::from_f32(x)).collect())
+            .collect();
+        let grad_scale = [1.0, 4.0][rng.below(2) as usize];
+        let mut step = backend.begin(grad_scale).expect("grad scale");
+        let (t, pre, calibrates) = (step.t(), *step.scalars(), step.calibrates());
+        let current = bound.take().filter(|_| !calibrates);
+        let decision = match current {
+            None => 0u32,
+            Some((u, _, _)) if srf_proven_by(u, &pre) => 1,
+            Some(_) => 2,
+        };
+        if calibrates {
+            let minima = first_pass(&config, &pre, &grads, &states).expect("global");
+            let model = minima.iter().fold(SecondMomentMin::EMPTY, |a, &b| a.merge(b));
+            let mut values = Histogram::new();
+            values.add(model.rho(config.rho_over, pre.bc2));
+            step.calibrate_external(&values).expect("calibrates");
+        }
+        let scalars = step.group_scalars(Group::DEFAULT);
+        let mut input = Vec::new();
+        for h in [
+            0u32,
+            kernel as u32,
+            code(P::DTYPE),
+            code(G::DTYPE),
+            code(S::DTYPE),
+            f,
+            (config.finite_check == FiniteCheck::SkipStep) as u32,
+            0,
+        ] {
+            input.extend_from_slice(&h.to_le_bytes());
+        }
+        input.extend_from_slice(&kernels::sr_base(config.seed, t).to_le_bytes());
+        input.extend_from_slice(&1u32.to_le_bytes());
+        input.extend_from_slice(scalar_bytes(&pre));
+        input.extend_from_slice(scalar_bytes(&scalars));
+        input.extend_from_slice(&(BOUND_SIZES.len() as u32).to_le_bytes());
+        for (k, &n) in BOUND_SIZES.iter().enumerate() {
+            input.extend_from_slice(&0u32.to_le_bytes());
+            input.extend_from_slice(&(n as u64).to_le_bytes());
+            put(&mut input, &params[k]);
+            put(&mut input, &grads[k]);
+            S::put_state(&mut input, &states[k]);
+        }
+        let (tensor, chunk) = current.map_or((0, 0), |(_, k, c)| (k, c));
+        for h in [decision, tensor, chunk] {
+            input.extend_from_slice(&h.to_le_bytes());
+        }
+        let exact_before = reference.exact_first_passes();
+        let expected = {
+            let mut model: Vec<Tensor<'_, P, G, S>> = params
+                .iter_mut()
+                .zip(&grads)
+                .zip(states.iter_mut().zip(auxes.iter_mut()))
+                .map(|((p, g), (s, a))| Tensor::new(p, g, s, a))
+                .collect();
+            reference.step(&mut model, grad_scale).expect("core step")
+        };
+        let out = run_harness(exe, &input);
+        let mut r = Reader(&out);
+        let what = what(t);
+        let (skipped, vmin, home) = (r.u32() != 0, r.u32(), r.u32());
+        let _model_pre = (r.u32(), r.u32());
+        let (decided, model_bound, active) = (r.u32() != 0, r.u64(), r.u32());
+        let mut keys = Vec::new();
+        for (k, aux) in auxes.iter().enumerate() {
+            let _pre = (r.u32(), r.u32());
+            let (tensor_vmin, tensor_home) = (r.u32(), r.u32());
+            keys.push(r.u64());
+            if !skipped {
+                assert_eq!(
+                    aux.rho.to_bits(),
+                    (f32::from_bits(tensor_vmin) / scalars.bc2).to_bits(),
+                    "{what}: tensor {k} rho"
+                );
+                assert_eq!(aux.home_elements, tensor_home, "{what}: tensor {k} home elements");
+            }
+            for (i, p) in params[k].iter().enumerate() {
+                let b = r.bits(P::DTYPE.size());
+                assert!(
+                    same(*p, b),
+                    "{what}: tensor {k} param[{i}] core {:#x} header {b:#x}",
+                    p.to_bits32()
+                );
+            }
+            S::check(&format!("{what}: tensor {k}"), &states[k], &mut r);
+        }
+        assert!(r.0.is_empty(), "harness wrote more than expected");
+        let exact = decision == 0 || (decision == 2 && !decided);
+        let model = SecondMomentMin {
+            all: f32::from_bits(vmin),
+            active: f32::from_bits(active),
+        };
+        let window = config.tau_calibration.is_some() && !calibrates;
+        let outcome = Outcome {
+            skipped,
+            v_min: Some(model.all),
+            v_min_active: Some(model.active),
+            decisions: {
+                let mut values = Histogram::new();
+                if window {
+                    values.add(model.rho(config.rho_over, pre.bc2));
+                }
+                values
+            },
+            home_elements: u64::from(home),
+            nonfinite_applied: false,
+            exact_pass: exact,
+        };
+        let got = step.finish_external(outcome).expect("finish");
+        let bits = |x: Option<f32>| x.map(f32::to_bits);
+        assert!(
+            (
+                got.skipped,
+                got.step,
+                got.home_elements,
+                bits(got.rho),
+                bits(got.rho_active),
+                bits(got.tau)
+            ) == (
+                expected.skipped,
+                expected.step,
+                expected.home_elements,
+                bits(expected.rho),
+                bits(expected.rho_active),
+                bits(expected.tau)
+            ),
+            "{what}: core {expected:?} host {got:?}"
+        );
+        assert_eq!(
+            reference.exact_first_passes() - exact_before,
+            u64::from(exact && !skipped),
+            "{what}: the exact first pass (decision {decision}, decided {decided})"
+        );
+        assert_eq!(
+            backend.exact_first_passes(),
+            reference.exact_first_passes(),
+            "{what}"
+        );
+        assert_eq!(
+            backend.calibration_window(),
+            reference.calibration_window(),
+            "{what}"
+        );
+        bound = if skipped {
+            current
+        } else {
+            let tensor = model_bound as u32;
+            let chunk = keys.get(tensor as usize).map_or(0, |&k| k as u32);
+            Some((f32::from_bits((model_bound >> 32) as u32), tensor, chunk))
+        };
+        counts.steps += 1;
+        if skipped {
+            counts.skipped += 1;
+            continue;
+        }
+        counts.srf += u64::from(decision == 1);
+        counts.home += u64::from(decided);
+        counts.exact += u64::from(exact);
+        counts.straddled += u64::from(decision == 2 && !decided);
+        counts.calibrated += u64::from(calibrates);
+        counts.home_elements += expected.home_elements;
+    }
+}
+
+#[test]
+fn the_global_bound_decides_as_the_core() {
+    let Some(exe) = harness() else { return };
+    let steps = if cfg!(homeadam_unoptimized) { 24 } else { 60 };
+    let base = Config {
+        beta2: 0.5,
+        tau: 1e-7,
+        allow_f16_state: true,
+        ..Config::new(Rule::HomeAdamW(Switch::Global))
+    };
+    let configs = [
+        base,
+        Config {
+            finite_check: FiniteCheck::Trust,
+            rounding: Rounding::Stochastic,
+            ..base
+        },
+        Config {
+            tau_calibration: Some(TauCalibration {
+                home_share: 0.3,
+                every: 7,
+            }),
+            ..base
+        },
+    ];
+    let mut counts = BoundCounts::default();
+    for config in configs {
+        bounded_global::<f32, f32, f32>(&exe, config, steps, &mut counts);
+        bounded_global::<bf16, bf16, f32>(&exe, config, steps, &mut counts);
+        bounded_global::<f32, bf16, bf16>(&exe, config, steps, &mut counts);
+        bounded_global::<f16, f16, f16>(&exe, config, steps, &mut counts);
+        bounded_global::<bf16, f32, f16>(&exe, config, steps, &mut counts);
+    }
+    println!(
+        "parity_gxx: global bound, {} steps ({} skipped): {} proven srf, {} proven home by the bound's chunk, {} exact first passes ({} after the chunk proved nothing), {} calibrating τ, {} home elements: all bit-identical, decided as the core",
+        counts.steps, counts.skipped, counts.srf, counts.home, counts.exact, counts.straddled, counts.calibrated, counts.home_elements
+    );
+    assert!(
+        counts.srf > 0
+            && counts.home > 0
+            && counts.straddled > 0
+            && counts.skipped > 0
+            && counts.calibrated > 0
     );
 }

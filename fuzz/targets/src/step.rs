@@ -252,6 +252,7 @@ fn ops(u: &mut Unstructured<'_>, slices: usize) -> Result<Ops> {
             home_elements: u.arbitrary()?,
             nonfinite_applied: u.arbitrary()?,
             decisions: Histogram::from_counts(u.arbitrary()?),
+            exact_pass: u.arbitrary()?,
         })),
         _ => End::Drop,
     };

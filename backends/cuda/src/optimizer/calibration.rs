@@ -4,15 +4,15 @@
 use homeadam_core::backend::Histogram;
 use homeadam_core::{Config, Switch};
 
-use crate::device::{HaStatus, HaTensor};
+use crate::device::{HaTensor, HaVmin};
 
 /// The step's decision values ([`homeadam_core::backend::Outcome::decisions`]), counted as the
-/// core counts them: ρ = `rho_over`'s min v̂ of the model (global, from the status) or of each
-/// tensor (per-layer, from the table); none for the other rules.
-pub(super) fn decisions(config: &Config, bc2: f32, status: &HaStatus, table: &[HaTensor]) -> Histogram {
+/// core counts them: ρ = `rho_over`'s min v̂ of the model (global, from the model's minima of
+/// v_t, `model`) or of each tensor (per-layer, from the table); none for the other rules.
+pub(super) fn decisions(config: &Config, bc2: f32, model: HaVmin, table: &[HaTensor]) -> Histogram {
     let mut values = Histogram::new();
     match config.rule.switch() {
-        Some(Switch::Global) => values.add(status.vmin_pre.rho(config.rho_over, bc2)),
+        Some(Switch::Global) => values.add(model.rho(config.rho_over, bc2)),
         Some(Switch::Layer) => {
             for t in table {
                 values.add(t.vmin_pre.rho(config.rho_over, bc2));
@@ -29,7 +29,6 @@ mod tests {
     use homeadam_core::{Optimizer, RhoOver, Rule, TauCalibration, Tensor, TensorAux};
 
     use super::*;
-    use crate::device::HaVmin;
 
     fn bits(m: SecondMomentMin) -> HaVmin {
         HaVmin {
@@ -93,11 +92,7 @@ mod tests {
                     }
                 })
                 .collect();
-            let status = HaStatus {
-                vmin_pre: bits(model),
-                ..HaStatus::default()
-            };
-            let values = decisions(&config, s.bc2, &status, &table);
+            let values = decisions(&config, s.bc2, bits(model), &table);
             let calibrates = step.calibrates();
             if calibrates {
                 step.calibrate_external(&values).expect("calibrates");
@@ -116,6 +111,7 @@ mod tests {
                 decisions: if calibrates { Histogram::new() } else { values },
                 home_elements: 0,
                 nonfinite_applied: false,
+                exact_pass: true,
             };
             let got = step.finish_external(outcome).expect("finish");
             let what = format!("{switch:?} {rho_over:?} t = {t}");

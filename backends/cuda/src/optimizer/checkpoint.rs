@@ -96,6 +96,7 @@ impl CudaOptimizer {
         }
         self.core = core;
         self.aux = aux;
+        self.bound = None;
         Ok(())
     }
 
@@ -115,6 +116,7 @@ impl CudaOptimizer {
         }
         self.device.stream.synchronize()?;
         self.core.load_state(bytes, tensors)?;
+        self.bound = None;
         for (aux, t) in self.aux.iter_mut().zip(tensors.iter()) {
             aux.swats_lambda = t.aux.swats_lambda;
         }

@@ -7,10 +7,15 @@
 //   step:   u32 rule, p, g, s (0 f32, 1 f16, 2 bf16, 3 q8: state only), flags, check, calibrate;
 //           u64 sr_base; u32 groups; HaScalars of the step (first pass); HaScalars × groups
 //           (update); u32 tensors; per tensor: u32 group, u64 n, param (n·w_p bytes), grad (n·w_g),
-//           state (slots·n·w_s; q8: slots·⌈n/256⌉ blocks of 260 bytes)
+//           state (slots·n·w_s; q8: slots·⌈n/256⌉ blocks of 260 bytes); with HA_BOUND in flags,
+//           then u32 decision (0: the exact first pass, 1: u proved srf, 2: the bound's chunk),
+//           bound tensor, bound chunk
 //        -> u32 skipped, model vmin bits, home; HaVmin of the model's first pass;
+//           with HA_BOUND: u32 decided (the chunk proved home), u64 the model's bound key, u32
+//           min v > 0 after the update;
 //           with calibrate: HA_BUCKETS × u64 counts of the calibration pass;
-//           per tensor: HaVmin of its first pass, u32 vmin bits, home; param, state
+//           per tensor: HaVmin of its first pass, u32 vmin bits, home; with HA_BOUND u64 its
+//           bound key; param, state
 //   conv:   u64 n; n × (u32 f32 bits, u32 r24)
 //        -> n × (u16 f16 RNE, u16 bf16 RNE, u16 f16 stochastic, u16 bf16 stochastic,
 //                u32 f32 of (low 16 bits as f16), u32 f32 of (low 16 bits as bf16))
@@ -19,8 +24,9 @@
 //   squares: u32 n, group; n × u32 x bits
 //        -> HA_EXACT_WORDS × u64: Σ x², normalized, each `group` consecutive values through one
 //           window as a warp of ha_grad_sq adds them
-// The step mirrors ha_check / ha_home_pre / ha_home_hist / ha_update of homeadam.cuh over the
-// model's tensors, HA_Q8_BLOCK elements at a time (q8 state: its blocks).
+// The step mirrors ha_check / ha_home_bound / ha_home_pre / ha_home_hist / ha_update of
+// homeadam.cuh over the model's tensors, HA_Q8_BLOCK elements at a time (q8 state: its blocks),
+// the bound's keys folded per block as the device folds them per warp.
 #include "homeadam_exact.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +77,7 @@ template <typename P, typename G, typename S> struct Tensor {
     std::vector<S> state;
     HaVmin pre;
     ha_u32 vmin, home;
+    HaBoundAcc bound;
 };
 
 template <int RULE, typename P, typename G, typename S>
@@ -94,14 +101,37 @@ static void step(ha_u32 flags, ha_u32 check, ha_u32 calibrate, ha_u64 sr_base) {
         get(t.grad.data(), t.n * sizeof(G));
         get(t.state.data(), t.state.size() * sizeof(S));
     }
-    ha_u32 bad = 0, model_vmin = HA_INF_BITS, model_home = 0;
+    const bool bounded = (flags & HA_BOUND) != 0;
+    ha_u32 bound[3] = {0, 0, 0};
+    if (bounded) get(bound, sizeof bound);
+    ha_u32 bad = 0, model_vmin = HA_INF_BITS, model_home = 0, decided = 0;
     HaVmin model_pre = {HA_INF_BITS, HA_INF_BITS};
     ha_u64 counts[HA_BUCKETS] = {};
     ha_u32 sw = (flags >> HA_SWITCH_SHIFT) & 3u;
-    bool first_pass = RULE == HA_RULE_HOMEADAM && (sw == HA_SWITCH_GLOBAL || sw == HA_SWITCH_LAYER);
+    if (bound[0] == 2) {
+        if (bound[1] >= count) { fprintf(stderr, "harness: bad bound tensor\n"); exit(2); }
+        const Tensor<P, G, S>& t = model[bound[1]];
+        ha_u64 at = (ha_u64)bound[2] * HA_BOUND_CHUNK, end = at + HA_BOUND_CHUNK < t.n ? at + HA_BOUND_CHUNK : t.n;
+        ha_u32 chunk_min = HA_INF_BITS;
+        for (ha_u64 i = at; i < end; i++) {
+            float g = ha_to_f32(t.grad[i]) * pre.inv_grad_scale;
+            float v = Slots<S>::get(t.state.data() + Slots<S>::len(t.n), ha_q8_unsigned_slot<RULE>(1), i);
+            chunk_min = min_bits(chunk_min, ha_second_moment(pre, v, g));
+        }
+        if (ha_bound_proves_home(chunk_min, pre)) {
+            model_pre.all = chunk_min;
+            decided = 1;
+        }
+    }
+    // Where the bound decides, only the gradients are checked.
+    check |= bound[0] != 0;
+    bool first_pass = RULE == HA_RULE_HOMEADAM && (sw == HA_SWITCH_GLOBAL || sw == HA_SWITCH_LAYER) &&
+                      (bound[0] == 0 || (bound[0] == 2 && !decided));
     for (Tensor<P, G, S>& t : model) {
         t.pre.all = t.pre.active = t.vmin = HA_INF_BITS;
         t.home = 0;
+        t.bound.at = HA_BOUND_NONE;
+        t.bound.active = HA_INF_BITS;
         if (!first_pass && !check && !calibrate) continue;
         for (ha_u64 i = 0; i < t.n; i++) {
             float g = ha_to_f32(t.grad[i]) * pre.inv_grad_scale;
@@ -118,6 +148,8 @@ static void step(ha_u32 flags, ha_u32 check, ha_u32 calibrate, ha_u64 sr_base) {
         model_pre.all = t.pre.all < model_pre.all ? t.pre.all : model_pre.all;
         model_pre.active = t.pre.active < model_pre.active ? t.pre.active : model_pre.active;
     }
+    ha_u64 model_bound = HA_BOUND_NONE;
+    ha_u32 model_active = HA_INF_BITS;
     for (ha_u32 k = 0; k < count && !bad; k++) {
         Tensor<P, G, S>& t = model[k];
         const HaScalars& s = groups[t.group];
@@ -133,6 +165,7 @@ static void step(ha_u32 flags, ha_u32 check, ha_u32 calibrate, ha_u64 sr_base) {
                 bool unsigned_map = ha_q8_unsigned_slot<RULE>(j);
                 for (ha_u64 i = 0; i < len; i++) block[j][i] = Slots<S>::get(slot[j], unsigned_map, first + i);
             }
+            HaBoundAcc block_bound = {HA_BOUND_NONE, HA_INF_BITS};
             for (ha_u64 i = first; i < first + len; i++) {
                 float st[HA_MAX_SLOTS] = {};
                 for (int j = 0; j < slots; j++) st[j] = block[j][i - first];
@@ -142,7 +175,14 @@ static void step(ha_u32 flags, ha_u32 check, ha_u32 calibrate, ha_u64 sr_base) {
                                                      : HaStore<P>::from_f32(e.p);
                 for (int j = 0; j < slots; j++) block[j][i - first] = st[j];
                 if (HaRule<RULE>::RHO_SLOT >= 0) t.vmin = min_bits(t.vmin, st[HaRule<RULE>::RHO_SLOT]);
+                if (RULE == HA_RULE_HOMEADAM && bounded) ha_bound_fold(block_bound, st[HaRule<RULE>::RHO_SLOT], i);
                 t.home += e.home;
+            }
+            if (bounded) {
+                ha_u64 key = HaBoundOf<S>::model_key((ha_u32)(block_bound.at >> 32), k);
+                model_bound = key < model_bound ? key : model_bound;
+                model_active = block_bound.active < model_active ? block_bound.active : model_active;
+                t.bound.at = block_bound.at < t.bound.at ? block_bound.at : t.bound.at;
             }
             for (int j = 0; j < slots; j++) {
                 Slots<S>::put(slot[j], ha_q8_unsigned_slot<RULE>(j), ha_q8_slot_key(key, j), first, block[j], len);
@@ -155,11 +195,17 @@ static void step(ha_u32 flags, ha_u32 check, ha_u32 calibrate, ha_u64 sr_base) {
     put(&model_vmin, 4);
     put(&model_home, 4);
     put(&model_pre, sizeof model_pre);
+    if (bounded) {
+        put(&decided, 4);
+        put(&model_bound, 8);
+        put(&model_active, 4);
+    }
     if (calibrate) put(counts, sizeof counts);
     for (const Tensor<P, G, S>& t : model) {
         put(&t.pre, sizeof t.pre);
         put(&t.vmin, 4);
         put(&t.home, 4);
+        if (bounded) put(&t.bound.at, 8);
         put(t.param.data(), t.n * sizeof(P));
         put(t.state.data(), t.state.size() * sizeof(S));
     }
