@@ -13,3 +13,7 @@ pub use crate::math::sqrt;
 pub use crate::reduce::SecondMomentMin;
 pub use crate::rules::homeadam::{goes_home, home_calibration_pass, home_first_pass};
 pub use crate::scalars::{powi_by_squaring, StepScalars};
+
+/// Elements per chunk of the global rule's bound on ρ_t: its update keeps the chunk of this many
+/// elements that held min v (the fast path's chunk), whose v_t may prove the next home branch.
+pub const BOUND_CHUNK: usize = crate::reduce::CHUNK;

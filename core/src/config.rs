@@ -159,6 +159,14 @@ impl Config {
         }
     }
 
+    /// Whether the rule bounds ρ_t from its last update, so that its first pass runs only where
+    /// the bounds do not decide ([`crate::Step::check`]): global HomeAdam(W) with ρ over every
+    /// element (with [`RhoOver::Active`] a newly active element may undercut the bound). State
+    /// whose blocks share a scale (q8) keeps no bound either.
+    pub fn keeps_rho_bound(&self) -> bool {
+        self.rule.switch() == Some(Switch::Global) && self.rho_over == RhoOver::All
+    }
+
     /// The config a tensor of `group` steps with: η · lr_scale; the group's λ, ε, β1 and β2
     /// where it sets them; λ = 0 without decay.
     pub fn for_group(&self, group: Group) -> Config {

@@ -167,9 +167,7 @@ impl Optimizer {
         let scalars = StepScalars::new(&config, t, grad_scale, self.swats_sgd_lr);
         // With `rho_over: active` a newly active element can undercut u; a step that sets τ
         // needs ρ_t before any update.
-        let bounded = links_switch::<F>(Some(Switch::Global))
-            && config.rule.switch() == Some(Switch::Global)
-            && config.rho_over == RhoOver::All;
+        let bounded = links_switch::<F>(Some(Switch::Global)) && config.keeps_rho_bound();
         let bound = self.decisions.bound.take().filter(|_| bounded && !calibrates);
         Ok(Step {
             scalars,

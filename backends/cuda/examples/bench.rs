@@ -1,8 +1,10 @@
 //! The CUDA step benchmark (DESIGN §5): for one model of `numel` parameters (default 256 M, in
 //! 8 tensors), each rule's step time, its effective bandwidth and that bandwidth as a fraction
 //! of a device-to-device copy measured in the same run, next to PyTorch's
-//! `torch.optim.AdamW(fused=True)` on the same card (`benches/torch_adamw_cuda.py`, run by this
-//! binary when `python3` with torch is there). Prints a Markdown table.
+//! `torch.optim.AdamW(fused=True)` and bitsandbytes' 8-bit `AdamW8bit` on the same card
+//! (`benches/torch_adamw_cuda.py`, run by this binary when `python3` with torch, and
+//! bitsandbytes, is there). Prints Markdown tables; one gives each q8 row's step time over the
+//! same rule's with `f32` state and over `AdamW8bit`'s.
 //!
 //! `cargo run -p homeadam-cuda --release --example bench [numel]`
 //!
@@ -161,8 +163,9 @@ fn copy_gbps(stream: &Arc<CudaStream>, bytes: usize) -> Result<f64, Box<dyn std:
     Ok(2.0 * bytes as f64 / median(times) / 1e9)
 }
 
-/// PyTorch's fused AdamW on the same card, or `None` (with the reason on stderr).
-fn torch_row(numel: usize) -> Option<Row> {
+/// A PyTorch baseline on the same card (`fused`: `torch.optim.AdamW(fused=True)`, `8bit`:
+/// bitsandbytes' `AdamW8bit`), or `None` (with the reason on stderr).
+fn torch_row(numel: usize, kind: &str) -> Option<Row> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_adamw_cuda.py");
     let script = if std::path::Path::new(script).exists() {
         script
@@ -172,15 +175,19 @@ fn torch_row(numel: usize) -> Option<Row> {
     let out = match Command::new("python3")
         .arg(script)
         .arg(numel.to_string())
+        .arg(kind)
         .output()
     {
         Ok(out) if out.status.success() => out,
         Ok(out) => {
-            eprintln!("torch baseline failed: {}", String::from_utf8_lossy(&out.stderr));
+            eprintln!(
+                "torch baseline {kind} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             return None;
         }
         Err(e) => {
-            eprintln!("torch baseline not run: {e}");
+            eprintln!("torch baseline {kind} not run: {e}");
             return None;
         }
     };
@@ -188,10 +195,20 @@ fn torch_row(numel: usize) -> Option<Row> {
     let mut words = text.lines().last()?.split_whitespace();
     let version = words.next()?;
     let ms: f64 = words.next()?.parse().ok()?;
+    // Bytes as this benchmark counts ours: θ read and written, g read, each state slot read and
+    // written (AdamW8bit: one byte an element and an f32 scale per 256-element block).
+    let (name, dtypes, bytes_per_param) = match kind {
+        "8bit" => (
+            format!("bitsandbytes {version} AdamW8bit"),
+            "bf16/bf16/8-bit",
+            2.0 * 2.0 + 2.0 + 2.0 * 2.0 * (1.0 + 4.0 / 256.0),
+        ),
+        _ => (format!("torch {version} AdamW(fused=True)"), "f32/f32/f32", 28.0),
+    };
     Some(Row {
-        name: format!("torch {version} AdamW(fused=True)"),
-        dtypes: "f32/f32/f32".into(),
-        bytes_per_param: 28.0,
+        name,
+        dtypes: dtypes.into(),
+        bytes_per_param,
         ms,
         exact: 0,
     })
@@ -357,7 +374,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rows.push(bench_rule(&stream, &mut values, config, dtypes, numel, label)?);
     }
     let (exact_ms, plain_ms) = norm_times(&ctx, &stream, &mut values, numel)?;
-    rows.extend(torch_row(numel));
+    rows.extend(torch_row(numel, "fused"));
+    let eight_bit = torch_row(numel, "8bit");
     println!("| rule | θ/g/state | B/param | ms/step | GB/s | of copy |");
     println!("|---|---|---:|---:|---:|---:|");
     for r in &rows {
@@ -388,6 +406,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 global.exact
             );
         }
+    }
+    println!("\n| q8 state | θ/g/state | / the same rule's f32 state | / AdamW8bit |");
+    println!("|---|---|---:|---:|");
+    for q8 in rows.iter().filter(|r| r.dtypes.ends_with("/q8")) {
+        let f32_dtypes = q8.dtypes.replace("/q8", "/f32");
+        let over = |base: Option<&Row>| base.map_or("–".to_string(), |b| format!("{:.3}", q8.ms / b.ms));
+        let f32_state = rows.iter().find(|r| r.name == q8.name && r.dtypes == f32_dtypes);
+        let bnb = eight_bit.as_ref().filter(|_| q8.name == "adamw");
+        println!(
+            "| {} | {} | {} | {} |",
+            q8.name,
+            q8.dtypes,
+            over(f32_state),
+            over(bnb)
+        );
+    }
+    if let Some(b) = &eight_bit {
+        println!(
+            "\n{}: {:.3} ms/step ({} θ/g/state, {:.2} B/param)",
+            b.name, b.ms, b.dtypes, b.bytes_per_param
+        );
     }
     println!("\n| clipping's Σg² over {numel} f32 gradients | ms | GB/s | exact / plain |");
     println!("|---|---:|---:|---:|");

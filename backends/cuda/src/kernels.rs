@@ -63,10 +63,9 @@ pub const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
 pub const STATE_DTYPES: [Dtype; 4] = [Dtype::F32, Dtype::F16, Dtype::BF16, Dtype::Q8];
 /// Elements per block-table entry (`HA_CHUNK`).
 pub const CHUNK: usize = 16384;
-/// Elements per chunk of the global rule's bound (`HA_BOUND_CHUNK`): the core's chunk, which the
-/// core keeps equal to its q8 block, so that the bound's chunk, and with it every decision the
-/// bound proves, is the core's.
-pub const BOUND_CHUNK: usize = q8::BLOCK;
+/// Elements per chunk of the global rule's bound (`HA_BOUND_CHUNK`): the core's, so that the
+/// bound's chunk, and with it every decision the bound proves, is the core's.
+pub const BOUND_CHUNK: usize = homeadam_core::backend::BOUND_CHUNK;
 
 // A bound's chunk lies in one block-table entry.
 const _: () = assert!(CHUNK.is_multiple_of(BOUND_CHUNK));

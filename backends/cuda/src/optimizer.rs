@@ -67,8 +67,7 @@ use cudarc::nvrtc::Ptx;
 use homeadam_core::backend::{srf_proven_by, Histogram, Outcome, StepScalars, SwatsDots, BUCKETS};
 use homeadam_core::rules::ElementKernel;
 use homeadam_core::{
-    Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, RhoOver, Rounding, Rule, StepReport, Switch,
-    TensorAux,
+    Config, Dtype, ExactSum, FiniteCheck, Group, Optimizer, Rounding, Rule, StepReport, Switch, TensorAux,
 };
 
 use crate::device::{block_table, histogram, HaBlock, HaScalars, HaStatus, HaTensor, HaVmin};
@@ -328,11 +327,8 @@ impl CudaOptimizer {
         } else {
             0
         };
-        // As the core's bound: the global rule with ρ over every element (a newly active element
-        // may undercut u), on state whose min as stored is the stored min (not q8).
-        let bounded = config.rule.switch() == Some(Switch::Global)
-            && config.rho_over == RhoOver::All
-            && dtypes.state.is_element();
+        // On state whose min as stored is the stored min (not q8), as the core's.
+        let bounded = config.keeps_rho_bound() && dtypes.state.is_element();
         let mut update = vec![kernels::rule_kernel(&config, false)];
         if bounded {
             update[0].1 |= flags::BOUND;
