@@ -24,6 +24,8 @@ use homeadam_core::{
 };
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes, Error};
 
+mod common;
+
 /// A model: per tensor θ0, the gradient rows and the parameter group, plus config and storage
 /// types.
 struct Case {
@@ -661,43 +663,6 @@ fn grad_norm_is_the_cores_exact_sum_and_set_grads_steps_with_new_pointers() {
 /// the bound (256), partial ones, an empty tensor.
 const BOUND_SIZES: [usize; 6] = [70_000, 0, 16_385, 300, 4096, 257];
 
-/// Gradients whose ρ_t crosses τ = 1e-7 both ways (β2 = 0.5): each step one floor scale for the
-/// model (3e-2 keeps every v̂ far above τ, 1e-3 near it, 1e-4 below it) times [0.5, 1.5) per
-/// element, one step in three one chunk of the bound without gradient, one in eight a NaN.
-fn bound_grads(next: &mut impl FnMut() -> u64) -> Vec<Vec<f32>> {
-    let floor = [3e-2f32, 3e-2, 1e-3, 1e-4][(next() % 4) as usize];
-    let nonempty: Vec<usize> = (0..BOUND_SIZES.len()).filter(|&k| BOUND_SIZES[k] > 0).collect();
-    let dead = next().is_multiple_of(3).then(|| {
-        let k = nonempty[(next() % nonempty.len() as u64) as usize];
-        (k, (next() % BOUND_SIZES[k].div_ceil(256) as u64) as usize)
-    });
-    let nan = next()
-        .is_multiple_of(8)
-        .then(|| nonempty[(next() % nonempty.len() as u64) as usize]);
-    BOUND_SIZES
-        .iter()
-        .enumerate()
-        .map(|(k, &n)| {
-            let mut g: Vec<f32> = (0..n)
-                .map(|i| {
-                    let scale = if dead == Some((k, i / 256)) { 0.0 } else { floor };
-                    let r = next();
-                    let u = 0.5 + (r >> 40) as f32 / (1u64 << 24) as f32;
-                    if r & 1 == 0 {
-                        scale * u
-                    } else {
-                        -scale * u
-                    }
-                })
-                .collect();
-            if nan == Some(k) {
-                g[n / 2] = f32::NAN;
-            }
-            g
-        })
-        .collect()
-}
-
 /// Global HomeAdam(W) over many steps on the device and in the core's `Optimizer::step`, which
 /// bounds ρ_t itself: parameters and state bit for bit after every step, the same reports and
 /// per-tensor telemetry, and the same `exact_first_passes` (the device's bound proving srf and
@@ -763,7 +728,10 @@ fn bounded<P: Storage, G: Storage, S: DeviceState>(
     let name = format!("bound {} {dtypes:?}", config.name());
     let steps = 80;
     for r in 0..steps {
-        let grads: Vec<Vec<G>> = bound_grads(&mut next).iter().map(|g| stored(g)).collect();
+        let grads: Vec<Vec<G>> = common::bound_grads(&BOUND_SIZES, &mut next)
+            .iter()
+            .map(|g| stored(g))
+            .collect();
         for (d, g) in d_grads.iter_mut().zip(&grads) {
             if !g.is_empty() {
                 stream.memcpy_htod(&bytes(g), d).expect("grad upload");

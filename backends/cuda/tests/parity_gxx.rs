@@ -29,6 +29,8 @@ use homeadam_core::{
 };
 use homeadam_cuda::kernels::{self, flags};
 
+mod common;
+
 struct Rng(u64);
 
 impl Rng {
@@ -954,47 +956,6 @@ struct BoundCounts {
 /// The sizes of the bounded models: several chunks of the bound, partial ones, an empty tensor.
 const BOUND_SIZES: [usize; 6] = [300, 0, 1000, 257, 64, 512];
 
-/// Gradients whose ρ_t crosses τ = 1e-7 both ways (β2 = 0.5): each step one floor scale for the
-/// model (3e-2 keeps every v̂ far above τ, 1e-3 near it, 1e-4 below it) times [0.5, 1.5) per
-/// element, one step in three one chunk of the bound without gradient, one in eight a NaN.
-fn bound_grads(rng: &mut Rng) -> Vec<Vec<f32>> {
-    let floor = [3e-2f32, 3e-2, 1e-3, 1e-4][rng.below(4) as usize];
-    let nonempty: Vec<usize> = (0..BOUND_SIZES.len()).filter(|&k| BOUND_SIZES[k] > 0).collect();
-    let dead = (rng.below(3) == 0).then(|| {
-        let k = nonempty[rng.below(nonempty.len() as u64) as usize];
-        (
-            k,
-            rng.below(BOUND_SIZES[k].div_ceil(kernels::BOUND_CHUNK) as u64) as usize,
-        )
-    });
-    let nan = (rng.below(8) == 0).then(|| nonempty[rng.below(nonempty.len() as u64) as usize]);
-    BOUND_SIZES
-        .iter()
-        .enumerate()
-        .map(|(k, &n)| {
-            let mut g: Vec<f32> = (0..n)
-                .map(|i| {
-                    let scale = if dead == Some((k, i / kernels::BOUND_CHUNK)) {
-                        0.0
-                    } else {
-                        floor
-                    };
-                    let u = 0.5 + (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
-                    if rng.below(2) == 0 {
-                        scale * u
-                    } else {
-                        -scale * u
-                    }
-                })
-                .collect();
-            if nan == Some(k) {
-                g[n / 2] = f32::NAN;
-            }
-            g
-        })
-        .collect()
-}
-
 /// Global HomeAdam(W) with its bound, as `CudaOptimizer::step` runs it: the harness mirrors the
 /// device's passes (`ha_check` where u proves srf, else `ha_home_bound` over the bound's chunk,
 /// then the exact first pass where that proves nothing) and the update's keys; the host keeps u
@@ -1036,7 +997,7 @@ fn bounded_global<P: Storage, G: Storage, S: HarnessState>(
     // u, the tensor and the chunk of the bound the last update left.
     let mut bound: Option<(f32, u32, u32)> = None;
     for _ in 0..steps {
-        let grads: Vec<Vec<G>> = bound_grads(&mut rng)
+        let grads: Vec<Vec<G>> = common::bound_grads(&BOUND_SIZES, &mut || rng.next())
             .iter()
             .map(|g| g.iter().map(|&x| G::from_f32(x)).collect())
             .collect();
