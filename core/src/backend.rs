@@ -8,11 +8,12 @@
 pub use crate::bits::{mix64, stochastic_bits, tensor_key};
 pub use crate::calibration::{Histogram, BUCKETS};
 pub use crate::crc32::Crc32;
-pub use crate::external::{srf_proven_by, Outcome, SwatsDots};
+pub use crate::external::{Outcome, SwatsDots};
 pub use crate::math::sqrt;
 pub use crate::reduce::SecondMomentMin;
 pub use crate::rules::homeadam::{goes_home, home_calibration_pass, home_first_pass};
 pub use crate::scalars::{powi_by_squaring, StepScalars};
+pub use crate::step::srf_proven_by;
 
 /// Elements per chunk of the global rule's bound on ρ_t: its update keeps the chunk of this many
 /// elements that held min v (the fast path's chunk), whose v_t may prove the next home branch.

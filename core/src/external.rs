@@ -6,10 +6,8 @@
 use crate::calibration::Histogram;
 use crate::error::Error;
 use crate::exact::ExactSum;
-use crate::optimizer::Bound;
 use crate::reduce::RhoOver;
-use crate::scalars::StepScalars;
-use crate::step::{srf_proven, Step};
+use crate::step::Step;
 
 use crate::rules::only::RuleSet;
 use crate::rules::{Rule, Switch};
@@ -36,13 +34,6 @@ pub struct Outcome {
     /// proved it ([`crate::Optimizer::exact_first_passes`] counts these steps). Ignored for
     /// the other rules.
     pub exact_pass: bool,
-}
-
-/// Whether u = min_i v_{i,t−1} as stored by the last update proves the srf branch of global
-/// HomeAdam(W) at the step whose scalars are `s`: fl(β2 u) / bc2 ≥ τ bounds ρ_t from below
-/// ([`Step::check`]). For a backend that keeps the bound itself.
-pub fn srf_proven_by(u: f32, s: &StepScalars) -> bool {
-    srf_proven(Bound { u, ..Bound::EMPTY }, s)
 }
 
 /// One tensor's SWATS switch test, for [`Step::finish_external_swats`]: its Λ and group, and

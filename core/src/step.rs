@@ -28,11 +28,12 @@ use crate::storage::{Dtype, Storage};
 use crate::tensor::{Group, StepReport, Tensor, TensorAux};
 use core::marker::PhantomData;
 
-/// Whether the bound proves the srf branch of the global rule: every new v_i = fl(β2 v_{i,t−1} +
+/// Whether u = min_i v_{i,t−1} as stored by the last update proves the srf branch of global
+/// HomeAdam(W) at the step whose scalars are `s`: every new v_i = fl(β2 v_{i,t−1} +
 /// (1 − β2) g_i²) ≥ fl(β2 u) (rounding is monotonic and fl((1 − β2) g_i²) ≥ 0), so
-/// ρ_t = (min_i v_i) / bc2 ≥ fl(β2 u) / bc2 ≥ τ.
-pub(crate) fn srf_proven(bound: Bound, s: &StepScalars) -> bool {
-    !goes_home((s.beta2 * bound.u) / s.bc2, s.tau)
+/// ρ_t = (min_i v_i) / bc2 ≥ fl(β2 u) / bc2 ≥ τ. Also for a backend that keeps the bound itself.
+pub fn srf_proven_by(u: f32, s: &StepScalars) -> bool {
+    !goes_home((s.beta2 * u) / s.bc2, s.tau)
 }
 
 /// Whether `F` holds any HomeAdam(W) rule.
@@ -181,7 +182,7 @@ impl Optimizer {
             updated: 0,
             global_home: false,
             bound,
-            decided: bound.and_then(|b| srf_proven(b, &scalars).then_some(false)),
+            decided: bound.and_then(|b| srf_proven_by(b.u, &scalars).then_some(false)),
             exact: false,
             next: bounded.then_some(Bound::EMPTY),
             checked_numel: 0,
