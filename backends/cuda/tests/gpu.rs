@@ -738,15 +738,14 @@ fn bounded<P: Storage, G: Storage, S: DeviceState>(
             }
         }
         let grad_scale = [1.0, 4.0][(next() % 2) as usize];
-        let expected = {
-            let mut model: Vec<Tensor<'_, P, G, S>> = params
-                .iter_mut()
-                .zip(&grads)
-                .zip(states.iter_mut().zip(auxes.iter_mut()))
-                .map(|((p, g), (s, a))| Tensor::new(p, g, s, a))
-                .collect();
-            core.step(&mut model, grad_scale).expect("core step")
-        };
+        let expected = common::core_step(
+            &mut core,
+            &mut params,
+            &grads,
+            &mut states,
+            &mut auxes,
+            grad_scale,
+        );
         let got = cuda.step(grad_scale).expect("cuda step");
         assert!(
             same_report(&expected, &got),

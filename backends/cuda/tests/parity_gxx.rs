@@ -1048,15 +1048,14 @@ fn bounded_global<P: Storage, G: Storage, S: HarnessState>(
             input.extend_from_slice(&h.to_le_bytes());
         }
         let exact_before = reference.exact_first_passes();
-        let expected = {
-            let mut model: Vec<Tensor<'_, P, G, S>> = params
-                .iter_mut()
-                .zip(&grads)
-                .zip(states.iter_mut().zip(auxes.iter_mut()))
-                .map(|((p, g), (s, a))| Tensor::new(p, g, s, a))
-                .collect();
-            reference.step(&mut model, grad_scale).expect("core step")
-        };
+        let expected = common::core_step(
+            &mut reference,
+            &mut params,
+            &grads,
+            &mut states,
+            &mut auxes,
+            grad_scale,
+        );
         let out = run_harness(exe, &input);
         let mut r = Reader(&out);
         let what = what(t);

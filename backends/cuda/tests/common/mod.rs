@@ -1,6 +1,26 @@
 //! What the g++ parity test and the GPU test share.
 
+use homeadam_core::{Optimizer, StateStorage, StepReport, Storage, Tensor, TensorAux};
 use homeadam_cuda::kernels::BOUND_CHUNK;
+
+/// One step of the core's fast path (which bounds ρ_t itself) over the tensors, in the default
+/// group.
+pub fn core_step<P: Storage, G: Storage, S: StateStorage>(
+    core: &mut Optimizer,
+    params: &mut [Vec<P>],
+    grads: &[Vec<G>],
+    states: &mut [Vec<S>],
+    auxes: &mut [TensorAux],
+    grad_scale: f64,
+) -> StepReport {
+    let mut model: Vec<Tensor<'_, P, G, S>> = params
+        .iter_mut()
+        .zip(grads)
+        .zip(states.iter_mut().zip(auxes.iter_mut()))
+        .map(|((p, g), (s, a))| Tensor::new(p, g, s, a))
+        .collect();
+    core.step(&mut model, grad_scale).expect("core step")
+}
 
 /// Gradients of tensors of `sizes` elements whose ρ_t crosses τ = 1e-7 both ways (β2 = 0.5):
 /// each step one floor scale for the model (3e-2 keeps every v̂ far above τ, 1e-3 near it, 1e-4
