@@ -280,7 +280,8 @@ impl Divisor {
     /// `ι ≤ (1 + 2⁻²⁴) / (a · σ)`, whose product rounds to at most 1).
     #[inline(always)]
     fn quotient(self, m: f32) -> f32 {
-        if m == self.a {
+        // Both are ≥ 0 and finite: equal exactly where their bits are.
+        if m.to_bits() == self.a.to_bits() {
             1.0
         } else {
             (m * self.sigma) * self.iota
@@ -292,15 +293,17 @@ impl Divisor {
 fn encode_unsigned(x: f32, d: Divisor, r: u32) -> u8 {
     let u = d.quotient(abs(x));
     let j = round_index::<256, 12>(&UNSIGNED_FRACTIONS, UNSIGNED[1], u, r);
-    (if j == 0 && x != 0.0 { 1 } else { j }) as u8
+    // At least 1 for x ≠ 0, from x's bits (no floating-point compare on the scalar cores).
+    j.max((x.to_bits() << 1 != 0) as i32) as u8
 }
 
 #[inline(always)]
 fn encode_signed(x: f32, d: Divisor, r: u32) -> u8 {
     let u = d.quotient(abs(x));
     let j = round_index::<128, 8>(&SIGNED_FRACTIONS, SIGNED[1], u, r) as u8;
-    let sign = if x < 0.0 && j != 0 { 0x80 } else { 0 };
-    j | sign
+    // x's sign bit (x is finite here; −0 has j = 0), kept where the code is not 0.
+    let sign = ((x.to_bits() >> 31) << 7) as u8;
+    j | if j != 0 { sign } else { 0 }
 }
 
 /// `j` with `table[j] ≤ u < table[j + 1]` (`table` = [`log_map`]`::<N, K>` of `frac` =
@@ -316,7 +319,7 @@ fn encode_signed(x: f32, d: Divisor, r: u32) -> u8 {
 fn round_index<const N: usize, const K: usize>(frac: &[f32; K], bottom: f32, u: f32, r: u32) -> i32 {
     let threshold = r as f32 * (1.0 / 16_777_216.0);
     if LOOKUP {
-        return round_index_lookup::<N, K>(frac, u, threshold);
+        return round_index_lookup::<N>(u, threshold);
     }
     let (j, v, lo, hi) = neighbours::<N, K>(frac, bottom, u);
     j + (threshold * (hi - lo) < v - lo) as i32
@@ -327,23 +330,25 @@ const LOOKUP: bool = cfg!(any(target_arch = "arm", target_arch = "riscv32"));
 
 /// [`round_index`] with `(u, table[j], table[j + 1])` in place of [`neighbours`]' bracket.
 #[inline(always)]
-fn round_index_lookup<const N: usize, const K: usize>(frac: &[f32; K], u: f32, threshold: f32) -> i32 {
-    let table: &[f32] = if N == 256 { &UNSIGNED } else { &SIGNED };
-    let j = octave_index::<N, K>(frac, u);
+fn round_index_lookup<const N: usize>(u: f32, threshold: f32) -> i32 {
+    let (table, lanes): (&[f32], _) = if N == 256 {
+        (&UNSIGNED, &UNSIGNED_LANES)
+    } else {
+        (&SIGNED, &SIGNED_LANES)
+    };
+    let j = octave_index::<N>(lanes, u);
     let (lo, hi) = (table[j], table[(j + 1) & (N - 1)]);
     j as i32 + (j + 1 < N && threshold * (hi - lo) < u - lo) as i32
 }
 
-/// The largest `j` with `table[j] ≤ u` ([`neighbours`]' index alone).
+/// The largest `j` with `table[j] ≤ u` ([`neighbours`]' index alone), counted as the vector
+/// lanes count it ([`Lanes`]): one table read instead of K − 1 comparisons.
 #[inline(always)]
-fn octave_index<const N: usize, const K: usize>(frac: &[f32; K], u: f32) -> usize {
+fn octave_index<const N: usize>(lanes: &Lanes, u: f32) -> usize {
     let bits = u.to_bits();
-    let w = f32::from_bits((bits & 0x007f_ffff) | (126 << 23));
-    let mut i = 0;
-    for &f in &frac[1..] {
-        i += (f <= w) as i32;
-    }
-    let j = N as i32 - 1 - K as i32 * (127 - (bits >> 23) as i32) + i;
+    let mant = bits & 0x007f_ffff;
+    let i = (mant as i32 + lanes.buckets[(mant >> 19) as usize]) >> 23;
+    let j = lanes.per_octave * (bits >> 23) as i32 + i + lanes.offset;
     j.clamp(0, N as i32 - 1) as usize
 }
 
@@ -384,6 +389,15 @@ fn neighbours<const N: usize, const K: usize>(frac: &[f32; K], bottom: f32, u: f
 /// `dst[i]` = element `i` of `block` (`dst.len() ≤ 256`).
 #[inline(always)]
 pub fn dequantize(block: &Q8Block, map: Map, dst: &mut [f32]) {
+    // One loop per map: the map is the same for every element.
+    match map {
+        Map::Unsigned => decode_block(block, Map::Unsigned, dst),
+        Map::Signed => decode_block(block, Map::Signed, dst),
+    }
+}
+
+#[inline(always)]
+fn decode_block(block: &Q8Block, map: Map, dst: &mut [f32]) {
     for (d, &c) in dst.iter_mut().zip(&block.codes) {
         *d = map.value(c) * block.scale;
     }
@@ -471,11 +485,6 @@ fn encode_block<const UNSIGNED: bool>(src: &[f32], encode: BlockEncode, codes: &
 /// lanes skip a subtraction and a multiply. Below `bottom` (index 0) the bracket is
 /// `(u, 0, bottom)`. 16 entries each: one AVX-512 permute, two AVX2 ones, one NEON byte
 /// lookup over 64 bytes.
-#[cfg(any(
-    test,
-    all(feature = "std", target_arch = "x86_64"),
-    all(target_arch = "aarch64", target_feature = "neon")
-))]
 pub(crate) struct Lanes {
     /// Per bucket of w's top 4 mantissa bits, what adds the bucket's count into bit 23.
     pub buckets: [i32; 16],
@@ -484,8 +493,25 @@ pub(crate) struct Lanes {
     /// `(hi − lo) · 2⁻²⁴` of [`neighbours`]' bracket by `i` (0 past K).
     pub step: [f32; 16],
     /// `table[1]`: u has index 0 below it.
+    // Read by the vector encodes only; the scalar cores take the index alone.
+    #[cfg_attr(
+        not(any(
+            test,
+            all(feature = "std", target_arch = "x86_64"),
+            all(target_arch = "aarch64", target_feature = "neon")
+        )),
+        allow(dead_code)
+    )]
     pub bottom: f32,
     /// `table[1] · 2⁻²⁴`, the step below `bottom`.
+    #[cfg_attr(
+        not(any(
+            test,
+            all(feature = "std", target_arch = "x86_64"),
+            all(target_arch = "aarch64", target_feature = "neon")
+        )),
+        allow(dead_code)
+    )]
     pub bottom_step: f32,
     /// Codes an octave, K.
     pub per_octave: i32,
@@ -499,26 +525,11 @@ pub(crate) struct Lanes {
 }
 
 /// [`Lanes`] of the unsigned map V.
-#[cfg(any(
-    test,
-    all(feature = "std", target_arch = "x86_64"),
-    all(target_arch = "aarch64", target_feature = "neon")
-))]
 pub(crate) static UNSIGNED_LANES: Lanes = lanes::<256, 12>();
 
 /// [`Lanes`] of the signed map M.
-#[cfg(any(
-    test,
-    all(feature = "std", target_arch = "x86_64"),
-    all(target_arch = "aarch64", target_feature = "neon")
-))]
 pub(crate) static SIGNED_LANES: Lanes = lanes::<128, 8>();
 
-#[cfg(any(
-    test,
-    all(feature = "std", target_arch = "x86_64"),
-    all(target_arch = "aarch64", target_feature = "neon")
-))]
 const fn lanes<const N: usize, const K: usize>() -> Lanes {
     let frac = fractional_powers::<K>();
     let mut lanes = Lanes {
@@ -688,18 +699,10 @@ mod tests {
             let threshold = r as f32 * (1.0 / 16_777_216.0);
             let (j, v, lo, hi) = neighbours::<256, 12>(&UNSIGNED_FRACTIONS, UNSIGNED[1], u);
             let scaled = j + (threshold * (hi - lo) < v - lo) as i32;
-            assert_eq!(
-                round_index_lookup::<256, 12>(&UNSIGNED_FRACTIONS, u, threshold),
-                scaled,
-                "{u:e} {r}"
-            );
+            assert_eq!(round_index_lookup::<256>(u, threshold), scaled, "{u:e} {r}");
             let (j, v, lo, hi) = neighbours::<128, 8>(&SIGNED_FRACTIONS, SIGNED[1], u);
             let scaled = j + (threshold * (hi - lo) < v - lo) as i32;
-            assert_eq!(
-                round_index_lookup::<128, 8>(&SIGNED_FRACTIONS, u, threshold),
-                scaled,
-                "{u:e} {r}"
-            );
+            assert_eq!(round_index_lookup::<128>(u, threshold), scaled, "{u:e} {r}");
         }
     }
 
