@@ -512,35 +512,44 @@ __device__ void ha_update(HaTensor* tensors, const HaBlock* blocks, const HaScal
 }
 
 // Σ g² over every gradient as stored (no scale), exactly, into the accumulator `out`; the
-// gradient pointers are `grads` (the table's are installed only by the next ha_reset). Each warp
-// reads its elements twice (the second time from cache): once for the largest exponent, which
-// sets the warp's window (homeadam_exact.h), once to add the squares into it; the warp's windows
-// then add up by shuffles and reach the block's accumulator in five atomics, so that shared
-// atomics are per warp, not per element.
+// gradient pointers are `grads` (the table's are installed only by the next ha_reset). The block
+// walks its chunk in tiles of HA_SQUARE_TILE values a thread, held in registers, so that each
+// gradient is read once: the largest exponent of a warp's tile sets its window
+// (homeadam_exact.h), the tile's squares add into it, and the warp's windows add up by shuffles
+// and reach the block's accumulator in at most five atomics, so that shared atomics are per warp
+// and tile, not per element. Any grouping gives the same words: the sums are exact.
+#define HA_SQUARE_TILE 8
 template <typename G>
 __device__ void ha_grad_sq(const HaTensor* tensors, const HaBlock* blocks, const ha_u64* grads, ha_u64* out) {
-    static_assert(HA_CHUNK <= (1 << 16), "a warp's window adds at most 2^16 squares");
+    static_assert(32 * HA_SQUARE_TILE <= (1 << 16), "a warp's window adds at most 2^16 squares");
     HaBlock blk = blocks[blockIdx.x];
     const HaTensor& t = tensors[blk.tensor];
     const G* grad = (const G*)grads[blk.tensor];
     ha_u64 start = (ha_u64)blk.chunk * HA_CHUNK, end = start + HA_CHUNK < t.numel ? start + HA_CHUNK : t.numel;
     ha_exact_block_begin(1);
-    ha_u32 top = HA_SQUARE_NONE;
-    for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
-        ha_u32 e = ha_square_top(ha_to_f32(grad[i]));
-        top = e > top ? e : top;
+    // The same number of tiles in every thread of the block: the shuffles below need the whole warp.
+    for (ha_u64 tile = start; tile < end; tile += (ha_u64)blockDim.x * HA_SQUARE_TILE) {
+        float g[HA_SQUARE_TILE];
+        ha_u32 top = HA_SQUARE_NONE;
+#pragma unroll
+        for (int k = 0; k < HA_SQUARE_TILE; k++) {
+            ha_u64 i = tile + (ha_u64)k * blockDim.x + threadIdx.x;
+            g[k] = i < end ? ha_to_f32(grad[i]) : 0.0f;
+            ha_u32 e = ha_square_top(g[k]);
+            top = e > top ? e : top;
+        }
+        int base = ha_square_base(ha_warp_max(top));
+        HaWide acc = {0, 0};
+#pragma unroll
+        for (int k = 0; k < HA_SQUARE_TILE; k++) {
+            if (!ha_square_window_add(&acc, g[k], base)) ha_exact_add(ha_shared, g[k], g[k], HaAtomic());
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            HaWide other = {__shfl_xor_sync(0xffffffffu, acc.lo, o), __shfl_xor_sync(0xffffffffu, acc.hi, o)};
+            acc = ha_wide_add(acc, other);
+        }
+        if ((threadIdx.x & 31) == 0) ha_exact_add_window(ha_shared, acc, base, HaAtomic());
     }
-    int base = ha_square_base(ha_warp_max(top));
-    HaWide acc = {0, 0};
-    for (ha_u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
-        float g = ha_to_f32(grad[i]);
-        if (!ha_square_window_add(&acc, g, base)) ha_exact_add(ha_shared, g, g, HaAtomic());
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        HaWide other = {__shfl_xor_sync(0xffffffffu, acc.lo, o), __shfl_xor_sync(0xffffffffu, acc.hi, o)};
-        acc = ha_wide_add(acc, other);
-    }
-    if ((threadIdx.x & 31) == 0) ha_exact_add_window(ha_shared, acc, base, HaAtomic());
     ha_exact_block_end(1, out);
 }
 
