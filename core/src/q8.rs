@@ -485,6 +485,16 @@ fn encode_block<const UNSIGNED: bool>(src: &[f32], encode: BlockEncode, codes: &
 /// lanes skip a subtraction and a multiply. Below `bottom` (index 0) the bracket is
 /// `(u, 0, bottom)`. 16 entries each: one AVX-512 permute, two AVX2 ones, one NEON byte
 /// lookup over 64 bytes.
+///
+/// The scalar cores read the index's fields only (`buckets`, `per_octave`, `offset`).
+#[cfg_attr(
+    not(any(
+        test,
+        all(feature = "std", target_arch = "x86_64"),
+        all(target_arch = "aarch64", target_feature = "neon")
+    )),
+    allow(dead_code)
+)]
 pub(crate) struct Lanes {
     /// Per bucket of w's top 4 mantissa bits, what adds the bucket's count into bit 23.
     pub buckets: [i32; 16],
@@ -493,25 +503,8 @@ pub(crate) struct Lanes {
     /// `(hi − lo) · 2⁻²⁴` of [`neighbours`]' bracket by `i` (0 past K).
     pub step: [f32; 16],
     /// `table[1]`: u has index 0 below it.
-    // Read by the vector encodes only; the scalar cores take the index alone.
-    #[cfg_attr(
-        not(any(
-            test,
-            all(feature = "std", target_arch = "x86_64"),
-            all(target_arch = "aarch64", target_feature = "neon")
-        )),
-        allow(dead_code)
-    )]
     pub bottom: f32,
     /// `table[1] · 2⁻²⁴`, the step below `bottom`.
-    #[cfg_attr(
-        not(any(
-            test,
-            all(feature = "std", target_arch = "x86_64"),
-            all(target_arch = "aarch64", target_feature = "neon")
-        )),
-        allow(dead_code)
-    )]
     pub bottom_step: f32,
     /// Codes an octave, K.
     pub per_octave: i32,
