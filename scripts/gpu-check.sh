@@ -19,8 +19,8 @@
 #   1. training speed: `homeadam bench-train` and host/benches/torch_train.py on VGG16 (batch
 #      64 and 128), ResNet34 and the paper's WikiText-2 Transformer (5 warm-up steps, then STEPS
 #      timed steps, default 20; all of it ROUNDS times, default 1, each side's best run compared),
-#      then their table
-#      (host/benches/compare.py) in OUT_DIR/bench.md; with homeadam-before in the bundle, its
+#      then their tables (host/benches/compare.py: the speeds, and each phase's host time
+#      beside its device time) in OUT_DIR/bench.md; with homeadam-before in the bundle, its
 #      AdamW rows too, each run beside the current build's, in OUT_DIR/bench-before.md;
 #   2. the GPU test binaries;
 #   3. short training runs of each experiment on the device;

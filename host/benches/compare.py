@@ -8,7 +8,9 @@ the same experiment, batch size and device; ratio = our throughput / PyTorch's. 
 phases are milliseconds per step: data, forward, backward, optimizer. Where a side was measured
 more than once (`ROUNDS` in scripts/gpu-check.sh), its best run is compared and the range of
 its runs shown: the machine's load slows either side between runs, and the best run is the
-least disturbed one.
+least disturbed one. A second table gives each phase's time on the host beside its time on the
+device (the same runs; on the CPU the two are one clock): on a GPU, a phase whose host time
+reaches its device time is bound by the host's launches, not by the kernels.
 """
 
 import glob
@@ -17,8 +19,8 @@ import os
 import sys
 
 
-def phases(r):
-    p = r["phases"]
+def phases(r, which="phases"):
+    p = r[which]
     return " / ".join(f"{1e3 * p[k] / r['steps']:.1f}" for k in ("data", "forward", "backward", "optimizer"))
 
 
@@ -58,6 +60,20 @@ def table(results):
                      f"{r['throughput']:.0f} | {theirs} | {ratio} | {phases(r)} | "
                      f"{phases(peer) if peer else '—'} | {len(ours[k])} / {len(peers)} | "
                      f"{spread(ours[k])} / {spread(peers) if peers else '—'} |")
+    host = ["", "Host time per step, ms: data / fwd / bwd / opt (the same runs)", "",
+            "| model | batch | optimizer | ours on the host | ours on the device | PyTorch on the host "
+            "| PyTorch on the device |", "|---|---:|---|---|---|---|---|"]
+    for k in sorted(ours, key=lambda k: (k[0], k[1], k[3])):
+        r = best(ours[k])
+        peers = torch.get(k[:3], [])
+        peer = best(peers) if peers else None
+        if "host_phases" not in r or peer is None or "host_phases" not in peer:
+            continue
+        host.append(f"| {r['experiment']} | {r['batch_size']} | {r['optimizer']} | "
+                    f"{phases(r, 'host_phases')} | {phases(r)} | {phases(peer, 'host_phases')} | "
+                    f"{phases(peer)} |")
+    if len(host) > 5:
+        lines += host
     versions = sorted({r["implementation"] for r in results if r["implementation"] != "homeadam"})
     return "\n".join(lines + ([""] + [f"PyTorch: {v}" for v in versions] if versions else []))
 

@@ -12,8 +12,9 @@ preset in host/presets/), same synthetic data shapes. The optimizer is
 `torch.optim.AdamW(fused=True)` (fused on CUDA only) with the preset's adamw entry. f32
 throughout, TF32 off for matmuls and cuDNN. A step: the minibatch copied from host memory to
 the device, the forward pass and the cross-entropy loss, the backward pass, the optimizer step;
-phases timed by CUDA events on the GPU, by the wall clock on the CPU. The output and the JSON
-keys are bench-train's.
+phases timed by CUDA events on the GPU, by the wall clock on the CPU; on the GPU also each
+phase's time on the host (from its first call to its return). The output and the JSON keys
+are bench-train's.
 """
 
 import argparse
@@ -221,26 +222,29 @@ def main(argv=None):
                             weight_decay=h["weight_decay"], fused=device.type == "cuda")
     clock = Clock(device)
     phases = dict(data=0.0, forward=0.0, backward=0.0, optimizer=0.0)
+    host = dict(phases)
     start = time.perf_counter()
     for i, (x, y) in enumerate(data):
         if i == a.warmup:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-        t0 = clock.mark()
+        h0, t0 = time.perf_counter(), clock.mark()
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        t1 = clock.mark()
+        h1, t1 = time.perf_counter(), clock.mark()
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        t2 = clock.mark()
+        h2, t2 = time.perf_counter(), clock.mark()
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        t3 = clock.mark()
+        h3, t3 = time.perf_counter(), clock.mark()
         opt.step()
-        t4 = clock.mark()
+        h4, t4 = time.perf_counter(), clock.mark()
         if i >= a.warmup:
-            for k, (u, v) in zip(phases, [(t0, t1), (t1, t2), (t2, t3), (t3, t4)]):
+            for k, (u, v), (hu, hv) in zip(phases, [(t0, t1), (t1, t2), (t2, t3), (t3, t4)],
+                                           [(h0, h1), (h1, h2), (h2, h3), (h3, h4)]):
                 phases[k] += clock.seconds(u, v)
+                host[k] += hv - hu
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
@@ -249,13 +253,15 @@ def main(argv=None):
         implementation="pytorch " + torch.__version__, experiment=a.experiment,
         device=str(device), optimizer="adamw", batch_size=batch, unit=unit, units_per_step=units,
         parameters=sum(q.numel() for q in model.parameters()), steps=a.steps, seconds=seconds,
-        throughput=units * a.steps / seconds, phases=phases)
+        throughput=units * a.steps / seconds, phases=phases, host_phases=host)
     total = max(sum(phases.values()), 1e-300)
     print(f"{a.experiment} on {device} (PyTorch {torch.__version__}), {batch} per step, "
           f"{result['parameters']} parameters, adamw: {result['throughput']:.0f} {unit}/s "
           f"({1e3 * seconds / a.steps:.2f} ms/step)")
     print("per step: " + ", ".join(f"{k} {1e3 * v / a.steps:.1f} ms ({100 * v / total:.0f} %)"
                                    for k, v in phases.items()))
+    if device.type == "cuda":
+        print("on the host per step: " + ", ".join(f"{k} {1e3 * v / a.steps:.2f} ms" for k, v in host.items()))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -89,6 +89,16 @@ fn ours_and_pytorch_train_the_same_networks_and_compare_in_one_table() {
         let ratio: f64 = row.split('|').nth(7).unwrap().trim().parse().expect("a ratio");
         assert!(ratio > 0.0, "{row}");
     }
+    let (_, host) = table
+        .split_once("Host time per step")
+        .unwrap_or_else(|| panic!("no host table:\n{table}"));
+    for experiment in EXPERIMENTS {
+        assert!(
+            host.lines()
+                .any(|l| l.starts_with(&format!("| {experiment} | 2 | adamw |"))),
+            "no host row for {experiment}:\n{table}"
+        );
+    }
 }
 
 #[test]

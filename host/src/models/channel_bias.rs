@@ -53,6 +53,7 @@ impl CustomOp2 for Forward {
         b: &candle_core::CudaStorage,
         b_layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::run((x, x_layout), Some((b, b_layout)))
     }
 
@@ -84,6 +85,7 @@ impl CustomOp1 for ChannelSum {
         g: &candle_core::CudaStorage,
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::run((g, layout), None)
     }
 }

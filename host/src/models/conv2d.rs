@@ -118,7 +118,12 @@ pub(crate) struct Conv {
 
 impl CustomOp2 for Conv {
     fn name(&self) -> &'static str {
-        "homeadam-cudnn-conv2d"
+        match self.pass {
+            Pass::Forward if self.geometry.flipped => "homeadam-cudnn-conv2d-input-gradient",
+            Pass::Forward => "homeadam-cudnn-conv2d",
+            Pass::Data => "homeadam-cudnn-conv2d-backward-data",
+            Pass::Filter => "homeadam-cudnn-conv2d-backward-filter",
+        }
     }
 
     fn cpu_fwd(
@@ -142,6 +147,7 @@ impl CustomOp2 for Conv {
         b: &candle_core::CudaStorage,
         b_layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         super::cudnn::conv::run(self, (a, a_layout), (b, b_layout))
     }
 

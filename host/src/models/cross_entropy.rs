@@ -56,6 +56,7 @@ impl CustomOp2 for PerRow {
         t: &candle_core::CudaStorage,
         t_layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::run(cuda::Pass::Forward, (x, x_layout), (t, t_layout), None)
     }
 
@@ -98,6 +99,7 @@ impl CustomOp3 for RowGradient {
         g: &candle_core::CudaStorage,
         g_layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::run(
             cuda::Pass::Backward,
             (x, x_layout),

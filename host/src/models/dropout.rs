@@ -86,6 +86,7 @@ impl CustomOp1 for Apply {
         storage: &candle_core::CudaStorage,
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::forward(&self.0, storage, layout)
     }
 

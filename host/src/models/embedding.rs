@@ -58,6 +58,7 @@ impl CustomOp2 for Lookup {
         ids: &candle_core::CudaStorage,
         ids_layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::lookup((table, table_layout), (ids, ids_layout))
     }
 
@@ -96,6 +97,7 @@ impl CustomOp2 for Backward {
         grad: &candle_core::CudaStorage,
         grad_layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::backward(self.vocab, (ids, ids_layout), (grad, grad_layout))
     }
 }

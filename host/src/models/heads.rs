@@ -128,6 +128,7 @@ impl CustomOp1 for Heads {
         x: &candle_core::CudaStorage,
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::run(self, x, layout)
     }
 

@@ -66,6 +66,7 @@ impl CustomOp3 for Forward {
         beta: &candle_core::CudaStorage,
         beta_layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::run(
             cuda::Pass::Forward,
             self.eps,
@@ -119,6 +120,7 @@ impl CustomOp3 for Backward {
         grad: &candle_core::CudaStorage,
         grad_layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::run(
             cuda::Pass::Backward,
             self.eps,

@@ -72,6 +72,7 @@ impl CustomOp3 for Affine {
         b: &candle_core::CudaStorage,
         b_layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::forward((x, x_layout), (w, w_layout), (b, b_layout))
     }
 
@@ -107,6 +108,7 @@ impl CustomOp1 for ColumnSum {
         g: &candle_core::CudaStorage,
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         let (rows, cols) = layout.shape().dims2()?;
         let dev = g.device.clone();
         let g = crate::models::cuda::contiguous::<f32>(g, layout, "column sum")?;

@@ -124,6 +124,7 @@ impl CustomOp1 for Forward {
         s: &candle_core::CudaStorage,
         l: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::run(&self.0, (s, l), None)
     }
 
@@ -173,6 +174,7 @@ impl CustomOp2 for Backward {
         gs: &candle_core::CudaStorage,
         gl: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::run(&self.0, (xs, xl), Some((gs, gl)))
     }
 }

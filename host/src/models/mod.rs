@@ -27,6 +27,7 @@ mod cudnn;
 pub mod dropout;
 pub mod embedding;
 pub mod heads;
+pub mod host_time;
 pub mod layer_norm;
 mod layers;
 pub mod linear;

@@ -34,6 +34,7 @@ impl CustomOp1 for Forward {
         x: &candle_core::CudaStorage,
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::run((x, layout), None)
     }
 
@@ -65,6 +66,7 @@ impl CustomOp2 for Backward {
         grad: &candle_core::CudaStorage,
         grad_layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::run((x, x_layout), Some((grad, grad_layout)))
     }
 }

@@ -58,6 +58,7 @@ impl CustomOp1 for Forward {
         s: &candle_core::CudaStorage,
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::run(self.divisor, (s, layout), None)
     }
 
@@ -92,6 +93,7 @@ impl CustomOp2 for Backward {
         grad: &candle_core::CudaStorage,
         grad_layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         cuda::run(self.divisor, (y, y_layout), Some((grad, grad_layout)))
     }
 }

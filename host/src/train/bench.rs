@@ -8,7 +8,10 @@
 //! backward pass, the optimizer step (which reads its status back). Warm-up steps run first and
 //! are not timed. The phases are timed by CUDA events on the device's stream (so they add up to
 //! the GPU's timeline, idle gaps included) and by the wall clock on the CPU; the throughput is
-//! the wall clock over the timed steps, the device synchronised at both ends.
+//! the wall clock over the timed steps, the device synchronised at both ends. Each phase's time
+//! on the host is measured too, with the host time inside each of the models' own CUDA ops
+//! ([`crate::models::host_time`]): where a phase's GPU time is its host time, the host's
+//! launches bound it, and what its ops do not account for is candle's.
 
 use std::time::Instant;
 
@@ -22,6 +25,7 @@ use super::prefetch::Prefetch;
 use super::scores::loss_and_correct;
 use crate::data::batches::Images;
 use crate::data::{cifar10, ImageSet, Normalize};
+use crate::models::host_time::{self, OpTime};
 use crate::models::{Model, ResNet, ResNetConfig, TransformerConfig, TransformerLm, Vgg, VggConfig};
 use crate::preset::{Augmentation, Preset};
 use crate::report::Task;
@@ -90,8 +94,13 @@ pub struct BenchResult {
     pub seconds: f64,
     /// Units per second.
     pub throughput: f64,
-    /// Seconds per phase over the timed steps.
+    /// Seconds per phase over the timed steps (on CUDA the GPU's timeline).
     pub phases: Phases,
+    /// Seconds per phase on the host's clock: from the phase's first call to its return.
+    pub host_phases: Phases,
+    /// Host time inside the models' own CUDA ops over the timed steps, by phase and op (none
+    /// on the CPU).
+    pub host_ops: Vec<OpTime>,
 }
 
 /// What a benchmark trains: the network, its synthetic data, the experiment's preset.
@@ -202,35 +211,47 @@ pub fn bench_train(o: &BenchOptions, device: &Device) -> Result<BenchResult> {
     let mut opt = VarOptimizer::from_named(model.vars(), config)?;
     let clock = Clock::new(device)?;
     let mut phases = Phases::default();
+    let mut host = Phases::default();
     let mut units = 0;
     let mut start = Instant::now();
-    std::thread::scope(|scope| -> Result<()> {
+    let timed = std::thread::scope(|scope| -> Result<()> {
         let mut prefetch = Prefetch::new(scope, data.as_ref(), o.seed, 0, o.warmup + o.steps);
         for i in 0..o.warmup + o.steps {
             if i == o.warmup {
                 device.synchronize()?;
                 start = Instant::now();
+                host_time::start("data");
             }
-            let t0 = clock.mark()?;
+            host_time::set_phase("data");
+            let (h0, t0) = (Instant::now(), clock.mark()?);
             let mb = prefetch.batch(i)?;
-            let t1 = clock.mark()?;
+            let (h1, t1) = (Instant::now(), clock.mark()?);
+            host_time::set_phase("forward");
             let logits = model.forward(&mb.input, true)?;
             let (loss, _correct) = loss_and_correct(&logits, &mb.target)?;
-            let t2 = clock.mark()?;
+            let (h2, t2) = (Instant::now(), clock.mark()?);
+            host_time::set_phase("backward");
             let grads = loss.backward()?;
-            let t3 = clock.mark()?;
+            let (h3, t3) = (Instant::now(), clock.mark()?);
+            host_time::set_phase("optimizer");
             opt.step_with_report(&grads)?;
-            let t4 = clock.mark()?;
+            let (h4, t4) = (Instant::now(), clock.mark()?);
             if i >= o.warmup {
                 phases.data += clock.seconds(&t0, &t1)?;
                 phases.forward += clock.seconds(&t1, &t2)?;
                 phases.backward += clock.seconds(&t2, &t3)?;
                 phases.optimizer += clock.seconds(&t3, &t4)?;
+                host.data += (h1 - h0).as_secs_f64();
+                host.forward += (h2 - h1).as_secs_f64();
+                host.backward += (h3 - h2).as_secs_f64();
+                host.optimizer += (h4 - h3).as_secs_f64();
                 units = mb.predictions;
             }
         }
         Ok(())
-    })?;
+    });
+    let host_ops = host_time::finish();
+    timed?;
     device.synchronize()?;
     let seconds = start.elapsed().as_secs_f64();
     Ok(BenchResult {
@@ -249,11 +270,13 @@ pub fn bench_train(o: &BenchOptions, device: &Device) -> Result<BenchResult> {
         seconds,
         throughput: (units * o.steps) as f64 / seconds,
         phases,
+        host_phases: host,
+        host_ops,
     })
 }
 
 impl BenchResult {
-    /// A few lines for the terminal.
+    /// A few lines for the terminal; on a GPU, also the host's time per phase and in our ops.
     pub fn summary(&self) -> String {
         let p = &self.phases;
         let total = (p.data + p.forward + p.backward + p.optimizer).max(f64::MIN_POSITIVE);
@@ -264,7 +287,7 @@ impl BenchResult {
                 100.0 * x / total
             )
         };
-        format!(
+        let mut text = format!(
             "{} on {}, {} × {} {} per step, {} parameters, {}: {:.0} {}/s ({:.2} ms/step)\n\
              per step: data {}, forward {}, backward {}, optimizer {}",
             self.experiment,
@@ -281,7 +304,57 @@ impl BenchResult {
             share(p.forward),
             share(p.backward),
             share(p.optimizer),
-        )
+        );
+        if !self.host_ops.is_empty() {
+            text.push_str(&self.host_summary());
+        }
+        text
+    }
+
+    /// The host's time per step in each phase, and how much of it the models' own ops took,
+    /// op by op (largest first); the rest of a phase is candle's.
+    fn host_summary(&self) -> String {
+        let steps = self.steps.max(1) as f64;
+        let ms = |s: f64| format!("{:.2} ms", 1e3 * s / steps);
+        let h = &self.host_phases;
+        let mut text = format!(
+            "\non the host per step: data {}, forward {}, backward {}, optimizer {}",
+            ms(h.data),
+            ms(h.forward),
+            ms(h.backward),
+            ms(h.optimizer)
+        );
+        for (phase, phase_seconds) in [
+            ("data", h.data),
+            ("forward", h.forward),
+            ("backward", h.backward),
+            ("optimizer", h.optimizer),
+        ] {
+            let mut ops: Vec<&OpTime> = self.host_ops.iter().filter(|t| t.phase == phase).collect();
+            if ops.is_empty() {
+                continue;
+            }
+            ops.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+            let ours: f64 = ops.iter().map(|t| t.seconds).sum();
+            let each: Vec<String> = ops
+                .iter()
+                .map(|t| {
+                    format!(
+                        "{} {:.1} × {:.1} µs",
+                        t.op,
+                        t.calls as f64 / steps,
+                        1e6 * t.seconds / t.calls.max(1) as f64
+                    )
+                })
+                .collect();
+            text.push_str(&format!(
+                "\n  {phase}: our ops {} ({}), the rest {}",
+                ms(ours),
+                each.join(", "),
+                ms(phase_seconds - ours)
+            ));
+        }
+        text
     }
 }
 
@@ -369,8 +442,45 @@ mod tests {
                     .all(|&s| s > 0.0),
                 "{r:?}"
             );
+            let h = r.host_phases;
+            assert!(
+                [h.data, h.forward, h.backward, h.optimizer]
+                    .iter()
+                    .all(|&s| s > 0.0),
+                "{r:?}"
+            );
+            assert!(r.host_ops.is_empty(), "the CPU runs none of our CUDA ops: {r:?}");
             assert!(r.summary().contains("homeadamw"));
         }
+    }
+
+    #[test]
+    fn the_host_summary_splits_each_phase_into_our_ops_and_the_rest() {
+        let mut r = bench_train(&options(Experiment::Cifar10Vgg16, "adamw"), &Device::Cpu).unwrap();
+        assert!(!r.summary().contains("on the host"), "{}", r.summary());
+        r.host_phases.backward = 0.010;
+        r.host_ops = vec![
+            OpTime {
+                phase: "backward",
+                op: "small",
+                calls: 4,
+                seconds: 0.001,
+            },
+            OpTime {
+                phase: "backward",
+                op: "large",
+                calls: 2,
+                seconds: 0.004,
+            },
+        ];
+        let text = r.summary();
+        assert!(
+            text.contains(
+                "backward: our ops 2.50 ms (large 1.0 × 2000.0 µs, small 2.0 × 250.0 µs), the rest 2.50 ms"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("  forward:"), "{text}");
     }
 
     #[test]

@@ -94,6 +94,7 @@ impl InplaceOp2 for RunningAverage {
         s: &CudaStorage,
         s_layout: &Layout,
     ) -> CandleResult<()> {
+        let _span = crate::models::host_time::span(self.name());
         use candle_core::cuda::cudarc::driver::PushKernelArg;
         use candle_core::cuda_backend::WrapErr;
         use std::sync::OnceLock;
@@ -224,6 +225,7 @@ impl CustomOp3 for Forward {
         b: &CudaStorage,
         b_layout: &Layout,
     ) -> candle_core::Result<(CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         let dev = x.device.clone();
         let stream = dev.cuda_stream();
         let shape = x_layout.shape().clone();
@@ -339,6 +341,7 @@ impl CustomOp3 for Backward {
         w: &CudaStorage,
         w_layout: &Layout,
     ) -> candle_core::Result<(CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         let dev = x.device.clone();
         let stream = dev.cuda_stream();
         let n = x_layout.shape().elem_count();
