@@ -10,7 +10,9 @@ more than once (`ROUNDS` in scripts/gpu-check.sh), its best run is compared and 
 its runs shown: the machine's load slows either side between runs, and the best run is the
 least disturbed one. A second table gives each phase's time on the host beside its time on the
 device (the same runs; on the CPU the two are one clock): on a GPU, a phase whose host time
-reaches its device time is bound by the host's launches, not by the kernels.
+reaches its device time is bound by the host's launches, not by the kernels. A third table
+splits our host time into what the models' own CUDA ops took and the rest (candle's graph,
+gradient sums and allocations), with the largest ops.
 """
 
 import glob
@@ -38,6 +40,30 @@ def spread(runs):
     """The throughputs' range over several runs, or a dash for one."""
     t = [r["throughput"] for r in runs]
     return f"{min(t):.0f}–{max(t):.0f}" if len(t) > 1 else "—"
+
+
+def ops_table(ours):
+    """Lines of our best runs' host time inside the models' own CUDA ops, per step, by phase;
+    the rest of a phase's host time is candle's."""
+    lines = ["", "Host time per step inside our CUDA ops (ms; calls per step × µs per call), the rest "
+             "candle's", "", "| model | batch | optimizer | phase | host | our ops | the rest | largest |",
+             "|---|---:|---|---|---:|---:|---:|---|"]
+    for k in sorted(ours, key=lambda k: (k[0], k[1], k[3])):
+        r = best(ours[k])
+        steps = r["steps"]
+        for phase in ("data", "forward", "backward", "optimizer"):
+            ops = sorted((o for o in r.get("host_ops", []) if o["phase"] == phase),
+                         key=lambda o: -o["seconds"])
+            if not ops:
+                continue
+            mine = sum(o["seconds"] for o in ops)
+            host = r["host_phases"][phase]
+            largest = ", ".join(f"{o['op']} {o['calls'] / steps:.0f} × {1e6 * o['seconds'] / o['calls']:.0f}"
+                                for o in ops[:4])
+            lines.append(f"| {r['experiment']} | {r['batch_size']} | {r['optimizer']} | {phase} | "
+                         f"{1e3 * host / steps:.2f} | {1e3 * mine / steps:.2f} | "
+                         f"{1e3 * (host - mine) / steps:.2f} | {largest} |")
+    return lines if len(lines) > 5 else []
 
 
 def table(results):
@@ -74,6 +100,7 @@ def table(results):
                     f"{phases(peer)} |")
     if len(host) > 5:
         lines += host
+    lines += ops_table(ours)
     versions = sorted({r["implementation"] for r in results if r["implementation"] != "homeadam"})
     return "\n".join(lines + ([""] + [f"PyTorch: {v}" for v in versions] if versions else []))
 
