@@ -1,7 +1,8 @@
 //! On a CUDA device (feature `cuda`): the host's own device code gives the CPU's bits (dropout,
 //! max pooling, ReLU) or its values within a stated tolerance (cuDNN's convolutions and batch
 //! norm, the fused loss, linear layers, layer norm, the causal softmax, whole training steps),
-//! and the same bits run after run. Without a CUDA device the tests say so and pass.
+//! and the same bits run after run; the parameters' gradients handed past candle's store equal
+//! candle's. Without a CUDA device the tests say so and pass.
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor, Var};
@@ -16,7 +17,10 @@ use homeadam_host::models::linear::linear;
 use homeadam_host::models::max_pool::max_pool2d;
 use homeadam_host::models::relu::relu;
 use homeadam_host::models::softmax::causal_softmax;
-use homeadam_host::models::{Model, ResNet, ResNetConfig, ResNetStem, TransformerConfig, TransformerLm};
+use homeadam_host::models::{
+    param_grads, Model, ResNet, ResNetConfig, ResNetStem, TransformerConfig, TransformerLm, Vgg, VggConfig,
+    VggVariant,
+};
 use homeadam_host::rng::Rng;
 
 fn cuda() -> Option<Device> {
@@ -458,4 +462,76 @@ fn a_transformer_step_on_the_device_equals_the_cpus() {
         "gpu: a Transformer training step ({} tensors) = the CPU's (relative 1e-3)",
         runs[0].len()
     );
+}
+
+#[test]
+fn parameter_gradients_handed_over_directly_equal_candles() {
+    let Some(gpu) = cuda() else { return };
+    let mut r = Rng::new(5);
+    let mut images = |n: usize, side: usize| {
+        let values: Vec<f32> = (0..n * 3 * side * side).map(|_| r.normal()).collect();
+        Tensor::from_vec(values, (n, 3, side, side), &gpu).unwrap()
+    };
+    let tokens: Vec<u32> = (0..2 * 9).map(|i| (i * 7 % 50) as u32).collect();
+    let models: Vec<(&str, Box<dyn Model>, Tensor)> = vec![
+        (
+            "VGG16",
+            Box::new(
+                Vgg::new(
+                    VggConfig {
+                        width: 1.0 / 16.0,
+                        ..VggConfig::cifar10(VggVariant::Plain)
+                    },
+                    3,
+                    &gpu,
+                )
+                .unwrap(),
+            ),
+            images(4, 32),
+        ),
+        (
+            "ResNet34",
+            Box::new(
+                ResNet::new(
+                    ResNetConfig {
+                        classes: 10,
+                        width: 1.0 / 16.0,
+                        stem: ResNetStem::ImageNet,
+                    },
+                    3,
+                    &gpu,
+                )
+                .unwrap(),
+            ),
+            images(4, 32),
+        ),
+        (
+            "Transformer",
+            Box::new(TransformerLm::new(TransformerConfig::tiny(50), 3, &gpu).unwrap()),
+            Tensor::from_vec(tokens, (2, 9), &gpu).unwrap(),
+        ),
+    ];
+    for (what, model, x) in models {
+        let loss = model
+            .forward(&x, true)
+            .unwrap()
+            .sqr()
+            .unwrap()
+            .mean_all()
+            .unwrap();
+        let candles = loss.backward().unwrap();
+        let ours = param_grads::backward(&loss).unwrap();
+        let values = |t: &Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
+        for (name, var) in model.vars() {
+            let expected = values(candles.get(&var).unwrap());
+            let got = ours
+                .get(&var)
+                .unwrap_or_else(|| panic!("{what}: {name} got no gradient"));
+            assert_eq!(values(got), expected, "{what}: {name}");
+        }
+        eprintln!(
+            "gpu: {what}: the parameters' gradients handed over directly = candle's ({} tensors)",
+            model.vars().len()
+        );
+    }
 }

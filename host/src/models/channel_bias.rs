@@ -10,6 +10,8 @@
 use anyhow::{ensure, Result};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 
+use super::param_grads::param_grad;
+
 /// `x + b` over the channels of an NCHW tensor.
 pub fn channel_bias(x: &Tensor, b: &Tensor) -> Result<Tensor> {
     let (_, c, _, _) = x.dims4()?;
@@ -60,13 +62,13 @@ impl CustomOp2 for Forward {
     fn bwd(
         &self,
         _: &Tensor,
-        _: &Tensor,
+        b: &Tensor,
         _: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         let grad = grad.contiguous()?;
         let db = grad.apply_op1_no_bwd(&ChannelSum)?;
-        Ok((Some(grad), Some(db)))
+        Ok((Some(grad), param_grad(b, db)?))
     }
 }
 

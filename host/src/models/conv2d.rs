@@ -12,6 +12,8 @@
 use anyhow::{ensure, Result};
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
+use super::param_grads::param_grad;
+
 /// The sizes of one convolution: what cuDNN's descriptors hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Geometry {
@@ -169,7 +171,7 @@ impl CustomOp2 for Conv {
             None => Some(grad.apply_op2_no_bwd(w, &with(self.geometry, Pass::Data))?),
         };
         let dw = match w.track_op() {
-            true => Some(x.apply_op2_no_bwd(&grad, &with(self.geometry, Pass::Filter))?),
+            true => param_grad(w, x.apply_op2_no_bwd(&grad, &with(self.geometry, Pass::Filter))?)?,
             false => None,
         };
         Ok((dx, dw))

@@ -9,6 +9,8 @@
 use anyhow::{ensure, Result};
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 
+use super::param_grads::param_grad;
+
 /// The rows of `table` (`[vocab, d]`, f32) at `ids` (`[n]`, u32): `[n, d]`.
 pub fn embedding(table: &Tensor, ids: &Tensor) -> Result<Tensor> {
     let (vocab, _) = table.dims2()?;
@@ -64,13 +66,14 @@ impl CustomOp2 for Lookup {
 
     fn bwd(
         &self,
-        _: &Tensor,
+        table: &Tensor,
         ids: &Tensor,
         _: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         let backward = Backward { vocab: self.vocab };
-        Ok((Some(ids.apply_op2_no_bwd(&grad.contiguous()?, &backward)?), None))
+        let d_table = ids.apply_op2_no_bwd(&grad.contiguous()?, &backward)?;
+        Ok((param_grad(table, d_table)?, None))
     }
 }
 

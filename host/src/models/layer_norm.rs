@@ -12,6 +12,8 @@
 use anyhow::{ensure, Result};
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
+use super::param_grads::param_grad;
+
 /// Layer norm of `x` (`[.., d]`) with weight `gamma` and bias `beta` (`[d]`).
 pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32) -> Result<Tensor> {
     let d = x.dims().last().copied().unwrap_or(0);
@@ -80,7 +82,7 @@ impl CustomOp3 for Forward {
         &self,
         x: &Tensor,
         gamma: &Tensor,
-        _: &Tensor,
+        beta: &Tensor,
         _: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
@@ -89,7 +91,7 @@ impl CustomOp3 for Forward {
         let dx = packed.narrow(0, 0, n)?.reshape(x.dims())?;
         let dgamma = packed.narrow(0, n, d)?;
         let dbeta = packed.narrow(0, n + d, d)?;
-        Ok((Some(dx), Some(dgamma), Some(dbeta)))
+        Ok((Some(dx), param_grad(gamma, dgamma)?, param_grad(beta, dbeta)?))
     }
 }
 

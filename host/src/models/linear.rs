@@ -11,6 +11,8 @@
 use anyhow::{bail, ensure, Result};
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Shape, Tensor};
 
+use super::param_grads::param_grad;
+
 /// `x Wᵀ + b` for `x` `[.., in]`, `w` `[out, in]` and `b` `[out]`; the result is `[.., out]`.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     let dims = x.dims();
@@ -80,7 +82,7 @@ impl CustomOp3 for Affine {
         &self,
         x: &Tensor,
         w: &Tensor,
-        _: &Tensor,
+        b: &Tensor,
         _: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
@@ -89,7 +91,7 @@ impl CustomOp3 for Affine {
         let dx = g.matmul(&w.detach())?.reshape(x.dims())?;
         let dw = g.t()?.matmul(&x.detach().reshape(((), inp))?)?;
         let db = g.apply_op1_no_bwd(&ColumnSum)?;
-        Ok((Some(dx), Some(dw), Some(db)))
+        Ok((Some(dx), param_grad(w, dw)?, param_grad(b, db)?))
     }
 }
 

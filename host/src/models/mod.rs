@@ -33,6 +33,7 @@ mod layers;
 pub mod linear;
 pub mod max_pool;
 pub mod mlp;
+pub mod param_grads;
 pub mod relu;
 pub mod resnet;
 pub mod softmax;

@@ -304,7 +304,7 @@ pub fn train(
                 let mb = prefetch.batch(meta.batch as usize)?;
                 let logits = model.forward(&mb.input, true)?;
                 let (loss, correct) = loss_and_correct(&logits, &mb.target)?;
-                let grads = loss.backward()?;
+                let grads = crate::models::param_grads::backward(&loss)?;
                 let report = opt.step_with_report(&grads)?.report;
                 pending.push(&loss, &correct, mb.predictions)?;
                 count_step(&mut meta.progress, &report, params);

@@ -454,7 +454,8 @@ fn train_step(
     // Classes last: `[batch, classes]` or the LM's `[batch, len, vocab]`.
     let classes = logits.dim(D::Minus1)?;
     let loss = candle_nn::loss::cross_entropy(&logits.reshape(((), classes))?, &mb.target.flatten_all()?)?;
-    Ok(opt.step_with_report(&loss.backward()?)?.report.rho)
+    let grads = crate::models::param_grads::backward(&loss)?;
+    Ok(opt.step_with_report(&grads)?.report.rho)
 }
 
 /// The runs of every optimizer, in lockstep: θ(S) and one model per S⁽ⁱ⁾.

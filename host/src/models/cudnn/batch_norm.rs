@@ -13,6 +13,7 @@ use cudarc::cudnn::sys;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 
 use super::{check, int, scalar, view, with_handle, CandleResult, ONE, ZERO};
+use crate::models::param_grads::param_grad;
 
 /// What the forward pass leaves: the batch's mean and unbiased variance for the running
 /// statistics (taken by [`train`]), and the mean and inverse deviation the backward pass reads.
@@ -296,7 +297,7 @@ impl CustomOp3 for Forward {
         &self,
         x: &Tensor,
         w: &Tensor,
-        _: &Tensor,
+        b: &Tensor,
         _: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
@@ -309,8 +310,8 @@ impl CustomOp3 for Forward {
         let dx = all.narrow(0, 0, n)?.reshape(x.shape())?;
         Ok((
             Some(dx),
-            Some(all.narrow(0, n, c)?),
-            Some(all.narrow(0, n + c, c)?),
+            param_grad(w, all.narrow(0, n, c)?)?,
+            param_grad(b, all.narrow(0, n + c, c)?)?,
         ))
     }
 }
