@@ -43,10 +43,18 @@ pub fn backward(loss: &Tensor) -> Result<GradStore> {
 
 /// What an op's backward pass returns to candle as the gradient `grad` of its argument `arg`:
 /// `None` where `arg` is a parameter and [`backward`] runs the pass (then the gradient is kept
-/// for it), else `grad`.
+/// for it), else `grad`. A gradient of another shape than its parameter is an error, as
+/// candle's sum makes it.
 pub(crate) fn param_grad(arg: &Tensor, grad: Tensor) -> candle_core::Result<Option<Tensor>> {
     if !arg.is_variable() {
         return Ok(Some(grad));
+    }
+    if grad.shape() != arg.shape() {
+        candle_core::bail!(
+            "a gradient of shape {:?} for a parameter of shape {:?}",
+            grad.dims(),
+            arg.dims()
+        );
     }
     KEPT.with(|k| {
         let mut kept = k.borrow_mut();
@@ -161,6 +169,14 @@ mod tests {
         let grads = y.sum_all().unwrap().backward().unwrap();
         assert_eq!(values(grads.get(&w).unwrap()), [1.0, 2.0]);
         assert!(KEPT.with(|k| k.borrow().is_none()));
+    }
+
+    #[test]
+    fn a_gradient_of_another_shape_is_an_error() {
+        let w = Var::new(&[3.0f32, 4.0], &Device::Cpu).unwrap();
+        let g = Tensor::new(&[1.0f32, 2.0, 3.0], &Device::Cpu).unwrap();
+        let err = param_grad(w.as_tensor(), g).unwrap_err().to_string();
+        assert!(err.contains("shape [3] for a parameter of shape [2]"), "{err}");
     }
 
     #[test]
