@@ -95,12 +95,13 @@ impl InplaceOp2 for RunningAverage {
         s: &CudaStorage,
         s_layout: &Layout,
     ) -> CandleResult<()> {
-        let _span = crate::models::host_time::span(self.name());
         use candle_core::cuda::cudarc::driver::PushKernelArg;
         use candle_core::cuda_backend::WrapErr;
         use std::sync::OnceLock;
 
         use crate::models::cuda::{kernel_u32, per_element, ptx};
+
+        let _span = crate::models::host_time::span(self.name());
 
         static PTX: OnceLock<Result<String, String>> = OnceLock::new();
         let ptx = ptx(
