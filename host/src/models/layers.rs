@@ -247,11 +247,14 @@ impl BatchNorm2d {
         );
         #[cfg(feature = "cuda")]
         if train && x.device().is_cuda() {
-            let (y, mean, unbiased) =
-                super::cudnn::batch_norm::train(x, self.weight.as_tensor(), self.bias.as_tensor(), BN_EPS)?;
-            super::cudnn::batch_norm::running_average(&self.running_mean, &mean, BN_MOMENTUM)?;
-            super::cudnn::batch_norm::running_average(&self.running_var, &unbiased, BN_MOMENTUM)?;
-            return Ok(y);
+            return super::cudnn::batch_norm::train(
+                x,
+                self.weight.as_tensor(),
+                self.bias.as_tensor(),
+                (&self.running_mean, &self.running_var),
+                BN_EPS,
+                BN_MOMENTUM,
+            );
         }
         let shape = (1, c, 1, 1);
         let (centred, var) = if train {

@@ -1,135 +1,72 @@
 //! Batch normalisation's training pass on CUDA through cuDNN (spatial mode: one mean and
 //! variance per channel over batch, height and width), in place of the dozen elementwise
-//! kernels and reductions of candle's ops: `y = γ (x − μ_B)/√(σ²_B + ε) + β` forward, and
-//! `∂L/∂x`, `∂L/∂γ`, `∂L/∂β` in one backward call that reads the forward's saved `μ_B` and
-//! `1/√(σ²_B + ε)`.
+//! kernels and reductions of candle's ops: `y = γ (x − μ_B)/√(σ²_B + ε) + β` forward, which
+//! also updates the running statistics in place (`r ← (1 − momentum) r + momentum · s`, with
+//! the unbiased variance, as PyTorch's call of it), and `∂L/∂x`, `∂L/∂γ`, `∂L/∂β` in one
+//! backward call that reads the forward's saved `μ_B` and `1/√(σ²_B + ε)`.
 
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
-use candle_core::op::BackpropOp;
-use candle_core::{CpuStorage, CudaStorage, CustomOp3, InplaceOp2, Layout, Shape, Storage, Tensor, Var};
+use candle_core::{CpuStorage, CudaStorage, CustomOp3, Layout, Shape, Storage, Tensor, Var};
 use cudarc::cudnn::sys;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 
 use super::{check, int, scalar, view, with_handle, CandleResult, ONE, ZERO};
 use crate::models::param_grads::param_grad;
 
-/// What the forward pass leaves: the batch's mean and unbiased variance for the running
-/// statistics (taken by [`train`]), and the mean and inverse deviation the backward pass reads.
+/// What the forward pass leaves for the backward pass: the batch's mean and inverse deviation.
 struct Stats {
-    batch: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
     saved_mean: CudaSlice<f32>,
     saved_inv_std: CudaSlice<f32>,
 }
 
 type Stash = Arc<Mutex<Option<Stats>>>;
 
-/// `(y, μ_B, unbiased σ²_B)` of batch normalisation over `x` (`[n, c, h, w]`, f32) with scale
-/// `weight` and shift `bias` (`[c]`); `y` has a backward pass to all three.
+/// Batch normalisation over `x` (`[n, c, h, w]`, f32) with scale `weight` and shift `bias`
+/// (`[c]`), with a backward pass to all three; `running` (mean, variance; `[c]` f32 on `x`'s
+/// device) move towards the batch's statistics by `momentum`.
 pub(crate) fn train(
     x: &Tensor,
     weight: &Tensor,
     bias: &Tensor,
+    running: (&Var, &Var),
     eps: f64,
-) -> anyhow::Result<(Tensor, Tensor, Tensor)> {
-    let stash: Stash = Arc::new(Mutex::new(None));
+    momentum: f64,
+) -> anyhow::Result<Tensor> {
+    let channels = weight.elem_count();
+    for (what, r) in [("mean", running.0), ("variance", running.1)] {
+        let fits = r.elem_count() == channels
+            && r.dtype() == candle_core::DType::F32
+            && r.device().same_device(x.device());
+        anyhow::ensure!(
+            fits,
+            "batch norm: the running {what} ({:?} {:?} on {:?}) is not {channels} f32 values \
+             on the input's device",
+            r.dims(),
+            r.dtype(),
+            r.device()
+        );
+    }
     let op = Forward {
         eps,
-        stash: stash.clone(),
+        momentum,
+        running: (running.0.clone(), running.1.clone()),
+        stash: Arc::new(Mutex::new(None)),
     };
-    let y = x
-        .contiguous()?
-        .apply_op3(&weight.contiguous()?, &bias.contiguous()?, op)?;
-    let (mean, var) = stash
-        .lock()
-        .map_err(|_| anyhow::anyhow!("batch norm: a poisoned lock"))?
-        .as_mut()
-        .and_then(|s| s.batch.take())
-        .ok_or_else(|| anyhow::anyhow!("batch norm: the forward pass left no statistics"))?;
-    let candle_core::Device::Cuda(dev) = x.device() else {
-        anyhow::bail!("batch norm through cuDNN: {:?} is not a CUDA device", x.device());
-    };
-    let channels = weight.elem_count();
-    let tensor = |slice| {
-        Tensor::from_storage(
-            Storage::Cuda(CudaStorage::wrap_cuda_slice(slice, dev.clone())),
-            channels,
-            BackpropOp::none(),
-            false,
-        )
-    };
-    Ok((y, tensor(mean), tensor(var)))
+    Ok(x.contiguous()?
+        .apply_op3(&weight.contiguous()?, &bias.contiguous()?, op)?)
 }
 
-/// `r ← (1 − momentum) r + momentum · s` for a running statistic `r` and the batch's `s`, in
-/// place, in one kernel (candle's ops take four and two allocations per statistic).
-pub(crate) fn running_average(r: &Var, s: &Tensor, momentum: f64) -> anyhow::Result<()> {
-    r.inplace_op2(
-        s,
-        &RunningAverage {
-            momentum: momentum as f32,
-        },
-    )?;
-    Ok(())
-}
-
-/// The in-place update of [`running_average`] (`host/kernels/batch_norm.cu`).
-struct RunningAverage {
-    momentum: f32,
-}
-
-impl InplaceOp2 for RunningAverage {
-    fn name(&self) -> &'static str {
-        "homeadam-running-average"
-    }
-
-    fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> candle_core::Result<()> {
-        candle_core::bail!("the running average runs on CUDA tensors only (the CPU uses candle's ops)")
-    }
-
-    fn cuda_fwd(
-        &self,
-        r: &mut CudaStorage,
-        r_layout: &Layout,
-        s: &CudaStorage,
-        s_layout: &Layout,
-    ) -> CandleResult<()> {
-        use candle_core::cuda::cudarc::driver::PushKernelArg;
-        use candle_core::cuda_backend::WrapErr;
-        use std::sync::OnceLock;
-
-        use crate::models::cuda::{kernel_u32, per_element, ptx};
-
-        let _span = crate::models::host_time::span(self.name());
-
-        static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-        let ptx = ptx(
-            &PTX,
-            "running average",
-            include_str!("../../../kernels/batch_norm.cu"),
-        )?;
-        let n = r_layout.shape().elem_count();
-        if s_layout.shape().elem_count() != n {
-            candle_core::bail!(
-                "running average: {n} statistics, {} batch values",
-                s_layout.shape().elem_count()
-            );
-        }
-        let dev = r.device.clone();
-        let Some((start, end)) = r_layout.contiguous_offsets() else {
-            candle_core::bail!("running average: the statistic is not contiguous");
-        };
-        let s = view(s, s_layout)?;
-        let mut r = r.as_cuda_slice_mut::<f32>()?.slice_mut(start..end);
-        let func = dev.get_or_load_custom_func("homeadam_running_average_f32", "homeadam_batch_norm", ptx)?;
-        let n_arg = kernel_u32(n, "running average")?;
-        let mut builder = func.builder();
-        builder.arg(&mut r).arg(&s).arg(&n_arg).arg(&self.momentum);
-        // SAFETY: r and s hold n values each.
-        unsafe { builder.launch(per_element(n)) }.w()?;
-        Ok(())
-    }
+/// The device address of the contiguous f32 values of `var`, for cuDNN to update in place.
+fn address_of(var: &Var, stream: &Arc<cudarc::driver::CudaStream>) -> CandleResult<u64> {
+    let (storage, layout) = var.storage_and_layout();
+    let Storage::Cuda(cuda) = &*storage else {
+        candle_core::bail!("batch norm: a running statistic is not on a CUDA device");
+    };
+    let values = view(cuda, layout)?;
+    let (address, _guard) = values.device_ptr(stream);
+    Ok(address)
 }
 
 /// The descriptors of one call: `x` (and `y`, `∂L/∂y`, `∂L/∂x`, all of its shape) and the
@@ -189,9 +126,11 @@ impl Descriptors {
     }
 }
 
-/// `(x, γ, β) → y`, leaving its statistics in the stash.
+/// `(x, γ, β) → y`, updating the running statistics and leaving the batch's in the stash.
 struct Forward {
     eps: f64,
+    momentum: f64,
+    running: (Var, Var),
     stash: Stash,
 }
 
@@ -242,21 +181,19 @@ impl CustomOp3 for Forward {
                 dev.alloc::<f32>(channels)?,
             )
         };
-        // Running statistics with an averaging factor of 1 are the batch's own (zeroed first:
-        // cuDNN reads them, weighted by 0).
-        let mut mean = dev.alloc_zeros::<f32>(channels)?;
-        let mut var = dev.alloc_zeros::<f32>(channels)?;
+        // The running statistics are buffers outside the graph, written by this call alone,
+        // on this stream.
+        let running_mean = address_of(&self.running.0, &stream)?;
+        let running_var = address_of(&self.running.1, &stream)?;
         with_handle(&stream, |handle| {
             let (px, _px) = x.device_ptr(&stream);
             let (pw, _pw) = w.device_ptr(&stream);
             let (pb, _pb) = b.device_ptr(&stream);
             let (py, _py) = y.device_ptr_mut(&stream);
-            let (pm, _pm) = mean.device_ptr_mut(&stream);
-            let (pv, _pv) = var.device_ptr_mut(&stream);
             let (psm, _psm) = saved_mean.device_ptr_mut(&stream);
             let (psi, _psi) = saved_inv_std.device_ptr_mut(&stream);
             // SAFETY: the descriptors describe the contiguous f32 buffers passed with them,
-            // all on the handle's stream.
+            // all on the handle's stream (the running statistics checked by `train`).
             unsafe {
                 check(
                     sys::cudnnBatchNormalizationForwardTraining(
@@ -271,9 +208,9 @@ impl CustomOp3 for Forward {
                         d.channel,
                         pw as *const c_void,
                         pb as *const c_void,
-                        1.0,
-                        pm as *mut c_void,
-                        pv as *mut c_void,
+                        self.momentum,
+                        running_mean as *mut c_void,
+                        running_var as *mut c_void,
                         self.eps,
                         psm as *mut c_void,
                         psi as *mut c_void,
@@ -283,7 +220,6 @@ impl CustomOp3 for Forward {
             }
         })?;
         let stats = Stats {
-            batch: Some((mean, var)),
             saved_mean,
             saved_inv_std,
         };
