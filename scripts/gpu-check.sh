@@ -8,7 +8,7 @@
 # jetson-gpu (homeadam-cuda's kernels and the Jetson path against the core), candle-gpu
 # (VarOptimizer on CUDA against the CPU), host-gpu (the host's device code against the CPU),
 # host-resume (kill and resume) and cuda-bench (homeadam-cuda's step benchmark); optionally
-# homeadam-before, an earlier build of the host, timed beside it. Python packages in it
+# homeadam-before, an earlier build of the host (`gpu-bundle --before REV`), timed beside it. Python packages in it
 # (`*.tar.xz`: bitsandbytes, the 8-bit AdamW that cuda-bench times beside its q8 rows; it needs
 # numpy and packaging from the machine's environment) are unpacked onto PYTHONPATH. The CUDA 13 libraries and cuDNN 9 come from
 # LD_LIBRARY_PATH, or else from the Python environment's `nvidia` packages (PyTorch's CUDA

@@ -291,7 +291,8 @@ fn cargo_with_toolkit(name: &str, args: &[&str]) {
 /// toolkit (the driver and NVRTC are loaded at run time) and build in the workspace; and
 /// `bitsandbytes.tar.xz`, the 8-bit AdamW that `cuda-bench` compares its q8 rows with (the GPU
 /// machine has PyTorch but no network; the script unpacks it onto PYTHONPATH).
-pub(crate) fn bundle() -> PathBuf {
+pub(crate) fn bundle(before: Option<&str>) -> PathBuf {
+    let earlier = before.map(build_earlier);
     let host = build();
     let args = [
         &["test", "--release"],
@@ -347,8 +348,51 @@ pub(crate) fn bundle() -> PathBuf {
         run(&format!("strip {name}"), "strip", &[&copy]);
         run(&format!("xz {name}"), "xz", &["-6", "-T2", &copy]);
     }
+    if let Some(earlier) = earlier {
+        let copy = dir.join("homeadam-before");
+        std::fs::rename(&earlier, &copy).unwrap_or_else(|e| fail(&format!("{}: {e}", earlier.display())));
+        run(
+            "xz homeadam-before",
+            "xz",
+            &["-6", "-T2", &copy.to_string_lossy()],
+        );
+    }
     pack_bitsandbytes(&dir);
     dir
+}
+
+/// The CUDA host of the commit `rev`, stripped, for `scripts/gpu-check.sh`'s rows of an earlier
+/// build beside the current one: the commit's tree (`git archive`) in `target/before-src`,
+/// built with the same toolkit into the same target directory, so that the dependencies both
+/// commits use are built once. Returns a copy that the current build does not overwrite.
+fn build_earlier(rev: &str) -> PathBuf {
+    let root = crate::root();
+    let src = root.join("target/before-src");
+    let archive = root.join("target/before-src.tar");
+    if src.exists() {
+        std::fs::remove_dir_all(&src).unwrap_or_else(|e| fail(&format!("{}: {e}", src.display())));
+    }
+    std::fs::create_dir_all(&src).unwrap_or_else(|e| fail(&format!("{}: {e}", src.display())));
+    let archive_arg = archive.to_string_lossy();
+    let tree = format!("the tree of {rev}");
+    let mut git = Command::new("git");
+    git.current_dir(&root)
+        .args(["archive", "--format=tar", "-o", &archive_arg, rev]);
+    if !crate::try_command(&tree, &mut git) {
+        fail(&format!("{tree}: is {rev} a commit of this repository?"));
+    }
+    run(&tree, "tar", &["-xf", &archive_arg, "-C", &src.to_string_lossy()]);
+    let name = format!("CUDA host of {rev}");
+    let args = ["build", "--release", "-p", "homeadam-host", "--features", "cuda"];
+    let mut cargo = toolkit_cargo(&name, &args, Build::Gpu);
+    if !crate::try_command(&name, cargo.current_dir(&src)) {
+        fail(&format!("{name} did not build"));
+    }
+    let copy = root.join("target/homeadam-before");
+    let built = target_dir(Build::Gpu).join("release/homeadam");
+    std::fs::copy(&built, &copy).unwrap_or_else(|e| fail(&format!("{}: {e}", built.display())));
+    run("strip homeadam-before", "strip", &[&copy.to_string_lossy()]);
+    copy
 }
 
 /// Downloads [`BITSANDBYTES`]' wheel and packs it into `dir/bitsandbytes.tar.xz`.

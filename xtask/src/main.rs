@@ -348,7 +348,7 @@ fn count(line: &str, what: &str) -> u64 {
 }
 
 const USAGE: &str =
-    "usage: cargo xtask <test|bench [FILTER]|setup|firmware|fuzz [SECONDS]|build-cuda|gpu-bundle>
+    "usage: cargo xtask <test|bench [FILTER]|setup|firmware|fuzz [SECONDS]|build-cuda|gpu-bundle [--before REV]>
   test        fmt, clippy, no_std builds, every test (the ci profile), the CUDA host build, the
               firmware in QEMU, aarch64 under QEMU; ends with a stage-time table
   bench       step benchmarks next to PyTorch fused AdamW, as a table, and the M4F's instruction
@@ -359,7 +359,8 @@ const USAGE: &str =
   build-cuda  the host with --features cuda (CUDA 13.0 from PyPI, no GPU needed; CUDA_COMPUTE_CAP,
               default 89); prints the binary's path last
   gpu-bundle  build-cuda and the GPU test binaries, stripped and xz-compressed into target/gpu-bundle for
-              scripts/gpu-check.sh on a GPU machine (prints the folder last)";
+              scripts/gpu-check.sh on a GPU machine (prints the folder last); --before REV adds the
+              host of commit REV as homeadam-before, timed there beside the current build";
 
 fn usage() -> ! {
     eprintln!("{USAGE}");
@@ -392,7 +393,14 @@ fn main() {
             }
         }
         Some("build-cuda") => println!("{}", build_cuda::build().display()),
-        Some("gpu-bundle") => println!("{}", build_cuda::bundle().display()),
+        Some("gpu-bundle") => {
+            let before = match std::env::args().skip(2).collect::<Vec<_>>().as_slice() {
+                [] => None,
+                [flag, rev] if flag == "--before" => Some(rev.clone()),
+                _ => usage(),
+            };
+            println!("{}", build_cuda::bundle(before.as_deref()).display())
+        }
         Some("fuzz") => match std::env::args().nth(2).map(|s| s.parse()) {
             None => fuzz::fuzz(60),
             Some(Ok(seconds)) if seconds > 0 => fuzz::fuzz(seconds),
