@@ -21,9 +21,12 @@ import os
 import sys
 
 
+PHASES = ("data", "forward", "backward", "optimizer")
+
+
 def phases(r, which="phases"):
     p = r[which]
-    return " / ".join(f"{1e3 * p[k] / r['steps']:.1f}" for k in ("data", "forward", "backward", "optimizer"))
+    return " / ".join(f"{1e3 * p[k] / r['steps']:.1f}" for k in PHASES)
 
 
 def key(r):
@@ -42,16 +45,57 @@ def spread(runs):
     return f"{min(t):.0f}–{max(t):.0f}" if len(t) > 1 else "—"
 
 
-def ops_table(ours):
-    """Lines of our best runs' host time inside the models' own CUDA ops, per step, by phase;
-    the rest of a phase's host time is candle's."""
+def paired(results):
+    """One row per experiment, batch, device and optimizer of ours, in order: our runs, PyTorch's
+    runs of the same experiment, batch and device, and each side's best (None for no run)."""
+    ours, torch = {}, {}
+    for r in results:
+        if r["implementation"] == "homeadam":
+            ours.setdefault(key(r) + (r["optimizer"],), []).append(r)
+        else:
+            torch.setdefault(key(r), []).append(r)
+    for k in sorted(ours, key=lambda k: (k[0], k[1], k[3])):
+        peers = torch.get(k[:3], [])
+        yield ours[k], peers, best(ours[k]), best(peers) if peers else None
+
+
+def speed_table(rows):
+    lines = ["| model | batch | optimizer | unit | ours /s | PyTorch /s | ratio | ours ms: data / fwd / bwd / opt "
+             "| PyTorch ms | runs: ours / PyTorch | range /s: ours / PyTorch |",
+             "|---|---:|---|---|---:|---:|---:|---|---|---:|---|"]
+    for runs, peers, r, peer in rows:
+        theirs = f"{peer['throughput']:.0f}" if peer else "—"
+        ratio = f"{r['throughput'] / peer['throughput']:.3f}" if peer else "—"
+        lines.append(f"| {r['experiment']} | {r['batch_size']} | {r['optimizer']} | {r['unit']} | "
+                     f"{r['throughput']:.0f} | {theirs} | {ratio} | {phases(r)} | "
+                     f"{phases(peer) if peer else '—'} | {len(runs)} / {len(peers)} | "
+                     f"{spread(runs)} / {spread(peers) if peers else '—'} |")
+    return lines
+
+
+def host_table(rows):
+    """Each phase's host time beside its device time, for the rows where both sides timed it."""
+    lines = ["", "Host time per step, ms: data / fwd / bwd / opt (the same runs)", "",
+             "| model | batch | optimizer | ours on the host | ours on the device | PyTorch on the host "
+             "| PyTorch on the device |", "|---|---:|---|---|---|---|---|"]
+    for _, _, r, peer in rows:
+        if "host_phases" not in r or peer is None or "host_phases" not in peer:
+            continue
+        lines.append(f"| {r['experiment']} | {r['batch_size']} | {r['optimizer']} | "
+                     f"{phases(r, 'host_phases')} | {phases(r)} | {phases(peer, 'host_phases')} | "
+                     f"{phases(peer)} |")
+    return lines if len(lines) > 5 else []
+
+
+def ops_table(rows):
+    """Our best runs' host time inside the models' own CUDA ops, per step, by phase; the rest
+    of a phase's host time is candle's."""
     lines = ["", "Host time per step inside our CUDA ops (ms; calls per step × µs per call), the rest "
              "candle's", "", "| model | batch | optimizer | phase | host | our ops | the rest | largest |",
              "|---|---:|---|---|---:|---:|---:|---|"]
-    for k in sorted(ours, key=lambda k: (k[0], k[1], k[3])):
-        r = best(ours[k])
+    for _, _, r, _ in rows:
         steps = r["steps"]
-        for phase in ("data", "forward", "backward", "optimizer"):
+        for phase in PHASES:
             ops = sorted((o for o in r.get("host_ops", []) if o["phase"] == phase),
                          key=lambda o: -o["seconds"])
             if not ops:
@@ -67,40 +111,8 @@ def ops_table(ours):
 
 
 def table(results):
-    ours, torch = {}, {}
-    for r in results:
-        if r["implementation"] == "homeadam":
-            ours.setdefault(key(r) + (r["optimizer"],), []).append(r)
-        else:
-            torch.setdefault(key(r), []).append(r)
-    lines = ["| model | batch | optimizer | unit | ours /s | PyTorch /s | ratio | ours ms: data / fwd / bwd / opt "
-             "| PyTorch ms | runs: ours / PyTorch | range /s: ours / PyTorch |",
-             "|---|---:|---|---|---:|---:|---:|---|---|---:|---|"]
-    for k in sorted(ours, key=lambda k: (k[0], k[1], k[3])):
-        r = best(ours[k])
-        peers = torch.get(k[:3], [])
-        peer = best(peers) if peers else None
-        theirs = f"{peer['throughput']:.0f}" if peer else "—"
-        ratio = f"{r['throughput'] / peer['throughput']:.3f}" if peer else "—"
-        lines.append(f"| {r['experiment']} | {r['batch_size']} | {r['optimizer']} | {r['unit']} | "
-                     f"{r['throughput']:.0f} | {theirs} | {ratio} | {phases(r)} | "
-                     f"{phases(peer) if peer else '—'} | {len(ours[k])} / {len(peers)} | "
-                     f"{spread(ours[k])} / {spread(peers) if peers else '—'} |")
-    host = ["", "Host time per step, ms: data / fwd / bwd / opt (the same runs)", "",
-            "| model | batch | optimizer | ours on the host | ours on the device | PyTorch on the host "
-            "| PyTorch on the device |", "|---|---:|---|---|---|---|---|"]
-    for k in sorted(ours, key=lambda k: (k[0], k[1], k[3])):
-        r = best(ours[k])
-        peers = torch.get(k[:3], [])
-        peer = best(peers) if peers else None
-        if "host_phases" not in r or peer is None or "host_phases" not in peer:
-            continue
-        host.append(f"| {r['experiment']} | {r['batch_size']} | {r['optimizer']} | "
-                    f"{phases(r, 'host_phases')} | {phases(r)} | {phases(peer, 'host_phases')} | "
-                    f"{phases(peer)} |")
-    if len(host) > 5:
-        lines += host
-    lines += ops_table(ours)
+    every = list(paired(results))
+    lines = speed_table(every) + host_table(every) + ops_table(every)
     versions = sorted({r["implementation"] for r in results if r["implementation"] != "homeadam"})
     return "\n".join(lines + ([""] + [f"PyTorch: {v}" for v in versions] if versions else []))
 
