@@ -5,7 +5,7 @@
 //! elementwise sum for every argument, each a launch the host has to make. For a parameter
 //! (a `Var`) whose gradient one of the models' own ops computed, that sum reproduces its
 //! gradient (the same values; only a zero keeps its sign, which the sum with +0 drops). Inside
-//! [`backward`] those ops give the gradient to [`param_grad`] instead, which keeps it, and
+//! [`backward`] those ops give the gradient to `param_grad` instead, which keeps it, and
 //! [`backward`] puts it in the store candle returns. A parameter that several of our ops reach
 //! gets the sum of their gradients in the order candle's pass computes them, plus what
 //! candle's own ops gave it. Outside [`backward`] (candle's `Tensor::backward` called directly)

@@ -69,6 +69,23 @@ pub struct Phases {
     pub optimizer: f64,
 }
 
+impl Phases {
+    /// The phases' names in a step's order: their JSON keys, and the phases
+    /// [`host_time`] records.
+    const NAMES: [&'static str; 4] = ["data", "forward", "backward", "optimizer"];
+
+    /// Each phase's name and seconds, in a step's order.
+    fn named(&self) -> [(&'static str, f64); 4] {
+        let [data, forward, backward, optimizer] = Self::NAMES;
+        [
+            (data, self.data),
+            (forward, self.forward),
+            (backward, self.backward),
+            (optimizer, self.optimizer),
+        ]
+    }
+}
+
 /// One measurement, as `bench-train --json` writes it (the keys `torch_train.py` writes too).
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchResult {
@@ -214,26 +231,27 @@ pub fn bench_train(o: &BenchOptions, device: &Device) -> Result<BenchResult> {
     let mut host = Phases::default();
     let mut units = 0;
     let mut start = Instant::now();
+    let [data_phase, forward_phase, backward_phase, optimizer_phase] = Phases::NAMES;
     let timed = std::thread::scope(|scope| -> Result<()> {
         let mut prefetch = Prefetch::new(scope, data.as_ref(), o.seed, 0, o.warmup + o.steps);
         for i in 0..o.warmup + o.steps {
             if i == o.warmup {
                 device.synchronize()?;
                 start = Instant::now();
-                host_time::start("data");
+                host_time::start(data_phase);
             }
-            host_time::set_phase("data");
+            host_time::set_phase(data_phase);
             let (h0, t0) = (Instant::now(), clock.mark()?);
             let mb = prefetch.batch(i)?;
             let (h1, t1) = (Instant::now(), clock.mark()?);
-            host_time::set_phase("forward");
+            host_time::set_phase(forward_phase);
             let logits = model.forward(&mb.input, true)?;
             let (loss, _correct) = loss_and_correct(&logits, &mb.target)?;
             let (h2, t2) = (Instant::now(), clock.mark()?);
-            host_time::set_phase("backward");
+            host_time::set_phase(backward_phase);
             let grads = crate::models::param_grads::backward(&loss)?;
             let (h3, t3) = (Instant::now(), clock.mark()?);
-            host_time::set_phase("optimizer");
+            host_time::set_phase(optimizer_phase);
             opt.step_with_report(&grads)?;
             let (h4, t4) = (Instant::now(), clock.mark()?);
             if i >= o.warmup {
@@ -278,8 +296,8 @@ pub fn bench_train(o: &BenchOptions, device: &Device) -> Result<BenchResult> {
 impl BenchResult {
     /// A few lines for the terminal; on a GPU, also the host's time per phase and in our ops.
     pub fn summary(&self) -> String {
-        let p = &self.phases;
-        let total = (p.data + p.forward + p.backward + p.optimizer).max(f64::MIN_POSITIVE);
+        let phases = self.phases.named();
+        let total = phases.iter().map(|&(_, s)| s).sum::<f64>().max(f64::MIN_POSITIVE);
         let share = |x: f64| {
             format!(
                 "{:.1} ms ({:.0} %)",
@@ -287,9 +305,10 @@ impl BenchResult {
                 100.0 * x / total
             )
         };
+        let per_step: Vec<String> = phases.iter().map(|&(n, s)| format!("{n} {}", share(s))).collect();
         let mut text = format!(
             "{} on {}, {} × {} {} per step, {} parameters, {}: {:.0} {}/s ({:.2} ms/step)\n\
-             per step: data {}, forward {}, backward {}, optimizer {}",
+             per step: {}",
             self.experiment,
             self.device,
             self.batch_size,
@@ -300,10 +319,7 @@ impl BenchResult {
             self.throughput,
             self.unit,
             1e3 * self.seconds / self.steps as f64,
-            share(p.data),
-            share(p.forward),
-            share(p.backward),
-            share(p.optimizer),
+            per_step.join(", "),
         );
         if !self.host_ops.is_empty() {
             text.push_str(&self.host_summary());
@@ -316,20 +332,10 @@ impl BenchResult {
     fn host_summary(&self) -> String {
         let steps = self.steps.max(1) as f64;
         let ms = |s: f64| format!("{:.2} ms", 1e3 * s / steps);
-        let h = &self.host_phases;
-        let mut text = format!(
-            "\non the host per step: data {}, forward {}, backward {}, optimizer {}",
-            ms(h.data),
-            ms(h.forward),
-            ms(h.backward),
-            ms(h.optimizer)
-        );
-        for (phase, phase_seconds) in [
-            ("data", h.data),
-            ("forward", h.forward),
-            ("backward", h.backward),
-            ("optimizer", h.optimizer),
-        ] {
+        let host = self.host_phases.named();
+        let per_step: Vec<String> = host.iter().map(|&(n, s)| format!("{n} {}", ms(s))).collect();
+        let mut text = format!("\non the host per step: {}", per_step.join(", "));
+        for (phase, phase_seconds) in host {
             let mut ops: Vec<&OpTime> = self.host_ops.iter().filter(|t| t.phase == phase).collect();
             if ops.is_empty() {
                 continue;
@@ -435,23 +441,22 @@ mod tests {
             let r = bench_train(&options(experiment, "homeadamw"), &Device::Cpu).unwrap();
             assert_eq!((r.unit, r.units_per_step, r.steps), (unit, units, 2));
             assert!(r.throughput > 0.0 && r.throughput.is_finite(), "{r:?}");
-            let p = r.phases;
-            assert!(
-                [p.data, p.forward, p.backward, p.optimizer]
-                    .iter()
-                    .all(|&s| s > 0.0),
-                "{r:?}"
-            );
-            let h = r.host_phases;
-            assert!(
-                [h.data, h.forward, h.backward, h.optimizer]
-                    .iter()
-                    .all(|&s| s > 0.0),
-                "{r:?}"
-            );
+            for phases in [r.phases, r.host_phases] {
+                assert!(phases.named().iter().all(|&(_, s)| s > 0.0), "{r:?}");
+            }
             assert!(r.host_ops.is_empty(), "the CPU runs none of our CUDA ops: {r:?}");
             assert!(r.summary().contains("homeadamw"));
         }
+    }
+
+    #[test]
+    fn the_phases_names_are_their_json_keys() {
+        let json = serde_json::to_value(Phases::default()).unwrap();
+        let mut keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut names = Phases::NAMES.to_vec();
+        keys.sort_unstable();
+        names.sort_unstable();
+        assert_eq!(keys, names);
     }
 
     #[test]

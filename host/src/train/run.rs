@@ -248,7 +248,7 @@ const BAR_REFRESH: Duration = Duration::from_secs(1);
 ///
 /// A step reads back only the optimizer's status: the minibatch losses and correct counts stay
 /// on the device until an `iterations.csv` row, a checkpoint, the end of the epoch or the
-/// progress bar (every [`BAR_REFRESH`]) needs them.
+/// progress bar (every `BAR_REFRESH`) needs them.
 pub fn train(
     model: &dyn Model,
     data: &dyn TrainData,
