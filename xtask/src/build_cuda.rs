@@ -327,7 +327,7 @@ pub(crate) fn bundle(before: Option<&str>) -> PathBuf {
         std::fs::remove_dir_all(&dir).unwrap_or_else(|e| fail(&format!("{}: {e}", dir.display())));
     }
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| fail(&format!("{}: {e}", dir.display())));
-    for (name, binary) in [
+    let mut binaries = vec![
         ("homeadam", host),
         ("candle-gpu", executable(&toolkit_tests, "homeadam-candle", "gpu")),
         (
@@ -341,28 +341,21 @@ pub(crate) fn bundle(before: Option<&str>) -> PathBuf {
             executable(&workspace_tests, "homeadam-jetson", "gpu"),
         ),
         ("cuda-bench", cuda_bench),
-    ] {
+    ];
+    binaries.extend(earlier.map(|binary| ("homeadam-before", binary)));
+    for (name, binary) in binaries {
         let copy = dir.join(name);
         std::fs::copy(&binary, &copy).unwrap_or_else(|e| fail(&format!("{}: {e}", binary.display())));
         let copy = copy.to_string_lossy();
         run(&format!("strip {name}"), "strip", &[&copy]);
         run(&format!("xz {name}"), "xz", &["-6", "-T2", &copy]);
     }
-    if let Some(earlier) = earlier {
-        let copy = dir.join("homeadam-before");
-        std::fs::rename(&earlier, &copy).unwrap_or_else(|e| fail(&format!("{}: {e}", earlier.display())));
-        run(
-            "xz homeadam-before",
-            "xz",
-            &["-6", "-T2", &copy.to_string_lossy()],
-        );
-    }
     pack_bitsandbytes(&dir);
     dir
 }
 
-/// The CUDA host of the commit `rev`, stripped, for `scripts/gpu-check.sh`'s rows of an earlier
-/// build beside the current one: the commit's tree (`git archive`) in `target/before-src`,
+/// The CUDA host of the commit `rev`, for `scripts/gpu-check.sh`'s rows of an earlier build
+/// beside the current one: the commit's tree (`git archive`) in `target/before-src`,
 /// built with the same toolkit into the same target directory, so that the dependencies both
 /// commits use are built once. Returns a copy that the current build does not overwrite.
 fn build_earlier(rev: &str) -> PathBuf {
@@ -398,7 +391,6 @@ fn build_earlier(rev: &str) -> PathBuf {
     let copy = root.join("target/homeadam-before");
     let built = target_dir(Build::Gpu).join("release/homeadam");
     std::fs::copy(&built, &copy).unwrap_or_else(|e| fail(&format!("{}: {e}", built.display())));
-    run("strip homeadam-before", "strip", &[&copy.to_string_lossy()]);
     copy
 }
 
