@@ -345,11 +345,21 @@ fn round_index_lookup<const N: usize>(u: f32, threshold: f32) -> i32 {
 /// lanes count it ([`Lanes`]): one table read instead of K − 1 comparisons.
 #[inline(always)]
 fn octave_index<const N: usize>(lanes: &Lanes, u: f32) -> usize {
+    lane_index(lanes, u).1.clamp(0, N as i32 - 1) as usize
+}
+
+/// What the vector lanes compute from `u`'s bits with [`Lanes`]: the bucket `i` of u's mantissa
+/// within its octave (`(mant + buckets[mant >> 19]) >> 23`) and the table index
+/// `per_octave · exponent + i + offset`, not yet clamped to the table.
+#[inline(always)]
+fn lane_index(lanes: &Lanes, u: f32) -> (usize, i32) {
     let bits = u.to_bits();
     let mant = bits & 0x007f_ffff;
     let i = (mant as i32 + lanes.buckets[(mant >> 19) as usize]) >> 23;
-    let j = lanes.per_octave * (bits >> 23) as i32 + i + lanes.offset;
-    j.clamp(0, N as i32 - 1) as usize
+    (
+        i as usize,
+        lanes.per_octave * (bits >> 23) as i32 + i + lanes.offset,
+    )
 }
 
 /// The largest `j` with `table[j] ≤ u` for `u` in [0, 1] and the bracket `(v, lo, hi)` of u,
@@ -648,14 +658,12 @@ mod tests {
     /// the decision's product with every 4099th 24-bit draw).
     fn check_lanes<const N: usize, const K: usize>(lanes: &Lanes, frac: &[f32; K], u: f32) {
         let (j, v, lo, hi) = neighbours::<N, K>(frac, lanes.bottom, u);
-        let bits = u.to_bits();
-        let mant = bits & 0x007f_ffff;
-        let i = ((mant as i32 + lanes.buckets[(mant >> 19) as usize]) >> 23) as usize;
+        let (i, lane_j) = lane_index(lanes, u);
         let inside = u >= lanes.bottom;
         assert_eq!(inside, j >= 1, "{u:e}");
         let (lane_lo, step) = if inside {
-            let lane_j = lanes.per_octave * (bits >> 23) as i32 + i as i32 + lanes.offset;
             assert_eq!(lane_j, j, "{u:e}");
+            let mant = u.to_bits() & 0x007f_ffff;
             assert_eq!(f32::from_bits(mant | 126 << 23), v, "{u:e}");
             (lanes.lo[i], lanes.step[i])
         } else {
