@@ -69,10 +69,48 @@ impl DeviceSpec {
                 if !missing.is_empty() {
                     bail!("--device {self}: {}", missing_message(&missing));
                 }
-                Device::new_cuda(n).with_context(|| format!("--device {self}: cannot open CUDA device {n}"))
+                let device = Device::new_cuda(n)
+                    .with_context(|| format!("--device {self}: cannot open CUDA device {n}"))?;
+                #[cfg(feature = "cuda")]
+                retain_freed_memory(&device)
+                    .with_context(|| format!("--device {self}: cannot configure its memory pool"))?;
+                Ok(device)
             }
         }
     }
+}
+
+/// Keeps the memory that candle frees on `device` in the allocator's pool for its next
+/// allocations, as PyTorch's caching allocator does: the process holds its peak until it exits.
+///
+/// candle allocates through CUDA's stream-ordered allocator, whose pool hands every unused byte
+/// back to the driver at each synchronization (a release threshold of 0 bytes). A training step
+/// frees its activations and gradients and then synchronizes (to read its loss, to time a
+/// phase), so with that default every step would map its memory afresh, on the host's critical
+/// path. A release threshold of `u64::MAX` keeps it.
+#[cfg(feature = "cuda")]
+fn retain_freed_memory(device: &Device) -> Result<()> {
+    use cudarc::driver::{result, sys};
+    let Device::Cuda(cuda) = device else {
+        return Ok(());
+    };
+    let context = cuda.cuda_stream().context().clone();
+    if !context.has_async_alloc() {
+        // cudarc then allocates with `cuMemAlloc`, which has no pool.
+        return Ok(());
+    }
+    let mut threshold = u64::MAX;
+    // SAFETY: the device is cudarc's own (so a valid `CUdevice`), its current pool is the one
+    // `cuMemAllocAsync` draws from, and the release threshold is a `u64` by CUDA's definition.
+    unsafe {
+        let pool = result::device::get_mem_pool(context.cu_device())?;
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        )?;
+    }
+    Ok(())
 }
 
 /// Whether this binary binds the CUDA libraries of [`CUDA_LIBRARIES`] lazily: `cargo xtask

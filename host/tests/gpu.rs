@@ -2,10 +2,12 @@
 //! max pooling, ReLU) or its values within a stated tolerance (cuDNN's convolutions and batch
 //! norm, the fused loss, linear layers, layer norm, the causal softmax, whole training steps),
 //! and the same bits run after run; the parameters' gradients handed past candle's store equal
-//! candle's. Without a CUDA device the tests say so and pass.
+//! candle's; memory freed on the device stays in the allocator's pool. Without a CUDA device the
+//! tests say so and pass.
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor, Var};
+use homeadam_host::device::DeviceSpec;
 use homeadam_host::models::channel_bias::channel_bias;
 use homeadam_host::models::conv2d::conv2d;
 use homeadam_host::models::cross_entropy::cross_entropy;
@@ -534,4 +536,42 @@ fn parameter_gradients_handed_over_directly_equal_candles() {
             model.vars().len()
         );
     }
+}
+
+#[test]
+fn freed_device_memory_stays_in_the_pool_across_a_synchronization() {
+    use cudarc::driver::{result, sys};
+    if cuda().is_none() {
+        return;
+    }
+    let device = DeviceSpec::Cuda(0).open().unwrap();
+    let Device::Cuda(gpu) = &device else {
+        unreachable!("cuda:0 opens a CUDA device")
+    };
+    let context = gpu.cuda_stream().context().clone();
+    if !context.has_async_alloc() {
+        eprintln!("gpu: the pool test skipped, this device allocates without a pool");
+        return;
+    }
+    // SAFETY: the device is cudarc's; both attributes are `u64`s by CUDA's definition.
+    let attribute = |attribute| unsafe {
+        let pool = result::device::get_mem_pool(context.cu_device()).unwrap();
+        let mut value = 0u64;
+        result::mem_pool::get_attribute(pool, attribute, (&mut value as *mut u64).cast()).unwrap();
+        value
+    };
+    assert_eq!(
+        attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD),
+        u64::MAX
+    );
+    let bytes = 256u64 << 20;
+    let t = Tensor::zeros(bytes as usize / 4, DType::F32, &device).unwrap();
+    drop(t);
+    device.synchronize().unwrap();
+    let reserved = attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+    assert!(
+        reserved >= bytes,
+        "{reserved} bytes reserved after freeing {bytes}"
+    );
+    eprintln!("gpu: {reserved} bytes stay in the pool after a free and a synchronization");
 }
