@@ -68,7 +68,7 @@ impl<F: RuleSet> Step<'_, F> {
     }
 
     /// Ends a step whose tensors a backend updated itself, with [`Step::scalars`]: counts it
-    /// unless skipped, and reports it as [`Updates::finish`] would. SWATS in its Adam phase, whose
+    /// unless skipped, and reports it as [`Updates::finish`](crate::Updates::finish) would. SWATS in its Adam phase, whose
     /// switch test needs the step's dot products, finishes with [`Step::finish_external_swats`].
     pub fn finish_external(self, outcome: Outcome) -> Result<StepReport, Error> {
         if self.opt.config.rule == Rule::Swats && self.opt.swats_sgd_lr.is_none() {

@@ -1,6 +1,6 @@
 //! The CUDA libraries a `homeadam` built by `cargo xtask build-cuda` opens at run time, not
 //! at start: a machine without them runs every CPU command, and `--device cuda` there is an
-//! error naming what is missing ([`crate::device`]). xtask builds the lazy bindings of the same
+//! error naming what is missing (`homeadam_host::device`). xtask builds the lazy bindings of the same
 //! table (it includes this file).
 
 /// One shared library, opened by its soname when the first CUDA call needs it.

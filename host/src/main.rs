@@ -106,7 +106,8 @@ enum Command {
         #[arg(long)]
         preset: Option<PathBuf>,
         /// The examples of S that the S⁽ⁱ⁾ replace, comma-separated (e.g. 0,72,144): θ(S) is
-        /// trained once, each S⁽ⁱ⁾ beside it; with several, RUN_DIR/replace<i>/ per example.
+        /// trained once, each S⁽ⁱ⁾ beside it; with several, a folder per example (RUN_DIR/replace72/
+        /// for example 72).
         /// On wikitext2-quick an example is one window of one column, in stream order.
         #[arg(long, value_delimiter = ',', default_value = "0")]
         replace: Vec<usize>,

@@ -40,7 +40,7 @@ const CUDARC_CUDA_VERSION: &str = "13000";
 /// The 8-bit AdamW that `cuda-bench` times beside its q8 rows (`benches/torch_adamw_cuda.py`).
 const BITSANDBYTES: &str = "bitsandbytes==0.50.2";
 
-/// Packs bitsandbytes' wheel (argv[1]) into a tar.xz (argv[2]) of its Python sources and the one
+/// Packs bitsandbytes' wheel (`argv[1]`) into a tar.xz (`argv[2]`) of its Python sources and the one
 /// native library for CUDA 13 (a later 13.x runtime loads it too), a tenth of the wheel's size.
 const PACK_BITSANDBYTES: &str = r#"
 import io, sys, tarfile, zipfile

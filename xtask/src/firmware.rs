@@ -379,8 +379,8 @@ fn build_decoder() {
 }
 
 /// The `cost` program's lines on the Cortex-M4F (`netduinoplus2` in QEMU, one instruction per
-/// virtual ns): "<rule> state <dtype> (<finite check>): <n> instructions per parameter per
-/// step", for `cargo xtask bench`.
+/// virtual ns), `<rule> state <dtype> (<finite check>): <n> instructions per parameter per
+/// step`, for `cargo xtask bench`.
 pub(crate) fn m4f_cost() -> Vec<String> {
     prepare();
     build_decoder();
