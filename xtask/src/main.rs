@@ -227,6 +227,7 @@ fn test() {
     let cuda_tests = cuda::spawn();
     stage_retrying("tests", &cache::workspace_target(), || run_tests("tests", &tests));
     publish::check();
+    docs();
     cuda::join(cuda_tests);
     aarch64.join();
     firmware.join();
@@ -234,6 +235,20 @@ fn test() {
     println!("\nxtask: every check passed");
     stages::print_table(START.get().expect("started").elapsed().as_secs_f64());
     stages::print_totals();
+}
+
+/// The workspace's docs with rustdoc's warnings as errors (a broken link or a stray HTML tag
+/// in a doc comment), as a crate's users read them. A failure is the docs', so the build
+/// directory is not emptied for a second try.
+fn docs() {
+    let name = "docs";
+    let mut cargo = Command::new("cargo");
+    cargo
+        .args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    if !try_command(name, lint::while_building(&mut cargo)) {
+        fail_exit(&format!("{name} failed"), 1);
+    }
 }
 
 /// Runs `cargo ARGS` (a `cargo test` of the workspace's target, with the compiler the tests were
