@@ -26,7 +26,9 @@ pub struct Geometry {
     /// Zeros added on every side, in both directions.
     pub padding: usize,
     /// Whether the filter is applied rotated by 180° (a true convolution, cuDNN's
-    /// `CUDNN_CONVOLUTION`), as [`Geometry::input_gradient_as_forward`] needs.
+    /// `CUDNN_CONVOLUTION`), as [`Geometry::input_gradient_as_forward`] needs. Such a
+    /// convolution's CUDA op takes the filter `w` of the one whose input gradient it computes
+    /// and transposes it on the device (into a scratch buffer of the stream's cuDNN handle).
     pub flipped: bool,
 }
 
@@ -164,10 +166,7 @@ impl CustomOp2 for Conv {
         let with = |geometry, pass| Conv { geometry, pass };
         let dx = match self.geometry.input_gradient_as_forward() {
             _ if !x.track_op() => None,
-            Some(g) => {
-                let wt = w.transpose(0, 1)?.contiguous()?;
-                Some(grad.apply_op2_no_bwd(&wt, &with(g, Pass::Forward))?)
-            }
+            Some(g) => Some(grad.apply_op2_no_bwd(w, &with(g, Pass::Forward))?),
             None => Some(grad.apply_op2_no_bwd(w, &with(self.geometry, Pass::Data))?),
         };
         let dw = match w.track_op() {

@@ -16,6 +16,10 @@ struct Descriptors {
     w: sys::cudnnFilterDescriptor_t,
     y: sys::cudnnTensorDescriptor_t,
     conv: sys::cudnnConvolutionDescriptor_t,
+    /// For a flipped geometry, the filter it is called with (`[out, in, k, k]` of the
+    /// convolution whose input gradient it computes) read as `wᵀ` (`[in, out, k, k]`, strided),
+    /// and `wᵀ` packed: `cudnnTransformTensor` copies one into the other.
+    transpose: Option<(sys::cudnnTensorDescriptor_t, sys::cudnnTensorDescriptor_t)>,
 }
 
 impl Drop for Descriptors {
@@ -35,6 +39,11 @@ impl Drop for Descriptors {
             if !self.conv.is_null() {
                 sys::cudnnDestroyConvolutionDescriptor(self.conv);
             }
+            if let Some((strided, packed)) = self.transpose {
+                for d in [strided, packed].into_iter().filter(|d| !d.is_null()) {
+                    sys::cudnnDestroyTensorDescriptor(d);
+                }
+            }
         }
     }
 }
@@ -48,9 +57,11 @@ impl Descriptors {
             w: std::ptr::null_mut(),
             y: std::ptr::null_mut(),
             conv: std::ptr::null_mut(),
+            transpose: None,
         };
         let [n, c, h, w] = g.input.map(int);
         let [k, kc, kh, kw] = g.filter.map(int);
+        let (k, kc, kh, kw) = (k?, kc?, kh?, kw?);
         let [yn, yc, yh, yw] = g.output().map(int);
         let (pad, stride) = (int(g.padding)?, int(g.stride)?);
         // SAFETY: each descriptor is created before it is set; the out-pointers are fields of `d`.
@@ -62,7 +73,7 @@ impl Descriptors {
             )?;
             check(sys::cudnnCreateFilterDescriptor(&mut d.w), "create w")?;
             check(
-                sys::cudnnSetFilter4dDescriptor(d.w, F32, NCHW, k?, kc?, kh?, kw?),
+                sys::cudnnSetFilter4dDescriptor(d.w, F32, NCHW, k, kc, kh, kw),
                 "w",
             )?;
             check(sys::cudnnCreateTensorDescriptor(&mut d.y), "create y")?;
@@ -101,6 +112,30 @@ impl Descriptors {
             )?;
             if dims.map(|v| v as usize) != g.output() {
                 candle_core::bail!("cuDNN: output dims {dims:?} for {g:?}, expected {:?}", g.output());
+            }
+            if g.flipped {
+                let (strided, packed) = d.transpose.insert((std::ptr::null_mut(), std::ptr::null_mut()));
+                check(sys::cudnnCreateTensorDescriptor(strided), "create strided wᵀ")?;
+                check(
+                    sys::cudnnSetTensor4dDescriptorEx(
+                        *strided,
+                        F32,
+                        k,
+                        kc,
+                        kh,
+                        kw,
+                        kh * kw,
+                        k * kh * kw,
+                        kw,
+                        1,
+                    ),
+                    "strided wᵀ",
+                )?;
+                check(sys::cudnnCreateTensorDescriptor(packed), "create wᵀ")?;
+                check(
+                    sys::cudnnSetTensor4dDescriptor(*packed, NCHW, F32, k, kc, kh, kw),
+                    "wᵀ",
+                )?;
             }
         }
         Ok(d)
@@ -273,6 +308,7 @@ pub(crate) fn run(
             raw,
             plans,
             workspace,
+            transposed_filter,
             ..
         } = handle;
         let plan = match plans.entry(op.geometry) {
@@ -292,8 +328,31 @@ pub(crate) fn run(
         let (py, _py) = out.device_ptr_mut(&stream);
         let (alpha, beta) = (scalar(&ONE), scalar(&ZERO));
         let ws = ws as *mut c_void;
-        let (pa, pb, py) = (pa as *const c_void, pb as *const c_void, py as *mut c_void);
+        let (pa, mut pb, py) = (pa as *const c_void, pb as *const c_void, py as *mut c_void);
         let d = &plan.d;
+        let _transposed = match d.transpose {
+            Some((strided, packed)) => {
+                if transposed_filter.as_ref().map_or(0, CudaSlice::len) < b.len() {
+                    // SAFETY: scratch that `cudnnTransformTensor` writes in full (β = 0)
+                    // before the convolution reads it.
+                    *transposed_filter = Some(unsafe { dev.alloc::<f32>(b.len())? });
+                }
+                let scratch = transposed_filter.as_mut().expect("allocated above");
+                let (pt, guard) = scratch.device_ptr_mut(&stream);
+                // SAFETY: `strided` reads the `[out, in, k, k]` filter of `b.len()` elements as
+                // `[in, out, k, k]`; `packed` writes as many into the scratch, on the stream
+                // the convolution then runs on.
+                unsafe {
+                    check(
+                        sys::cudnnTransformTensor(*raw, alpha, strided, pb, beta, packed, pt as *mut c_void),
+                        "transpose the filter",
+                    )?;
+                }
+                pb = pt as *const c_void;
+                Some(guard)
+            }
+            None => None,
+        };
         // SAFETY: the descriptors describe the contiguous f32 buffers passed with them (the
         // geometry checked their sizes); the workspace holds at least the algorithm's need;
         // every buffer lives on the handle's stream past the call.

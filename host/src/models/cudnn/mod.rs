@@ -44,13 +44,15 @@ fn view<'a>(s: &'a CudaStorage, l: &Layout) -> CandleResult<CudaView<'a, f32>> {
     crate::models::cuda::contiguous(s, l, "cuDNN")
 }
 
-/// cuDNN bound to one CUDA stream, with the plans it has made and its workspace.
+/// cuDNN bound to one CUDA stream, with the plans it has made, its workspace and the scratch
+/// of a transposed filter (both grow to the largest need).
 struct Handle {
     raw: sys::cudnnHandle_t,
     /// Held so that the stream outlives the handle bound to it.
     stream: Arc<CudaStream>,
     plans: HashMap<Geometry, conv::Plan>,
     workspace: Option<CudaSlice<u8>>,
+    transposed_filter: Option<CudaSlice<f32>>,
 }
 
 impl Drop for Handle {
@@ -75,6 +77,7 @@ impl Handle {
                 stream,
                 plans: HashMap::new(),
                 workspace: None,
+                transposed_filter: None,
             };
             check(
                 sys::cudnnSetStream(raw, handle.stream.cu_stream() as sys::cudaStream_t),
