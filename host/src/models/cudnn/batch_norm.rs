@@ -5,6 +5,8 @@
 //! the unbiased variance, as PyTorch's call of it), and `∂L/∂x`, `∂L/∂γ`, `∂L/∂β` in one
 //! backward call that reads the forward's saved `μ_B` and `1/√(σ²_B + ε)`.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
@@ -69,9 +71,9 @@ fn address_of(var: &Var, stream: &Arc<cudarc::driver::CudaStream>) -> CandleResu
     Ok(address)
 }
 
-/// The descriptors of one call: `x` (and `y`, `∂L/∂y`, `∂L/∂x`, all of its shape) and the
-/// per-channel parameters.
-struct Descriptors {
+/// The descriptors of one input shape: `x` (and `y`, `∂L/∂y`, `∂L/∂x`, all of its shape) and
+/// the per-channel parameters; made at the shape's first call and kept with the handle.
+pub(super) struct Descriptors {
     x: sys::cudnnTensorDescriptor_t,
     channel: sys::cudnnTensorDescriptor_t,
 }
@@ -93,10 +95,21 @@ impl Drop for Descriptors {
 const MODE: sys::cudnnBatchNormMode_t = sys::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL;
 
 impl Descriptors {
-    fn new(dims: &[usize]) -> CandleResult<Descriptors> {
-        let &[n, c, h, w] = dims else {
+    /// The handle's descriptors for input `dims`, made at their first use.
+    fn of<'h>(
+        made: &'h mut HashMap<[usize; 4], Descriptors>,
+        dims: &[usize],
+    ) -> CandleResult<&'h Descriptors> {
+        let Ok(dims) = <[usize; 4]>::try_from(dims) else {
             candle_core::bail!("batch norm: input {dims:?} is not [n, c, h, w]");
         };
+        Ok(match made.entry(dims) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(Descriptors::new(dims)?),
+        })
+    }
+
+    fn new([n, c, h, w]: [usize; 4]) -> CandleResult<Descriptors> {
         let mut d = Descriptors {
             x: std::ptr::null_mut(),
             channel: std::ptr::null_mut(),
@@ -171,7 +184,6 @@ impl CustomOp3 for Forward {
         let stream = dev.cuda_stream();
         let shape = x_layout.shape().clone();
         let channels = w_layout.shape().elem_count();
-        let d = Descriptors::new(shape.dims())?;
         let (x, w, b) = (view(x, x_layout)?, view(w, w_layout)?, view(b, b_layout)?);
         // SAFETY: cuDNN writes every element of y and of the saved statistics.
         let (mut y, mut saved_mean, mut saved_inv_std) = unsafe {
@@ -186,6 +198,7 @@ impl CustomOp3 for Forward {
         let running_mean = address_of(&self.running.0, &stream)?;
         let running_var = address_of(&self.running.1, &stream)?;
         with_handle(&stream, |handle| {
+            let d = Descriptors::of(&mut handle.batch_norms, shape.dims())?;
             let (px, _px) = x.device_ptr(&stream);
             let (pw, _pw) = w.device_ptr(&stream);
             let (pb, _pb) = b.device_ptr(&stream);
@@ -284,7 +297,6 @@ impl CustomOp3 for Backward {
         let stream = dev.cuda_stream();
         let n = x_layout.shape().elem_count();
         let c = w_layout.shape().elem_count();
-        let d = Descriptors::new(x_layout.shape().dims())?;
         let (x, dy, w) = (view(x, x_layout)?, view(dy, dy_layout)?, view(w, w_layout)?);
         // SAFETY: cuDNN writes every element: ∂L/∂x, then ∂L/∂γ and ∂L/∂β (β = 0 for both).
         let mut all = unsafe { dev.alloc::<f32>(n + 2 * c)? };
@@ -296,6 +308,7 @@ impl CustomOp3 for Backward {
             candle_core::bail!("batch norm backward: no forward pass before it");
         };
         with_handle(&stream, |handle| {
+            let d = Descriptors::of(&mut handle.batch_norms, x_layout.shape().dims())?;
             let (px, _px) = x.device_ptr(&stream);
             let (pdy, _pdy) = dy.device_ptr(&stream);
             let (pw, _pw) = w.device_ptr(&stream);

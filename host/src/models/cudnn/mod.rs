@@ -44,13 +44,15 @@ fn view<'a>(s: &'a CudaStorage, l: &Layout) -> CandleResult<CudaView<'a, f32>> {
     crate::models::cuda::contiguous(s, l, "cuDNN")
 }
 
-/// cuDNN bound to one CUDA stream, with the plans it has made, its workspace and the scratch
-/// of a transposed filter (both grow to the largest need).
+/// cuDNN bound to one CUDA stream, with the plans and descriptors it has made, its workspace
+/// and the scratch of a transposed filter (both grow to the largest need).
 struct Handle {
     raw: sys::cudnnHandle_t,
     /// Held so that the stream outlives the handle bound to it.
     stream: Arc<CudaStream>,
     plans: HashMap<Geometry, conv::Plan>,
+    /// Batch norm's descriptors by input dims.
+    batch_norms: HashMap<[usize; 4], batch_norm::Descriptors>,
     workspace: Option<CudaSlice<u8>>,
     transposed_filter: Option<CudaSlice<f32>>,
 }
@@ -58,8 +60,9 @@ struct Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         self.plans.clear();
+        self.batch_norms.clear();
         // SAFETY: `raw` was created by `Handle::new` and is destroyed only here, after the
-        // plans' descriptors.
+        // plans' and batch norms' descriptors.
         unsafe {
             sys::cudnnDestroy(self.raw);
         }
@@ -76,6 +79,7 @@ impl Handle {
                 raw,
                 stream,
                 plans: HashMap::new(),
+                batch_norms: HashMap::new(),
                 workspace: None,
                 transposed_filter: None,
             };
