@@ -246,7 +246,7 @@ pub fn bench_train(o: &BenchOptions, device: &Device) -> Result<BenchResult> {
             let (h1, t1) = (Instant::now(), clock.mark()?);
             host_time::set_phase(forward_phase);
             let logits = model.forward(&mb.input, true)?;
-            let (loss, _correct) = loss_and_correct(&logits, &mb.target)?;
+            let (loss, _correct) = loss_and_correct(&logits, &mb.target, data.task())?;
             let (h2, t2) = (Instant::now(), clock.mark()?);
             host_time::set_phase(backward_phase);
             let grads = crate::models::param_grads::backward(&loss)?;

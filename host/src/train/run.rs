@@ -138,8 +138,8 @@ pub fn evaluate_on(model: &dyn Model, data: &dyn TrainData, set: EvalSet) -> Res
         };
         taken += predictions;
         let logits = model.forward(&input, false)?.detach();
-        let (loss, correct) = loss_and_correct(&logits, &target)?;
-        pending.push(&loss, &correct, predictions)?;
+        let (loss, correct) = loss_and_correct(&logits, &target, data.task())?;
+        pending.push(&loss, correct.as_ref(), predictions)?;
         if pending.is_full() {
             pending.drain()?.iter().for_each(|b| b.add_to(&mut sums));
         }
@@ -303,10 +303,10 @@ pub fn train(
             while (meta.batch as usize) < batches {
                 let mb = prefetch.batch(meta.batch as usize)?;
                 let logits = model.forward(&mb.input, true)?;
-                let (loss, correct) = loss_and_correct(&logits, &mb.target)?;
+                let (loss, correct) = loss_and_correct(&logits, &mb.target, data.task())?;
                 let grads = crate::models::param_grads::backward(&loss)?;
                 let report = opt.step_with_report(&grads)?.report;
-                pending.push(&loss, &correct, mb.predictions)?;
+                pending.push(&loss, correct.as_ref(), mb.predictions)?;
                 count_step(&mut meta.progress, &report, params);
                 count_step(&mut meta.window, &report, params);
                 meta.batch += 1;
