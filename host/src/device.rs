@@ -85,9 +85,9 @@ impl DeviceSpec {
 ///
 /// candle allocates through CUDA's stream-ordered allocator, whose pool hands every unused byte
 /// back to the driver at each synchronization (a release threshold of 0 bytes). A training step
-/// frees its activations and gradients and then synchronizes (to read its loss, to time a
-/// phase), so with that default every step would map its memory afresh, on the host's critical
-/// path. A release threshold of `u64::MAX` keeps it.
+/// frees its activations and gradients and then synchronizes (to read the optimizer's status,
+/// to time a phase), so with that default every step would map its memory afresh, on the
+/// host's critical path. A release threshold of `u64::MAX` keeps it.
 #[cfg(feature = "cuda")]
 fn retain_freed_memory(device: &Device) -> Result<()> {
     use cudarc::driver::{result, sys};

@@ -88,7 +88,7 @@ fn cudnn_convolutions_equal_the_cpus_and_repeat_their_bits() {
     let Some(gpu) = cuda() else { return };
     // VGG's 3×3, ResNet's 7×7/2 stem and 1×1/2 shortcut, an odd size with a stride; the
     // stride-1 input gradients transpose a filter into the handle's scratch, which the 5×5
-    // grows and the last 3×3 reuses.
+    // grows and the 3×3 after it reuses.
     for (x_dims, w_dims, stride, padding) in [
         ([4, 3, 16, 16], [8, 3, 3, 3], 1, 1),
         ([2, 16, 8, 8], [4, 16, 5, 5], 1, 2),
