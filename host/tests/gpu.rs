@@ -24,6 +24,8 @@ use homeadam_host::models::{
     VggVariant,
 };
 use homeadam_host::rng::Rng;
+use homeadam_host::train::data::{ClassificationData, LanguageData, Minibatch, TrainData};
+use homeadam_host::train::prefetch::Prefetch;
 
 fn cuda() -> Option<Device> {
     match Device::new_cuda(0) {
@@ -578,4 +580,51 @@ fn freed_device_memory_stays_in_the_pool_across_a_synchronization() {
         "{reserved} bytes reserved after freeing {bytes}"
     );
     eprintln!("gpu: {reserved} bytes stay in the pool after a free and a synchronization");
+}
+
+#[test]
+fn minibatches_staged_in_page_locked_memory_equal_direct_uploads() {
+    let Some(gpu) = cuda() else { return };
+    let contents = |mb: &Minibatch| {
+        let x = mb.input.flatten_all().unwrap().to_device(&Device::Cpu).unwrap();
+        let x: Vec<u32> = match x.dtype() {
+            DType::F32 => x.to_vec1::<f32>().unwrap().iter().map(|v| v.to_bits()).collect(),
+            _ => x.to_vec1::<u32>().unwrap(),
+        };
+        let y: Vec<u32> = mb.target.flatten_all().unwrap().to_vec1().unwrap();
+        (x, mb.input.dims().to_vec(), y, mb.predictions)
+    };
+    // Images (f32) with a shorter last minibatch, and token windows (u32 inputs and targets);
+    // three epochs reuse the spare buffers many times over.
+    let set = || homeadam_host::data::digits::FeatureSet {
+        n: 50,
+        features: 12,
+        x: (0..50 * 12).map(|i| (i as f32 * 0.37).sin()).collect(),
+        labels: (0..50).map(|i| i % 3).collect(),
+        classes: 3,
+    };
+    let images = ClassificationData::new(set(), set(), vec![3, 2, 2], 8, true, &gpu).unwrap();
+    let tokens: Vec<u32> = (0..2000).map(|i| (i * 7 % 97) as u32).collect();
+    let windows = LanguageData::new(&tokens, &tokens, 97, 4, 9, &gpu).unwrap();
+    let mut checked = 0;
+    for data in [&images as &dyn TrainData, &windows] {
+        let count = data.train_batches();
+        for epoch in 0..3 {
+            let direct: Vec<_> = (0..count)
+                .map(|i| contents(&data.train_batch(5, epoch, i).unwrap()))
+                .collect();
+            std::thread::scope(|scope| {
+                let mut prefetch = Prefetch::new(scope, data, 5, epoch, count);
+                for (i, expected) in direct.iter().enumerate() {
+                    assert_eq!(
+                        &contents(&prefetch.batch(i).unwrap()),
+                        expected,
+                        "epoch {epoch}, batch {i}"
+                    );
+                    checked += 1;
+                }
+            });
+        }
+    }
+    eprintln!("gpu: {checked} minibatches staged in page-locked memory = uploaded directly");
 }

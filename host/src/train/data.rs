@@ -23,15 +23,15 @@ pub struct Minibatch {
 /// A minibatch assembled (and augmented) on the host, before it goes to the device: what a
 /// thread can prepare while the device trains on the previous one ([`super::prefetch`]).
 pub struct HostBatch {
-    input: HostValues,
-    input_dims: Vec<usize>,
-    target: Vec<u32>,
-    target_dims: Vec<usize>,
-    predictions: usize,
+    pub(super) input: HostValues,
+    pub(super) input_dims: Vec<usize>,
+    pub(super) target: Vec<u32>,
+    pub(super) target_dims: Vec<usize>,
+    pub(super) predictions: usize,
 }
 
 /// A minibatch's input values: image or feature values, or token ids.
-enum HostValues {
+pub(super) enum HostValues {
     F32(Vec<f32>),
     U32(Vec<u32>),
 }

@@ -9,3 +9,4 @@ pub mod run;
 pub mod runner;
 pub mod scores;
 pub mod stability;
+mod staging;

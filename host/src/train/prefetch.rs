@@ -1,13 +1,37 @@
 //! The next minibatch assembled (and augmented) on a thread of its own while the device
 //! trains on the current one, so that the host's work on the data is not in series with the
-//! device's. A minibatch is a function of (seed, epoch, index) alone, so the order and the
-//! augmentation draws are those of an unprefetched run.
+//! device's; for a CUDA device that thread also stages it in page-locked memory, from which
+//! its copy is asynchronous ([`super::staging`]). A minibatch is a function of (seed, epoch,
+//! index) alone, so the order and the augmentation draws are those of an unprefetched run.
 
+use std::sync::Arc;
 use std::thread::{Scope, ScopedJoinHandle};
 
 use anyhow::{anyhow, Result};
 
 use super::data::{HostBatch, Minibatch, TrainData};
+use super::staging::{StagedBatch, Stager};
+
+/// A minibatch prepared on the host: its values, or their page-locked copies.
+enum Prepared {
+    Host(HostBatch),
+    Staged(StagedBatch),
+}
+
+/// Minibatch `index` of `data`'s epoch, staged when there is a `stager`.
+fn prepare(
+    data: &dyn TrainData,
+    stager: Option<&Arc<Stager>>,
+    seed: u64,
+    epoch: u64,
+    index: usize,
+) -> Result<Prepared> {
+    let host = data.train_host_batch(seed, epoch, index)?;
+    Ok(match stager {
+        Some(stager) => Prepared::Staged(stager.stage(host)?),
+        None => Prepared::Host(host),
+    })
+}
 
 /// One epoch's minibatches `0..count`, each prepared while the one before it trains.
 pub struct Prefetch<'scope, 'env> {
@@ -16,7 +40,8 @@ pub struct Prefetch<'scope, 'env> {
     seed: u64,
     epoch: u64,
     count: usize,
-    next: Option<(usize, ScopedJoinHandle<'scope, Result<HostBatch>>)>,
+    stager: Option<Arc<Stager>>,
+    next: Option<(usize, ScopedJoinHandle<'scope, Result<Prepared>>)>,
 }
 
 impl<'scope, 'env> Prefetch<'scope, 'env> {
@@ -34,6 +59,7 @@ impl<'scope, 'env> Prefetch<'scope, 'env> {
             seed,
             epoch,
             count,
+            stager: Stager::for_device(data.device()),
             next: None,
         }
     }
@@ -41,20 +67,24 @@ impl<'scope, 'env> Prefetch<'scope, 'env> {
     /// Minibatch `index` on the data's device (the one prepared ahead if it is the one asked
     /// for, else assembled now); starts preparing `index + 1` when it is below `count`.
     pub fn batch(&mut self, index: usize) -> Result<Minibatch> {
-        let host = match self.next.take() {
+        let batch = match self.next.take() {
             Some((prepared, thread)) if prepared == index => thread
                 .join()
                 .map_err(|_| anyhow!("the thread preparing minibatch {index} panicked"))??,
-            _ => self.data.train_host_batch(self.seed, self.epoch, index)?,
+            _ => Prepared::Host(self.data.train_host_batch(self.seed, self.epoch, index)?),
         };
         if index + 1 < self.count {
             let (data, seed, epoch) = (self.data, self.seed, self.epoch);
+            let stager = self.stager.clone();
             let thread = self
                 .scope
-                .spawn(move || data.train_host_batch(seed, epoch, index + 1));
+                .spawn(move || prepare(data, stager.as_ref(), seed, epoch, index + 1));
             self.next = Some((index + 1, thread));
         }
-        host.upload(self.data.device())
+        match batch {
+            Prepared::Staged(staged) => staged.upload(self.data.device()),
+            Prepared::Host(host) => host.upload(self.data.device()),
+        }
     }
 }
 

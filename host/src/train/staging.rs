@@ -1,0 +1,206 @@
+//! A prepared minibatch staged in page-locked host memory by the thread that prepared it, so
+//! that its copy to a CUDA device is asynchronous and costs the training thread only the time
+//! to queue it (PyTorch's `pin_memory` with `non_blocking` copies). A copy from pageable memory
+//! goes through the driver's staging buffers on the training thread instead.
+//!
+//! The page-locked buffers are recycled: each remembers the copy last queued from it (an event
+//! that cudarc records), and the thread that fills it next waits for that copy first.
+//!
+//! Without the `cuda` feature there is nothing to stage: [`Stager::for_device`] is `None`.
+
+#[cfg(feature = "cuda")]
+pub(super) use pinned::{StagedBatch, Stager};
+#[cfg(not(feature = "cuda"))]
+pub(super) use unstaged::{StagedBatch, Stager};
+
+#[cfg(not(feature = "cuda"))]
+mod unstaged {
+    use std::sync::Arc;
+
+    use anyhow::Result;
+    use candle_core::Device;
+
+    use crate::train::data::{HostBatch, Minibatch};
+
+    /// No stager exists in a build without CUDA.
+    pub(in crate::train) enum Stager {}
+
+    /// Nor a staged minibatch.
+    pub(in crate::train) enum StagedBatch {}
+
+    impl Stager {
+        pub(in crate::train) fn for_device(_: &Device) -> Option<Arc<Stager>> {
+            None
+        }
+
+        pub(in crate::train) fn stage(self: &Arc<Self>, _: HostBatch) -> Result<StagedBatch> {
+            match **self {}
+        }
+    }
+
+    impl StagedBatch {
+        pub(in crate::train) fn upload(self, _: &Device) -> Result<Minibatch> {
+            match self {}
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod pinned {
+    use std::sync::{Arc, Mutex};
+
+    use anyhow::{anyhow, Result};
+    use candle_core::cuda_backend::cudarc::driver::{
+        CudaContext, DeviceRepr, PinnedHostSlice, ValidAsZeroBits,
+    };
+    use candle_core::op::BackpropOp;
+    use candle_core::{CudaDevice, CudaStorage, Device, Storage, Tensor};
+
+    use crate::train::data::{HostBatch, HostValues, Minibatch};
+
+    /// Page-locked buffers of one type kept for reuse at most: two minibatches are in flight (one
+    /// being filled, one being copied), the rest covers a last, shorter minibatch.
+    const SPARE: usize = 4;
+
+    /// One tensor's page-locked buffer.
+    enum Pinned {
+        F32(PinnedHostSlice<f32>),
+        U32(PinnedHostSlice<u32>),
+    }
+
+    /// A minibatch in page-locked memory, ready to be copied.
+    pub(in crate::train) struct StagedBatch {
+        /// Where its buffers go back to.
+        stager: Arc<Stager>,
+        input: Pinned,
+        input_dims: Vec<usize>,
+        target: Pinned,
+        target_dims: Vec<usize>,
+        predictions: usize,
+    }
+
+    /// The page-locked buffers of one CUDA device's minibatches, and the spare ones by type.
+    pub(in crate::train) struct Stager {
+        context: Arc<CudaContext>,
+        spare_f32: Mutex<Vec<PinnedHostSlice<f32>>>,
+        spare_u32: Mutex<Vec<PinnedHostSlice<u32>>>,
+    }
+
+    impl Stager {
+        /// A stager for `device`'s minibatches: `None` on the CPU.
+        pub(in crate::train) fn for_device(device: &Device) -> Option<Arc<Stager>> {
+            let Device::Cuda(cuda) = device else {
+                return None;
+            };
+            Some(Arc::new(Stager {
+                context: cuda.cuda_stream().context().clone(),
+                spare_f32: Mutex::new(Vec::new()),
+                spare_u32: Mutex::new(Vec::new()),
+            }))
+        }
+
+        /// `batch`'s values copied into page-locked buffers (on the calling thread).
+        pub(in crate::train) fn stage(self: &Arc<Self>, batch: HostBatch) -> Result<StagedBatch> {
+            let input = match &batch.input {
+                HostValues::F32(v) => Pinned::F32(self.filled(&self.spare_f32, v)?),
+                HostValues::U32(v) => Pinned::U32(self.filled(&self.spare_u32, v)?),
+            };
+            Ok(StagedBatch {
+                stager: self.clone(),
+                input,
+                input_dims: batch.input_dims,
+                target: Pinned::U32(self.filled(&self.spare_u32, &batch.target)?),
+                target_dims: batch.target_dims,
+                predictions: batch.predictions,
+            })
+        }
+
+        /// A spare buffer of `values`' length, or a new one, holding `values`; waits for the copy
+        /// last queued from a spare one.
+        fn filled<T: DeviceRepr + ValidAsZeroBits + Copy>(
+            &self,
+            spare: &Mutex<Vec<PinnedHostSlice<T>>>,
+            values: &[T],
+        ) -> Result<PinnedHostSlice<T>> {
+            let reused = {
+                let mut spare = lock(spare)?;
+                let found = spare.iter().position(|p| p.len() == values.len());
+                found.map(|k| spare.swap_remove(k))
+            };
+            let mut pinned = match reused {
+                Some(p) => p,
+                // SAFETY: every element is written below before the buffer is read.
+                None => unsafe { self.context.alloc_pinned::<T>(values.len()) }
+                    .map_err(|e| anyhow!("minibatch staging: cannot allocate page-locked memory: {e}"))?,
+            };
+            pinned
+                .as_mut_slice()
+                .map_err(|e| anyhow!("minibatch staging: waiting for an earlier copy: {e}"))?
+                .copy_from_slice(values);
+            Ok(pinned)
+        }
+    }
+
+    impl StagedBatch {
+        /// The minibatch copied to `device` (queued on its stream); its buffers go back to the
+        /// spares.
+        pub(in crate::train) fn upload(self, device: &Device) -> Result<Minibatch> {
+            let Device::Cuda(cuda) = device else {
+                anyhow::bail!("minibatch staging: a staged minibatch goes to a CUDA device");
+            };
+            let input = copied(&self.input, &self.input_dims, cuda)?;
+            let target = copied(&self.target, &self.target_dims, cuda)?;
+            for pinned in [self.input, self.target] {
+                match pinned {
+                    Pinned::F32(p) => keep(&self.stager.spare_f32, p)?,
+                    Pinned::U32(p) => keep(&self.stager.spare_u32, p)?,
+                }
+            }
+            Ok(Minibatch {
+                input,
+                target,
+                predictions: self.predictions,
+            })
+        }
+    }
+
+    fn lock<T>(spare: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
+        spare
+            .lock()
+            .map_err(|_| anyhow!("minibatch staging: a poisoned lock"))
+    }
+
+    /// Keeps `pinned` for reuse unless [`SPARE`] are kept (dropped, it is freed).
+    fn keep<T>(spare: &Mutex<Vec<PinnedHostSlice<T>>>, pinned: PinnedHostSlice<T>) -> Result<()> {
+        let mut spare = lock(spare)?;
+        if spare.len() < SPARE {
+            spare.push(pinned);
+        }
+        Ok(())
+    }
+
+    /// `pinned` copied into a new tensor of `dims` on `cuda`, queued on its stream.
+    fn copied(pinned: &Pinned, dims: &[usize], cuda: &CudaDevice) -> Result<Tensor> {
+        let stream = cuda.cuda_stream();
+        let storage = match pinned {
+            Pinned::F32(p) => {
+                // SAFETY: the copy queued next on the same stream writes every element.
+                let mut values = unsafe { stream.alloc::<f32>(p.len()) }?;
+                stream.memcpy_htod(p, &mut values)?;
+                CudaStorage::wrap_cuda_slice(values, cuda.clone())
+            }
+            Pinned::U32(p) => {
+                // SAFETY: as above.
+                let mut values = unsafe { stream.alloc::<u32>(p.len()) }?;
+                stream.memcpy_htod(p, &mut values)?;
+                CudaStorage::wrap_cuda_slice(values, cuda.clone())
+            }
+        };
+        Ok(Tensor::from_storage(
+            Storage::Cuda(storage),
+            dims,
+            BackpropOp::none(),
+            false,
+        ))
+    }
+}
