@@ -1,7 +1,7 @@
 //! The next minibatch assembled (and augmented) on a thread of its own while the device
 //! trains on the current one, so that the host's work on the data is not in series with the
 //! device's; for a CUDA device that thread also stages it in page-locked memory, from which
-//! its copy is asynchronous ([`super::staging`]). A minibatch is a function of (seed, epoch,
+//! its copy is asynchronous (`staging.rs`). A minibatch is a function of (seed, epoch,
 //! index) alone, so the order and the augmentation draws are those of an unprefetched run.
 
 use std::sync::Arc;
