@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_void};
 
 use candle_core::{CudaStorage, Layout, Shape};
 use cudarc::cudnn::sys;
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr};
 
 use super::{check, int, scalar, view, with_handle, CandleResult, Handle, ONE, ZERO};
 use crate::models::conv2d::{Conv, Geometry, Pass};
@@ -291,6 +291,23 @@ impl Conv {
     }
 }
 
+/// `buffer`, replaced by a new one of `len` elements when it holds fewer: scratch that grows to
+/// the largest need.
+///
+/// # Safety
+/// A new buffer is uninitialised: the caller must read no element it has not written.
+unsafe fn scratch<'b, T: DeviceRepr>(
+    buffer: &'b mut Option<CudaSlice<T>>,
+    len: usize,
+    dev: &candle_core::CudaDevice,
+) -> CandleResult<&'b mut CudaSlice<T>> {
+    if buffer.as_ref().map_or(0, CudaSlice::len) < len {
+        // SAFETY: passed on to the caller.
+        *buffer = Some(unsafe { dev.alloc::<T>(len)? });
+    }
+    Ok(buffer.as_mut().expect("allocated above"))
+}
+
 /// Runs `op` on its two contiguous f32 arguments and returns the new result and its shape.
 pub(crate) fn run(
     op: &Conv,
@@ -316,11 +333,8 @@ pub(crate) fn run(
             std::collections::hash_map::Entry::Vacant(e) => e.insert(Plan::new(&op.geometry)?),
         };
         let needed = plan.choose(*raw, op.pass, &op.geometry)?.max(1);
-        if workspace.as_ref().map_or(0, CudaSlice::len) < needed {
-            // SAFETY: a workspace is scratch; cuDNN reads nothing it has not written.
-            *workspace = Some(unsafe { dev.alloc::<u8>(needed)? });
-        }
-        let workspace = workspace.as_mut().expect("allocated above");
+        // SAFETY: a workspace is scratch; cuDNN reads nothing it has not written.
+        let workspace = unsafe { scratch(workspace, needed, &dev)? };
         let ws_bytes = workspace.len();
         let (ws, _ws) = workspace.device_ptr_mut(&stream);
         let (pa, _pa) = a.device_ptr(&stream);
@@ -332,13 +346,10 @@ pub(crate) fn run(
         let d = &plan.d;
         let _transposed = match d.transpose {
             Some((strided, packed)) => {
-                if transposed_filter.as_ref().map_or(0, CudaSlice::len) < b.len() {
-                    // SAFETY: scratch that `cudnnTransformTensor` writes in full (β = 0)
-                    // before the convolution reads it.
-                    *transposed_filter = Some(unsafe { dev.alloc::<f32>(b.len())? });
-                }
-                let scratch = transposed_filter.as_mut().expect("allocated above");
-                let (pt, guard) = scratch.device_ptr_mut(&stream);
+                // SAFETY: `cudnnTransformTensor` writes the scratch in full (β = 0) before the
+                // convolution reads it.
+                let filter = unsafe { scratch(transposed_filter, b.len(), &dev)? };
+                let (pt, guard) = filter.device_ptr_mut(&stream);
                 // SAFETY: `strided` reads the `[out, in, k, k]` filter of `b.len()` elements as
                 // `[in, out, k, k]`; `packed` writes as many into the scratch, on the stream
                 // the convolution then runs on.
