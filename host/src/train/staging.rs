@@ -53,6 +53,7 @@ mod pinned {
     use candle_core::cuda_backend::cudarc::driver::{
         CudaContext, DeviceRepr, PinnedHostSlice, ValidAsZeroBits,
     };
+    use candle_core::cuda_backend::CudaDType;
     use candle_core::op::BackpropOp;
     use candle_core::{CudaDevice, CudaStorage, Device, Storage, Tensor};
 
@@ -181,20 +182,19 @@ mod pinned {
 
     /// `pinned` copied into a new tensor of `dims` on `cuda`, queued on its stream.
     fn copied(pinned: &Pinned, dims: &[usize], cuda: &CudaDevice) -> Result<Tensor> {
-        let stream = cuda.cuda_stream();
+        fn on_device<T: CudaDType + DeviceRepr>(
+            p: &PinnedHostSlice<T>,
+            cuda: &CudaDevice,
+        ) -> Result<CudaStorage> {
+            let stream = cuda.cuda_stream();
+            // SAFETY: the copy queued next on the same stream writes every element.
+            let mut values = unsafe { stream.alloc::<T>(p.len()) }?;
+            stream.memcpy_htod(p, &mut values)?;
+            Ok(CudaStorage::wrap_cuda_slice(values, cuda.clone()))
+        }
         let storage = match pinned {
-            Pinned::F32(p) => {
-                // SAFETY: the copy queued next on the same stream writes every element.
-                let mut values = unsafe { stream.alloc::<f32>(p.len()) }?;
-                stream.memcpy_htod(p, &mut values)?;
-                CudaStorage::wrap_cuda_slice(values, cuda.clone())
-            }
-            Pinned::U32(p) => {
-                // SAFETY: as above.
-                let mut values = unsafe { stream.alloc::<u32>(p.len()) }?;
-                stream.memcpy_htod(p, &mut values)?;
-                CudaStorage::wrap_cuda_slice(values, cuda.clone())
-            }
+            Pinned::F32(p) => on_device(p, cuda)?,
+            Pinned::U32(p) => on_device(p, cuda)?,
         };
         Ok(Tensor::from_storage(
             Storage::Cuda(storage),
