@@ -586,10 +586,9 @@ fn freed_device_memory_stays_in_the_pool_across_a_synchronization() {
 fn minibatches_staged_in_page_locked_memory_equal_direct_uploads() {
     let Some(gpu) = cuda() else { return };
     let contents = |mb: &Minibatch| {
-        let x = mb.input.flatten_all().unwrap().to_device(&Device::Cpu).unwrap();
-        let x: Vec<u32> = match x.dtype() {
-            DType::F32 => x.to_vec1::<f32>().unwrap().iter().map(|v| v.to_bits()).collect(),
-            _ => x.to_vec1::<u32>().unwrap(),
+        let x = match mb.input.dtype() {
+            DType::F32 => bits(&mb.input),
+            _ => mb.input.flatten_all().unwrap().to_vec1::<u32>().unwrap(),
         };
         let y: Vec<u32> = mb.target.flatten_all().unwrap().to_vec1().unwrap();
         (x, mb.input.dims().to_vec(), y, mb.predictions)
