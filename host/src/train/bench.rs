@@ -74,6 +74,14 @@ impl Phases {
     /// [`host_time`] records.
     const NAMES: [&'static str; 4] = ["data", "forward", "backward", "optimizer"];
 
+    /// Adds one step's seconds per phase, in a step's order.
+    fn add(&mut self, [data, forward, backward, optimizer]: [f64; 4]) {
+        self.data += data;
+        self.forward += forward;
+        self.backward += backward;
+        self.optimizer += optimizer;
+    }
+
     /// Each phase's name and seconds, in a step's order.
     fn named(&self) -> [(&'static str, f64); 4] {
         let [data, forward, backward, optimizer] = Self::NAMES;
@@ -255,14 +263,13 @@ pub fn bench_train(o: &BenchOptions, device: &Device) -> Result<BenchResult> {
             opt.step_with_report(&grads)?;
             let (h4, t4) = (Instant::now(), clock.mark()?);
             if i >= o.warmup {
-                phases.data += clock.seconds(&t0, &t1)?;
-                phases.forward += clock.seconds(&t1, &t2)?;
-                phases.backward += clock.seconds(&t2, &t3)?;
-                phases.optimizer += clock.seconds(&t3, &t4)?;
-                host.data += (h1 - h0).as_secs_f64();
-                host.forward += (h2 - h1).as_secs_f64();
-                host.backward += (h3 - h2).as_secs_f64();
-                host.optimizer += (h4 - h3).as_secs_f64();
+                phases.add([
+                    clock.seconds(&t0, &t1)?,
+                    clock.seconds(&t1, &t2)?,
+                    clock.seconds(&t2, &t3)?,
+                    clock.seconds(&t3, &t4)?,
+                ]);
+                host.add([h1 - h0, h2 - h1, h3 - h2, h4 - h3].map(|d| d.as_secs_f64()));
                 units = mb.predictions;
             }
         }
