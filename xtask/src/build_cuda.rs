@@ -377,16 +377,8 @@ fn build_earlier(rev: &str) -> PathBuf {
     run(&tree, "tar", &["-xf", &archive_arg, "-C", &src.to_string_lossy()]);
     let name = format!("CUDA host of {rev} (in {})", src.display());
     let args = ["build", "--release", "-p", "homeadam-host", "--features", "cuda"];
-    let start = std::time::Instant::now();
-    let status = toolkit_cargo(&name, &args, Build::Gpu)
-        .current_dir(&src)
-        .status()
-        .unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
-    let seconds = start.elapsed().as_secs_f64();
-    stages::record(&name, seconds);
-    println!("== xtask: {name}: {status} ({seconds:.0} s)");
-    if !status.success() {
-        fail(&format!("{name}: {status}"));
+    if !crate::try_command(&name, toolkit_cargo(&name, &args, Build::Gpu).current_dir(&src)) {
+        fail(&format!("{name} failed"));
     }
     let copy = root.join("target/homeadam-before");
     let built = target_dir(Build::Gpu).join("release/homeadam");
