@@ -3,7 +3,8 @@
 //! norm, the fused loss, linear layers, layer norm, the causal softmax, whole training steps),
 //! and the same bits run after run; the parameters' gradients handed past candle's store equal
 //! candle's; memory freed on the device stays in the allocator's pool; minibatches staged in
-//! page-locked memory equal direct uploads. Without a CUDA device the tests say so and pass.
+//! page-locked memory equal direct uploads, also while the device lags behind the host.
+//! Without a CUDA device the tests say so and pass.
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor, Var};
@@ -626,4 +627,45 @@ fn minibatches_staged_in_page_locked_memory_equal_direct_uploads() {
         }
     }
     eprintln!("gpu: {checked} minibatches staged in page-locked memory = uploaded directly");
+}
+
+#[test]
+fn staged_minibatches_are_refilled_only_after_their_copies_while_the_device_lags() {
+    if cuda().is_none() {
+        return;
+    }
+    let device = DeviceSpec::Cuda(0).open().unwrap();
+    let set = || homeadam_host::data::digits::FeatureSet {
+        n: 200,
+        features: 12,
+        x: (0..200 * 12).map(|i| (i as f32 * 0.37).sin()).collect(),
+        labels: (0..200).map(|i| i % 3).collect(),
+        classes: 3,
+    };
+    let data = ClassificationData::new(set(), set(), vec![3, 2, 2], 8, true, &device).unwrap();
+    let count = data.train_batches();
+    let contents = |mb: &Minibatch| {
+        let y: Vec<u32> = mb.target.to_vec1().unwrap();
+        (bits(&mb.input), y)
+    };
+    let direct: Vec<_> = (0..count)
+        .map(|i| contents(&data.train_batch(5, 0, i).unwrap()))
+        .collect();
+    // Tens of milliseconds of matrix products queued ahead: every copy waits behind them while
+    // the host stages the whole epoch, so a buffer refilled before its copy ran would be read
+    // with a later minibatch's values.
+    let square = Tensor::ones((4096, 4096), DType::F32, &device).unwrap();
+    let mut lag = square.clone();
+    for _ in 0..32 {
+        lag = lag.matmul(&square).unwrap();
+    }
+    let uploaded: Vec<Minibatch> = std::thread::scope(|scope| {
+        let mut prefetch = Prefetch::new(scope, &data, 5, 0, count);
+        (0..count).map(|i| prefetch.batch(i).unwrap()).collect()
+    });
+    for (i, (mb, expected)) in uploaded.iter().zip(&direct).enumerate() {
+        assert_eq!(&contents(mb), expected, "batch {i}");
+    }
+    drop(lag);
+    eprintln!("gpu: {count} minibatches staged behind a lagging device = uploaded directly");
 }

@@ -3,8 +3,10 @@
 //! to queue it (PyTorch's `pin_memory` with `non_blocking` copies). A copy from pageable memory
 //! goes through the driver's staging buffers on the training thread instead.
 //!
-//! The page-locked buffers are recycled: each remembers the copy last queued from it (an event
-//! that cudarc records), and the thread that fills it next waits for that copy first.
+//! The page-locked buffers are recycled: each keeps an event recorded on the device's stream
+//! after the copy last queued from it, and the thread that fills it next (or frees it) waits for
+//! that event first. cudarc's own event in a page-locked slice cannot serve: cudarc records it
+//! only for contexts that run several streams, and a run has one.
 //!
 //! Without the `cuda` feature there is nothing to stage: [`Stager::for_device`] is `None`.
 
@@ -51,7 +53,7 @@ mod pinned {
 
     use anyhow::{anyhow, Result};
     use candle_core::cuda_backend::cudarc::driver::{
-        CudaContext, DeviceRepr, PinnedHostSlice, ValidAsZeroBits,
+        sys::CUevent_flags, CudaContext, CudaEvent, DeviceRepr, PinnedHostSlice, ValidAsZeroBits,
     };
     use candle_core::cuda_backend::CudaDType;
     use candle_core::op::BackpropOp;
@@ -65,8 +67,32 @@ mod pinned {
 
     /// One tensor's page-locked buffer.
     enum Pinned {
-        F32(PinnedHostSlice<f32>),
-        U32(PinnedHostSlice<u32>),
+        F32(Buffer<f32>),
+        U32(Buffer<u32>),
+    }
+
+    /// Page-locked memory and the event recorded after the last copy queued from it.
+    struct Buffer<T> {
+        host: PinnedHostSlice<T>,
+        /// Never recorded before the first copy (then it counts as complete).
+        copied: CudaEvent,
+    }
+
+    impl<T> Buffer<T> {
+        /// Blocks until the device has read the memory (the thread sleeps, it does not spin).
+        fn settled(&self) -> Result<()> {
+            self.copied
+                .synchronize()
+                .map_err(|e| anyhow!("minibatch staging: waiting for an earlier copy: {e}"))
+        }
+    }
+
+    impl<T> Drop for Buffer<T> {
+        /// Page-locked memory freed under a pending copy would be read after its release.
+        fn drop(&mut self) {
+            let context = self.copied.context();
+            context.record_err(self.copied.synchronize());
+        }
     }
 
     /// A minibatch in page-locked memory, ready to be copied.
@@ -83,8 +109,8 @@ mod pinned {
     /// The page-locked buffers of one CUDA device's minibatches, and the spare ones by type.
     pub(in crate::train) struct Stager {
         context: Arc<CudaContext>,
-        spare_f32: Mutex<Vec<PinnedHostSlice<f32>>>,
-        spare_u32: Mutex<Vec<PinnedHostSlice<u32>>>,
+        spare_f32: Mutex<Vec<Buffer<f32>>>,
+        spare_u32: Mutex<Vec<Buffer<u32>>>,
     }
 
     impl Stager {
@@ -120,25 +146,37 @@ mod pinned {
         /// last queued from a spare one.
         fn filled<T: DeviceRepr + ValidAsZeroBits + Copy>(
             &self,
-            spare: &Mutex<Vec<PinnedHostSlice<T>>>,
+            spare: &Mutex<Vec<Buffer<T>>>,
             values: &[T],
-        ) -> Result<PinnedHostSlice<T>> {
+        ) -> Result<Buffer<T>> {
             let reused = {
                 let mut spare = lock(spare)?;
-                let found = spare.iter().position(|p| p.len() == values.len());
+                let found = spare.iter().position(|b| b.host.len() == values.len());
                 found.map(|k| spare.swap_remove(k))
             };
-            let mut pinned = match reused {
-                Some(p) => p,
-                // SAFETY: every element is written below before the buffer is read.
-                None => unsafe { self.context.alloc_pinned::<T>(values.len()) }
-                    .map_err(|e| anyhow!("minibatch staging: cannot allocate page-locked memory: {e}"))?,
+            let mut buffer = match reused {
+                Some(b) => b,
+                None => self.allocated(values.len())?,
             };
-            pinned
+            buffer.settled()?;
+            buffer
+                .host
                 .as_mut_slice()
-                .map_err(|e| anyhow!("minibatch staging: waiting for an earlier copy: {e}"))?
+                .map_err(|e| anyhow!("minibatch staging: page-locked memory unreadable: {e}"))?
                 .copy_from_slice(values);
-            Ok(pinned)
+            Ok(buffer)
+        }
+
+        /// A new buffer of `len` elements.
+        fn allocated<T: DeviceRepr>(&self, len: usize) -> Result<Buffer<T>> {
+            let failed = |e| anyhow!("minibatch staging: cannot allocate page-locked memory: {e}");
+            let copied = self
+                .context
+                .new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC))
+                .map_err(failed)?;
+            // SAFETY: every element is written before the buffer is read (`filled`).
+            let host = unsafe { self.context.alloc_pinned::<T>(len) }.map_err(failed)?;
+            Ok(Buffer { host, copied })
         }
     }
 
@@ -171,25 +209,25 @@ mod pinned {
             .map_err(|_| anyhow!("minibatch staging: a poisoned lock"))
     }
 
-    /// Keeps `pinned` for reuse unless [`SPARE`] are kept (dropped, it is freed).
-    fn keep<T>(spare: &Mutex<Vec<PinnedHostSlice<T>>>, pinned: PinnedHostSlice<T>) -> Result<()> {
+    /// Keeps `buffer` for reuse unless [`SPARE`] are kept; else it is freed once its copy is
+    /// done (the calling thread waits for it, after releasing the lock).
+    fn keep<T>(spare: &Mutex<Vec<Buffer<T>>>, buffer: Buffer<T>) -> Result<()> {
         let mut spare = lock(spare)?;
         if spare.len() < SPARE {
-            spare.push(pinned);
+            spare.push(buffer);
         }
         Ok(())
     }
 
-    /// `pinned` copied into a new tensor of `dims` on `cuda`, queued on its stream.
+    /// `pinned` copied into a new tensor of `dims` on `cuda`, queued on its stream; the
+    /// buffer's event is recorded after the copy.
     fn copied(pinned: &Pinned, dims: &[usize], cuda: &CudaDevice) -> Result<Tensor> {
-        fn on_device<T: CudaDType + DeviceRepr>(
-            p: &PinnedHostSlice<T>,
-            cuda: &CudaDevice,
-        ) -> Result<CudaStorage> {
+        fn on_device<T: CudaDType + DeviceRepr>(b: &Buffer<T>, cuda: &CudaDevice) -> Result<CudaStorage> {
             let stream = cuda.cuda_stream();
             // SAFETY: the copy queued next on the same stream writes every element.
-            let mut values = unsafe { stream.alloc::<T>(p.len()) }?;
-            stream.memcpy_htod(p, &mut values)?;
+            let mut values = unsafe { stream.alloc::<T>(b.host.len()) }?;
+            stream.memcpy_htod(&b.host, &mut values)?;
+            b.copied.record(&stream)?;
             Ok(CudaStorage::wrap_cuda_slice(values, cuda.clone()))
         }
         let storage = match pinned {
