@@ -72,8 +72,11 @@ impl DeviceSpec {
                 let device = Device::new_cuda(n)
                     .with_context(|| format!("--device {self}: cannot open CUDA device {n}"))?;
                 #[cfg(feature = "cuda")]
-                retain_freed_memory(&device)
-                    .with_context(|| format!("--device {self}: cannot configure its memory pool"))?;
+                {
+                    retain_freed_memory(&device)
+                        .with_context(|| format!("--device {self}: cannot configure its memory pool"))?;
+                    untrack_streams(&device);
+                }
                 Ok(device)
             }
         }
@@ -111,6 +114,22 @@ fn retain_freed_memory(device: &Device) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Stops cudarc from creating two events with every buffer that candle allocates on `device`
+/// (and destroying them with it): four driver calls per tensor on the host's critical path, for
+/// events that are never recorded.
+///
+/// cudarc records a buffer's events only to order its uses across the streams that it creates
+/// itself (`CudaContext::new_stream`), once there are any. A run has none: candle's device runs
+/// on one stream, and so do cuBLAS, cuDNN and our kernels, which candle hands that stream.
+#[cfg(feature = "cuda")]
+fn untrack_streams(device: &Device) {
+    if let Device::Cuda(cuda) = device {
+        // SAFETY: nothing in a run creates a second stream on this context (see above), so no
+        // buffer is used on two streams, which is what the events would have ordered.
+        unsafe { cuda.disable_event_tracking() };
+    }
 }
 
 /// Whether this binary binds the CUDA libraries of [`CUDA_LIBRARIES`] lazily: `cargo xtask

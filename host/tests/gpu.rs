@@ -2,9 +2,9 @@
 //! max pooling, ReLU) or its values within a stated tolerance (cuDNN's convolutions and batch
 //! norm, the fused loss, linear layers, layer norm, the causal softmax, whole training steps),
 //! and the same bits run after run; the parameters' gradients handed past candle's store equal
-//! candle's; memory freed on the device stays in the allocator's pool; minibatches staged in
-//! page-locked memory equal direct uploads, also while the device lags behind the host.
-//! Without a CUDA device the tests say so and pass.
+//! candle's; memory freed on the device stays in the allocator's pool, and its buffers carry no
+//! events; minibatches staged in page-locked memory equal direct uploads, also while the device
+//! lags behind the host. Without a CUDA device the tests say so and pass.
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor, Var};
@@ -546,7 +546,7 @@ fn parameter_gradients_handed_over_directly_equal_candles() {
 }
 
 #[test]
-fn freed_device_memory_stays_in_the_pool_across_a_synchronization() {
+fn a_runs_device_keeps_freed_memory_in_the_pool_and_creates_no_events() {
     use cudarc::driver::{result, sys};
     if cuda().is_none() {
         return;
@@ -555,6 +555,7 @@ fn freed_device_memory_stays_in_the_pool_across_a_synchronization() {
     let Device::Cuda(gpu) = &device else {
         unreachable!("cuda:0 opens a CUDA device")
     };
+    assert!(!gpu.is_event_tracking(), "a run's buffers carry no events");
     let context = gpu.cuda_stream().context().clone();
     if !context.has_async_alloc() {
         eprintln!("gpu: the pool test skipped, this device allocates without a pool");
