@@ -8,6 +8,7 @@
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor, Var};
+use homeadam_host::data::digits::FeatureSet;
 use homeadam_host::device::DeviceSpec;
 use homeadam_host::models::channel_bias::channel_bias;
 use homeadam_host::models::conv2d::conv2d;
@@ -584,6 +585,18 @@ fn a_runs_device_keeps_freed_memory_in_the_pool_and_creates_no_events() {
     eprintln!("gpu: {reserved} bytes stay in the pool after a free and a synchronization");
 }
 
+/// `n` 3×2×2 images of three classes in minibatches of 8, augmented, on `device`.
+fn small_images(n: u32, device: &Device) -> ClassificationData<FeatureSet> {
+    let set = || FeatureSet {
+        n: n as usize,
+        features: 12,
+        x: (0..n * 12).map(|i| (i as f32 * 0.37).sin()).collect(),
+        labels: (0..n).map(|i| i % 3).collect(),
+        classes: 3,
+    };
+    ClassificationData::new(set(), set(), vec![3, 2, 2], 8, true, device).unwrap()
+}
+
 #[test]
 fn minibatches_staged_in_page_locked_memory_equal_direct_uploads() {
     let Some(gpu) = cuda() else { return };
@@ -597,14 +610,7 @@ fn minibatches_staged_in_page_locked_memory_equal_direct_uploads() {
     };
     // Images (f32) with a shorter last minibatch, and token windows (u32 inputs and targets);
     // three epochs reuse the spare buffers many times over.
-    let set = || homeadam_host::data::digits::FeatureSet {
-        n: 50,
-        features: 12,
-        x: (0..50 * 12).map(|i| (i as f32 * 0.37).sin()).collect(),
-        labels: (0..50).map(|i| i % 3).collect(),
-        classes: 3,
-    };
-    let images = ClassificationData::new(set(), set(), vec![3, 2, 2], 8, true, &gpu).unwrap();
+    let images = small_images(50, &gpu);
     let tokens: Vec<u32> = (0..2000).map(|i| (i * 7 % 97) as u32).collect();
     let windows = LanguageData::new(&tokens, &tokens, 97, 4, 9, &gpu).unwrap();
     let mut checked = 0;
@@ -636,14 +642,7 @@ fn staged_minibatches_are_refilled_only_after_their_copies_while_the_device_lags
         return;
     }
     let device = DeviceSpec::Cuda(0).open().unwrap();
-    let set = || homeadam_host::data::digits::FeatureSet {
-        n: 200,
-        features: 12,
-        x: (0..200 * 12).map(|i| (i as f32 * 0.37).sin()).collect(),
-        labels: (0..200).map(|i| i % 3).collect(),
-        classes: 3,
-    };
-    let data = ClassificationData::new(set(), set(), vec![3, 2, 2], 8, true, &device).unwrap();
+    let data = small_images(200, &device);
     let count = data.train_batches();
     let contents = |mb: &Minibatch| {
         let y: Vec<u32> = mb.target.to_vec1().unwrap();
