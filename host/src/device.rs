@@ -72,10 +72,10 @@ impl DeviceSpec {
                 let device = Device::new_cuda(n)
                     .with_context(|| format!("--device {self}: cannot open CUDA device {n}"))?;
                 #[cfg(feature = "cuda")]
-                {
-                    retain_freed_memory(&device)
+                if let Device::Cuda(cuda) = &device {
+                    retain_freed_memory(cuda)
                         .with_context(|| format!("--device {self}: cannot configure its memory pool"))?;
-                    untrack_streams(&device);
+                    untrack_streams(cuda);
                 }
                 Ok(device)
             }
@@ -83,7 +83,7 @@ impl DeviceSpec {
     }
 }
 
-/// Keeps the memory that candle frees on `device` in the allocator's pool for its next
+/// Keeps the memory that candle frees on `cuda` in the allocator's pool for its next
 /// allocations, as PyTorch's caching allocator does: the process holds its peak until it exits.
 ///
 /// candle allocates through CUDA's stream-ordered allocator, whose pool hands every unused byte
@@ -92,11 +92,8 @@ impl DeviceSpec {
 /// to time a phase), so with that default every step would map its memory afresh, on the
 /// host's critical path. A release threshold of `u64::MAX` keeps it.
 #[cfg(feature = "cuda")]
-fn retain_freed_memory(device: &Device) -> Result<()> {
+fn retain_freed_memory(cuda: &candle_core::CudaDevice) -> Result<()> {
     use cudarc::driver::{result, sys};
-    let Device::Cuda(cuda) = device else {
-        return Ok(());
-    };
     let context = cuda.cuda_stream().context().clone();
     if !context.has_async_alloc() {
         // cudarc then allocates with `cuMemAlloc`, which has no pool.
@@ -116,7 +113,7 @@ fn retain_freed_memory(device: &Device) -> Result<()> {
     Ok(())
 }
 
-/// Stops cudarc from creating two events with every buffer that candle allocates on `device`
+/// Stops cudarc from creating two events with every buffer that candle allocates on `cuda`
 /// (and destroying them with it): four driver calls per tensor on the host's critical path, for
 /// events that are never recorded.
 ///
@@ -124,12 +121,10 @@ fn retain_freed_memory(device: &Device) -> Result<()> {
 /// itself (`CudaContext::new_stream`), once there are any. A run has none: candle's device runs
 /// on one stream, and so do cuBLAS, cuDNN and our kernels, which candle hands that stream.
 #[cfg(feature = "cuda")]
-fn untrack_streams(device: &Device) {
-    if let Device::Cuda(cuda) = device {
-        // SAFETY: nothing in a run creates a second stream on this context (see above), so no
-        // buffer is used on two streams, which is what the events would have ordered.
-        unsafe { cuda.disable_event_tracking() };
-    }
+fn untrack_streams(cuda: &candle_core::CudaDevice) {
+    // SAFETY: nothing in a run creates a second stream on this context (see above), so no
+    // buffer is used on two streams, which is what the events would have ordered.
+    unsafe { cuda.disable_event_tracking() };
 }
 
 /// Whether this binary binds the CUDA libraries of [`CUDA_LIBRARIES`] lazily: `cargo xtask
