@@ -597,17 +597,20 @@ fn small_images(n: u32, device: &Device) -> ClassificationData<FeatureSet> {
     ClassificationData::new(set(), set(), vec![3, 2, 2], 8, true, device).unwrap()
 }
 
+/// A minibatch read back: its input's bits (f32 values or token ids), the input's dims, its
+/// targets and its predictions.
+fn contents(mb: &Minibatch) -> (Vec<u32>, Vec<usize>, Vec<u32>, usize) {
+    let x = match mb.input.dtype() {
+        DType::F32 => bits(&mb.input),
+        _ => mb.input.flatten_all().unwrap().to_vec1::<u32>().unwrap(),
+    };
+    let y: Vec<u32> = mb.target.flatten_all().unwrap().to_vec1().unwrap();
+    (x, mb.input.dims().to_vec(), y, mb.predictions)
+}
+
 #[test]
 fn minibatches_staged_in_page_locked_memory_equal_direct_uploads() {
     let Some(gpu) = cuda() else { return };
-    let contents = |mb: &Minibatch| {
-        let x = match mb.input.dtype() {
-            DType::F32 => bits(&mb.input),
-            _ => mb.input.flatten_all().unwrap().to_vec1::<u32>().unwrap(),
-        };
-        let y: Vec<u32> = mb.target.flatten_all().unwrap().to_vec1().unwrap();
-        (x, mb.input.dims().to_vec(), y, mb.predictions)
-    };
     // Images (f32) with a shorter last minibatch, and token windows (u32 inputs and targets);
     // three epochs reuse the spare buffers many times over.
     let images = small_images(50, &gpu);
@@ -644,10 +647,6 @@ fn staged_minibatches_are_refilled_only_after_their_copies_while_the_device_lags
     let device = DeviceSpec::Cuda(0).open().unwrap();
     let data = small_images(200, &device);
     let count = data.train_batches();
-    let contents = |mb: &Minibatch| {
-        let y: Vec<u32> = mb.target.to_vec1().unwrap();
-        (bits(&mb.input), y)
-    };
     let direct: Vec<_> = (0..count)
         .map(|i| contents(&data.train_batch(5, 0, i).unwrap()))
         .collect();

@@ -82,7 +82,7 @@ impl<'scope, 'env> Prefetch<'scope, 'env> {
             self.next = Some((index + 1, thread));
         }
         match batch {
-            Prepared::Staged(staged) => staged.upload(self.data.device()),
+            Prepared::Staged(staged) => staged.upload(),
             Prepared::Host(host) => host.upload(self.data.device()),
         }
     }

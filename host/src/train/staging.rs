@@ -41,7 +41,7 @@ mod unstaged {
     }
 
     impl StagedBatch {
-        pub(in crate::train) fn upload(self, _: &Device) -> Result<Minibatch> {
+        pub(in crate::train) fn upload(self) -> Result<Minibatch> {
             match self {}
         }
     }
@@ -53,7 +53,7 @@ mod pinned {
 
     use anyhow::{anyhow, Result};
     use candle_core::cuda_backend::cudarc::driver::{
-        sys::CUevent_flags, CudaContext, CudaEvent, DeviceRepr, PinnedHostSlice, ValidAsZeroBits,
+        sys::CUevent_flags, CudaEvent, DeviceRepr, PinnedHostSlice, ValidAsZeroBits,
     };
     use candle_core::cuda_backend::CudaDType;
     use candle_core::op::BackpropOp;
@@ -108,7 +108,7 @@ mod pinned {
 
     /// The page-locked buffers of one CUDA device's minibatches, and the spare ones by type.
     pub(in crate::train) struct Stager {
-        context: Arc<CudaContext>,
+        cuda: CudaDevice,
         spare_f32: Mutex<Vec<Buffer<f32>>>,
         spare_u32: Mutex<Vec<Buffer<u32>>>,
     }
@@ -120,7 +120,7 @@ mod pinned {
                 return None;
             };
             Some(Arc::new(Stager {
-                context: cuda.cuda_stream().context().clone(),
+                cuda: cuda.clone(),
                 spare_f32: Mutex::new(Vec::new()),
                 spare_u32: Mutex::new(Vec::new()),
             }))
@@ -170,23 +170,22 @@ mod pinned {
         /// A new buffer of `len` elements.
         fn allocated<T: DeviceRepr>(&self, len: usize) -> Result<Buffer<T>> {
             let failed = |e| anyhow!("minibatch staging: cannot allocate page-locked memory: {e}");
-            let copied = self
-                .context
+            let stream = self.cuda.cuda_stream();
+            let context = stream.context();
+            let copied = context
                 .new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC))
                 .map_err(failed)?;
             // SAFETY: every element is written before the buffer is read (`filled`).
-            let host = unsafe { self.context.alloc_pinned::<T>(len) }.map_err(failed)?;
+            let host = unsafe { context.alloc_pinned::<T>(len) }.map_err(failed)?;
             Ok(Buffer { host, copied })
         }
     }
 
     impl StagedBatch {
-        /// The minibatch copied to `device` (queued on its stream); its buffers go back to the
-        /// spares.
-        pub(in crate::train) fn upload(self, device: &Device) -> Result<Minibatch> {
-            let Device::Cuda(cuda) = device else {
-                anyhow::bail!("minibatch staging: a staged minibatch goes to a CUDA device");
-            };
+        /// The minibatch copied to its stager's device (queued on its stream); its buffers go
+        /// back to the spares.
+        pub(in crate::train) fn upload(self) -> Result<Minibatch> {
+            let cuda = &self.stager.cuda;
             let input = copied(&self.input, &self.input_dims, cuda)?;
             let target = copied(&self.target, &self.target_dims, cuda)?;
             for pinned in [self.input, self.target] {
