@@ -27,7 +27,7 @@ use homeadam_host::models::{
 };
 use homeadam_host::rng::Rng;
 use homeadam_host::train::data::{ClassificationData, LanguageData, Minibatch, TrainData};
-use homeadam_host::train::prefetch::Prefetch;
+use homeadam_host::train::prefetch::Pipeline;
 
 fn cuda() -> Option<Device> {
     match Device::new_cuda(0) {
@@ -612,19 +612,20 @@ fn contents(mb: &Minibatch) -> (Vec<u32>, Vec<usize>, Vec<u32>, usize) {
 fn minibatches_staged_in_page_locked_memory_equal_direct_uploads() {
     let Some(gpu) = cuda() else { return };
     // Images (f32) with a shorter last minibatch, and token windows (u32 inputs and targets);
-    // three epochs reuse the spare buffers many times over.
+    // three epochs of one pipeline reuse the spare buffers many times over, across epochs too.
     let images = small_images(50, &gpu);
     let tokens: Vec<u32> = (0..2000).map(|i| (i * 7 % 97) as u32).collect();
     let windows = LanguageData::new(&tokens, &tokens, 97, 4, 9, &gpu).unwrap();
     let mut checked = 0;
     for data in [&images as &dyn TrainData, &windows] {
         let count = data.train_batches();
+        let pipeline = Pipeline::new(data, 5);
         for epoch in 0..3 {
             let direct: Vec<_> = (0..count)
                 .map(|i| contents(&data.train_batch(5, epoch, i).unwrap()))
                 .collect();
             std::thread::scope(|scope| {
-                let mut prefetch = Prefetch::new(scope, data, 5, epoch, count);
+                let mut prefetch = pipeline.epoch(scope, epoch, count);
                 for (i, expected) in direct.iter().enumerate() {
                     assert_eq!(
                         &contents(&prefetch.batch(i).unwrap()),
@@ -658,8 +659,9 @@ fn staged_minibatches_are_refilled_only_after_their_copies_while_the_device_lags
     for _ in 0..32 {
         lag = lag.matmul(&square).unwrap();
     }
+    let pipeline = Pipeline::new(&data, 5);
     let uploaded: Vec<Minibatch> = std::thread::scope(|scope| {
-        let mut prefetch = Prefetch::new(scope, &data, 5, 0, count);
+        let mut prefetch = pipeline.epoch(scope, 0, count);
         (0..count).map(|i| prefetch.batch(i).unwrap()).collect()
     });
     for (i, (mb, expected)) in uploaded.iter().zip(&direct).enumerate() {

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use super::data::{ClassificationData, LanguageData, TrainData};
 use super::experiments::{needed, Experiment};
-use super::prefetch::Prefetch;
+use super::prefetch::Pipeline;
 use super::scores::loss_and_correct;
 use crate::data::batches::Images;
 use crate::data::{cifar10, ImageSet, Normalize};
@@ -240,8 +240,9 @@ pub fn bench_train(o: &BenchOptions, device: &Device) -> Result<BenchResult> {
     let mut units = 0;
     let mut start = Instant::now();
     let [data_phase, forward_phase, backward_phase, optimizer_phase] = Phases::NAMES;
+    let pipeline = Pipeline::new(data.as_ref(), o.seed);
     let timed = std::thread::scope(|scope| -> Result<()> {
-        let mut prefetch = Prefetch::new(scope, data.as_ref(), o.seed, 0, o.warmup + o.steps);
+        let mut prefetch = pipeline.epoch(scope, 0, o.warmup + o.steps);
         for i in 0..o.warmup + o.steps {
             if i == o.warmup {
                 device.synchronize()?;

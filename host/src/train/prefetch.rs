@@ -3,6 +3,9 @@
 //! device's; for a CUDA device that thread also stages it in page-locked memory, from which
 //! its copy is asynchronous (`staging.rs`). A minibatch is a function of (seed, epoch,
 //! index) alone, so the order and the augmentation draws are those of an unprefetched run.
+//!
+//! A [`Pipeline`] lasts a run and keeps the page-locked buffers across its epochs; each epoch
+//! is a [`Prefetch`] whose threads live in that epoch's scope.
 
 use std::sync::Arc;
 use std::thread::{Scope, ScopedJoinHandle};
@@ -33,6 +36,43 @@ fn prepare(
     })
 }
 
+/// A run's minibatches: its data, its seed and, on a CUDA device, the page-locked buffers
+/// they are staged in.
+pub struct Pipeline<'env> {
+    data: &'env dyn TrainData,
+    seed: u64,
+    stager: Option<Arc<Stager>>,
+}
+
+impl<'env> Pipeline<'env> {
+    /// Minibatches of `data` for seed `seed`.
+    pub fn new(data: &'env dyn TrainData, seed: u64) -> Self {
+        Pipeline {
+            data,
+            seed,
+            stager: Stager::for_device(data.device()),
+        }
+    }
+
+    /// Epoch `epoch`'s minibatches `0..count`, their threads spawned in `scope`.
+    pub fn epoch<'scope>(
+        &self,
+        scope: &'scope Scope<'scope, 'env>,
+        epoch: u64,
+        count: usize,
+    ) -> Prefetch<'scope, 'env> {
+        Prefetch {
+            scope,
+            data: self.data,
+            seed: self.seed,
+            epoch,
+            count,
+            stager: self.stager.clone(),
+            next: None,
+        }
+    }
+}
+
 /// One epoch's minibatches `0..count`, each prepared while the one before it trains.
 pub struct Prefetch<'scope, 'env> {
     scope: &'scope Scope<'scope, 'env>,
@@ -44,26 +84,7 @@ pub struct Prefetch<'scope, 'env> {
     next: Option<(usize, ScopedJoinHandle<'scope, Result<Prepared>>)>,
 }
 
-impl<'scope, 'env> Prefetch<'scope, 'env> {
-    /// Minibatches of `data`'s epoch `epoch` for seed `seed`, threads spawned in `scope`.
-    pub fn new(
-        scope: &'scope Scope<'scope, 'env>,
-        data: &'env dyn TrainData,
-        seed: u64,
-        epoch: u64,
-        count: usize,
-    ) -> Self {
-        Prefetch {
-            scope,
-            data,
-            seed,
-            epoch,
-            count,
-            stager: Stager::for_device(data.device()),
-            next: None,
-        }
-    }
-
+impl Prefetch<'_, '_> {
     /// Minibatch `index` on the data's device (the one prepared ahead if it is the one asked
     /// for, else assembled now); starts preparing `index + 1` when it is below `count`.
     pub fn batch(&mut self, index: usize) -> Result<Minibatch> {
@@ -113,6 +134,7 @@ mod tests {
         };
         let data = ClassificationData::new(set(), set(), vec![4], 8, false, &Device::Cpu).unwrap();
         let count = data.train_batches();
+        let pipeline = Pipeline::new(&data, 9);
         for epoch in [0, 3] {
             let direct: Vec<_> = (0..count)
                 .map(|i| bits(&data.train_batch(9, epoch, i).unwrap()))
@@ -120,7 +142,7 @@ mod tests {
             // In order (each prepared ahead), then skipping, repeating and going back.
             let requests: Vec<usize> = (0..count).chain([2, 2, 5, 0, count - 1]).collect();
             std::thread::scope(|scope| {
-                let mut prefetch = Prefetch::new(scope, &data, 9, epoch, count);
+                let mut prefetch = pipeline.epoch(scope, epoch, count);
                 for &i in &requests {
                     assert_eq!(
                         bits(&prefetch.batch(i).unwrap()),

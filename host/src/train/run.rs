@@ -22,7 +22,7 @@ use homeadam_core::{StepReport, Switch};
 
 use super::checkpoint::{EpochProgress, RunCheckpoint, RunMeta};
 use super::data::{Minibatch, TrainData};
-use super::prefetch::Prefetch;
+use super::prefetch::Pipeline;
 use super::scores::{loss_and_correct, PendingScores};
 use crate::models::Model;
 use crate::progress::bar;
@@ -287,6 +287,7 @@ pub fn train(
     let mut pending = PendingScores::default();
     let mut rows = Vec::new();
     let first_step = meta.step;
+    let pipeline = Pipeline::new(data, o.seed);
     while meta.epoch < s.epochs {
         let pb = bar(
             s.progress,
@@ -299,7 +300,7 @@ pub fn train(
         let mut last_read = clock;
         let seconds_before = meta.progress.seconds;
         std::thread::scope(|scope| -> Result<()> {
-            let mut prefetch = Prefetch::new(scope, data, o.seed, meta.epoch, batches);
+            let mut prefetch = pipeline.epoch(scope, meta.epoch, batches);
             while (meta.batch as usize) < batches {
                 let mb = prefetch.batch(meta.batch as usize)?;
                 let logits = model.forward(&mb.input, true)?;
