@@ -21,21 +21,6 @@ enum Prepared {
     Staged(StagedBatch),
 }
 
-/// Minibatch `index` of `data`'s epoch, staged when there is a `stager`.
-fn prepare(
-    data: &dyn TrainData,
-    stager: Option<&Arc<Stager>>,
-    seed: u64,
-    epoch: u64,
-    index: usize,
-) -> Result<Prepared> {
-    let host = data.train_host_batch(seed, epoch, index)?;
-    Ok(match stager {
-        Some(stager) => Prepared::Staged(stager.stage(host)?),
-        None => Prepared::Host(host),
-    })
-}
-
 /// A run's minibatches: its data, its seed and, on a CUDA device, the page-locked buffers
 /// they are staged in.
 pub struct Pipeline<'env> {
@@ -56,31 +41,36 @@ impl<'env> Pipeline<'env> {
 
     /// Epoch `epoch`'s minibatches `0..count`, their threads spawned in `scope`.
     pub fn epoch<'scope>(
-        &self,
+        &'env self,
         scope: &'scope Scope<'scope, 'env>,
         epoch: u64,
         count: usize,
     ) -> Prefetch<'scope, 'env> {
         Prefetch {
             scope,
-            data: self.data,
-            seed: self.seed,
+            pipeline: self,
             epoch,
             count,
-            stager: self.stager.clone(),
             next: None,
         }
+    }
+
+    /// Minibatch `index` of epoch `epoch`, staged when there is a stager.
+    fn prepare(&self, epoch: u64, index: usize) -> Result<Prepared> {
+        let host = self.data.train_host_batch(self.seed, epoch, index)?;
+        Ok(match &self.stager {
+            Some(stager) => Prepared::Staged(stager.stage(host)?),
+            None => Prepared::Host(host),
+        })
     }
 }
 
 /// One epoch's minibatches `0..count`, each prepared while the one before it trains.
 pub struct Prefetch<'scope, 'env> {
     scope: &'scope Scope<'scope, 'env>,
-    data: &'env dyn TrainData,
-    seed: u64,
+    pipeline: &'env Pipeline<'env>,
     epoch: u64,
     count: usize,
-    stager: Option<Arc<Stager>>,
     next: Option<(usize, ScopedJoinHandle<'scope, Result<Prepared>>)>,
 }
 
@@ -88,23 +78,21 @@ impl Prefetch<'_, '_> {
     /// Minibatch `index` on the data's device (the one prepared ahead if it is the one asked
     /// for, else assembled now); starts preparing `index + 1` when it is below `count`.
     pub fn batch(&mut self, index: usize) -> Result<Minibatch> {
+        let data = self.pipeline.data;
         let batch = match self.next.take() {
             Some((prepared, thread)) if prepared == index => thread
                 .join()
                 .map_err(|_| anyhow!("the thread preparing minibatch {index} panicked"))??,
-            _ => Prepared::Host(self.data.train_host_batch(self.seed, self.epoch, index)?),
+            _ => Prepared::Host(data.train_host_batch(self.pipeline.seed, self.epoch, index)?),
         };
         if index + 1 < self.count {
-            let (data, seed, epoch) = (self.data, self.seed, self.epoch);
-            let stager = self.stager.clone();
-            let thread = self
-                .scope
-                .spawn(move || prepare(data, stager.as_ref(), seed, epoch, index + 1));
+            let (pipeline, epoch) = (self.pipeline, self.epoch);
+            let thread = self.scope.spawn(move || pipeline.prepare(epoch, index + 1));
             self.next = Some((index + 1, thread));
         }
         match batch {
             Prepared::Staged(staged) => staged.upload(),
-            Prepared::Host(host) => host.upload(self.data.device()),
+            Prepared::Host(host) => host.upload(data.device()),
         }
     }
 }
