@@ -4,17 +4,17 @@
     python3 host/benches/torch_train.py --experiment cifar10-vgg16 --device cuda \
         [--steps 20] [--warmup 5] [--batch-size B] [--small] [--json FILE]
 
-The networks are the host's (host/src/models/): VGG16 of the preset's variant with its
-CIFAR head and Kaiming-normal convolutions, ResNet34 with the host's stem (7x7/2 conv, BN,
-ReLU, 3x3/2 max-pool with padding 1, as torchvision), the post-norm Transformer LM of pytorch/examples with a causal mask;
-same layer sizes and initialisation schemes, same batch and sequence length (read from the
-preset in host/presets/), same synthetic data shapes. The optimizer is
-`torch.optim.AdamW(fused=True)` (fused on CUDA only) with the preset's adamw entry. f32
-throughout, TF32 off for matmuls and cuDNN. A step: the minibatch copied from host memory to
-the device, the forward pass and the cross-entropy loss, the backward pass, the optimizer step;
-phases timed by CUDA events on the GPU, by the wall clock on the CPU; on the GPU also each
-phase's time on the host (from its first call to its return). The output and the JSON keys
-are bench-train's.
+The networks are the host's (host/src/models/): VGG16 of the preset's variant with its CIFAR
+head and Kaiming-normal convolutions, ResNet34 with the host's stem (7x7/2 conv, BN, ReLU,
+3x3/2 max-pool with padding 1, as torchvision), the post-norm Transformer LM of
+pytorch/examples with a causal mask; same layer sizes and initialisation schemes, same batch
+and sequence length (read from the preset in host/presets/), same synthetic data shapes. The
+optimizer is `torch.optim.AdamW(fused=True)` (fused on CUDA only) with the preset's adamw
+entry. f32 throughout, TF32 off for matmuls and cuDNN. A step: the minibatch copied from host
+memory to the device, the forward pass with the cross-entropy loss and (for a classification)
+the count of correct predictions, the backward pass, the optimizer step; phases timed by CUDA
+events on the GPU, by the wall clock on the CPU; on the GPU also each phase's time on the host
+(from its first call to its return). The output and the JSON keys are bench-train's.
 """
 
 import argparse
@@ -234,6 +234,9 @@ def main(argv=None):
         h1, t1 = time.perf_counter(), clock.mark()
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        # bench-train counts a classification's correct predictions as training does; the
+        # count stays on the device, unread.
+        correct = (logits.argmax(-1) == y).sum() if unit == "images" else None
         h2, t2 = time.perf_counter(), clock.mark()
         opt.zero_grad(set_to_none=True)
         loss.backward()
