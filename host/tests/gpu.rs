@@ -1,5 +1,5 @@
 //! On a CUDA device (feature `cuda`): the host's own device code gives the CPU's bits (dropout,
-//! max pooling, ReLU) or its values within a stated tolerance (cuDNN's convolutions and batch
+//! max pooling, ReLU, the ReLU of a sum) or its values within a stated tolerance (cuDNN's convolutions and batch
 //! norm, the fused loss, linear layers, layer norm, the causal softmax, whole training steps),
 //! and the same bits run after run; the parameters' gradients handed past candle's store equal
 //! candle's; memory freed on the device stays in the allocator's pool, and its buffers carry no
@@ -10,7 +10,7 @@
 use candle_core::{DType, Device, Tensor, Var};
 use homeadam_host::data::digits::FeatureSet;
 use homeadam_host::device::DeviceSpec;
-use homeadam_host::models::channel_bias::channel_bias;
+use homeadam_host::models::channel_bias::{channel_bias, channel_bias_relu};
 use homeadam_host::models::conv2d::conv2d;
 use homeadam_host::models::cross_entropy::cross_entropy;
 use homeadam_host::models::dropout::dropout;
@@ -19,7 +19,7 @@ use homeadam_host::models::heads::{merge_heads, to_heads};
 use homeadam_host::models::layer_norm::layer_norm;
 use homeadam_host::models::linear::linear;
 use homeadam_host::models::max_pool::max_pool2d;
-use homeadam_host::models::relu::relu;
+use homeadam_host::models::relu::{relu, relu_of_sum};
 use homeadam_host::models::softmax::causal_softmax;
 use homeadam_host::models::{
     param_grads, Model, ResNet, ResNetConfig, ResNetStem, TransformerConfig, TransformerLm, Vgg, VggConfig,
@@ -325,23 +325,40 @@ fn linear_layers_on_the_device_equal_the_cpus() {
 #[test]
 fn a_convolutions_bias_on_the_device_equals_the_cpus() {
     let Some(gpu) = cuda() else { return };
-    // VGG16's first layer at batch 64, an odd shape.
-    for dims in [[64, 64, 32, 32], [3, 5, 7, 9]] {
-        same_as_the_cpu(
-            &format!("channel bias {dims:?}"),
-            &gpu,
-            1e-4,
-            |dev| {
-                vec![
-                    normal_var(9, &dims, 1.0, dev),
-                    normal_var(10, &[dims[1]], 1.0, dev),
-                ]
-            },
-            |v| channel_bias(v[0].as_tensor(), v[1].as_tensor()).unwrap(),
-        );
+    // VGG16's first layer at batch 64, an odd shape; whole values, so that some sums before a
+    // ReLU are exactly zero (where its gradient passes), in f32 as in f64.
+    for (dims, whole) in [
+        ([64, 64, 32, 32], false),
+        ([3, 5, 7, 9], false),
+        ([3, 5, 7, 9], true),
+    ] {
+        for with_relu in [false, true] {
+            same_as_the_cpu(
+                &format!("channel bias {dims:?}, whole values {whole}, ReLU {with_relu}"),
+                &gpu,
+                1e-4,
+                |dev| {
+                    let vars = [
+                        normal_var(9, &dims, 2.0, dev),
+                        normal_var(10, &[dims[1]], 2.0, dev),
+                    ];
+                    vars.into_iter()
+                        .map(|v| match whole {
+                            true => Var::from_tensor(&v.as_tensor().round().unwrap()).unwrap(),
+                            false => v,
+                        })
+                        .collect()
+                },
+                |v| match with_relu {
+                    true => channel_bias_relu(v[0].as_tensor(), v[1].as_tensor()).unwrap(),
+                    false => channel_bias(v[0].as_tensor(), v[1].as_tensor()).unwrap(),
+                },
+            );
+        }
     }
     eprintln!(
-        "gpu: a convolution's bias and its gradients = the CPU's in f64 (relative 1e-4), repeatable bits"
+        "gpu: a convolution's bias, alone and with a ReLU, and their gradients = the CPU's in f64 \
+         (relative 1e-4), repeatable bits"
     );
 }
 
@@ -439,6 +456,33 @@ fn relu_on_the_device_gives_the_cpus_bits() {
     }
     assert!(runs[0] == runs[1], "ReLU: the GPU differs from the CPU");
     eprintln!("gpu: ReLU and its gradient bit-identical to the CPU");
+}
+
+#[test]
+fn the_relu_of_a_sum_on_the_device_gives_the_cpus_bits() {
+    let Some(gpu) = cuda() else { return };
+    // Whole values, so that some sums are exactly zero (where the gradient passes).
+    let n = (1 << 20) + 3;
+    let mut r = Rng::new(9);
+    let mut whole = || -> Vec<f32> { (0..n).map(|_| (r.normal() * 2.0).round() + 0.0).collect() };
+    let (a_values, b_values) = (whole(), whole());
+    let mut runs = Vec::new();
+    for device in [Device::Cpu, gpu] {
+        let a = Var::from_vec(a_values.clone(), n, &device).unwrap();
+        let b = Var::from_vec(b_values.clone(), n, &device).unwrap();
+        let y = relu_of_sum(a.as_tensor(), b.as_tensor()).unwrap();
+        let grads = y.mul(&ramp(&y)).unwrap().sum_all().unwrap().backward().unwrap();
+        runs.push((
+            bits(&y),
+            bits(grads.get(&a).unwrap()),
+            bits(grads.get(&b).unwrap()),
+        ));
+    }
+    assert!(
+        runs[0] == runs[1],
+        "the ReLU of a sum: the GPU differs from the CPU"
+    );
+    eprintln!("gpu: the ReLU of a sum and both its gradients bit-identical to the CPU");
 }
 
 #[test]

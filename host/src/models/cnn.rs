@@ -13,7 +13,6 @@ use candle_core::{Device, Tensor, Var};
 
 use super::layers::{expect_f32, Conv2d, ConvSpec, Init, Linear, ParamBuilder, Params};
 use super::max_pool::max_pool2d;
-use super::relu::relu;
 use super::Model;
 
 /// The CNN's sizes.
@@ -101,8 +100,8 @@ impl Model for Cnn {
             dims[1..] == [1, side, side],
             "CNN: expected [batch, 1, {side}, {side}], got {dims:?}"
         );
-        let h = relu(&self.conv1.forward(x)?)?;
-        let h = relu(&self.conv2.forward(&h)?)?;
+        let h = self.conv1.forward_relu(x)?;
+        let h = self.conv2.forward_relu(&h)?;
         let h = max_pool2d(&h, 2, 2, 0)?.flatten_from(1)?;
         self.fc.forward(&h)
     }

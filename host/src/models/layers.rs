@@ -196,10 +196,22 @@ impl Conv2d {
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.convolve(x, false)
+    }
+
+    /// `relu(self.forward(x))`, the bias and the ReLU one op on CUDA.
+    pub(crate) fn forward_relu(&self, x: &Tensor) -> Result<Tensor> {
+        self.convolve(x, true)
+    }
+
+    fn convolve(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
+        use super::channel_bias::{channel_bias, channel_bias_relu};
         let y = super::conv2d::conv2d(x, self.weight.as_tensor(), self.stride, self.padding)?;
-        match &self.bias {
-            Some(b) => super::channel_bias::channel_bias(&y, b.as_tensor()),
-            None => Ok(y),
+        match (&self.bias, relu) {
+            (Some(b), false) => channel_bias(&y, b.as_tensor()),
+            (Some(b), true) => channel_bias_relu(&y, b.as_tensor()),
+            (None, false) => Ok(y),
+            (None, true) => super::relu::relu(&y),
         }
     }
 }
@@ -232,6 +244,15 @@ impl BatchNorm2d {
     }
 
     pub(crate) fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        self.normalise(x, train, false)
+    }
+
+    /// `relu(self.forward(x, train))`, one op when training on CUDA.
+    pub(crate) fn forward_relu(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        self.normalise(x, train, true)
+    }
+
+    fn normalise(&self, x: &Tensor, train: bool, relu: bool) -> Result<Tensor> {
         let (n, c, h, w) = x.dims4()?;
         let channels = self.weight.dim(0)?;
         ensure!(
@@ -252,8 +273,8 @@ impl BatchNorm2d {
                 self.weight.as_tensor(),
                 self.bias.as_tensor(),
                 (&self.running_mean, &self.running_var),
-                BN_EPS,
-                BN_MOMENTUM,
+                (BN_EPS, BN_MOMENTUM),
+                relu,
             );
         }
         let shape = (1, c, 1, 1);
@@ -276,7 +297,11 @@ impl BatchNorm2d {
         let normed = centred.broadcast_div(&(var + BN_EPS)?.sqrt()?)?;
         let weight = self.weight.as_tensor().reshape(shape)?;
         let bias = self.bias.as_tensor().reshape(shape)?;
-        Ok(normed.broadcast_mul(&weight)?.broadcast_add(&bias)?)
+        let y = normed.broadcast_mul(&weight)?.broadcast_add(&bias)?;
+        if relu {
+            return super::relu::relu(&y);
+        }
+        Ok(y)
     }
 
     /// The running statistics' update from a batch's mean and variance (`[c]`), the variance

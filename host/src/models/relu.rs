@@ -1,9 +1,13 @@
-//! `max(x, 0)`: candle's ReLU on the CPU, one op on CUDA whose backward pass is one kernel
-//! (candle's is five: zeros, a comparison, a conversion, a product and the add into the
-//! gradient). Both pass the gradient where `x ≥ 0`, as candle's CPU backward pass does.
+//! `max(x, 0)` and `max(a + b, 0)`: candle's ops on the CPU, one op each on CUDA whose backward
+//! pass is one kernel (candle's ReLU backward pass is five: zeros, a comparison, a conversion, a
+//! product and the add into the gradient). Both pass the gradient where the ReLU's input is
+//! ≥ 0, as candle's CPU backward pass does.
+//!
+//! The ReLU of a sum is a residual block's output. Fused, the sum is no node of candle's graph,
+//! so candle's backward pass has one gradient fewer to add into a zero-filled buffer.
 
-use anyhow::Result;
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
+use anyhow::{ensure, Result};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 
 /// `max(x, 0)` elementwise.
 pub fn relu(x: &Tensor) -> Result<Tensor> {
@@ -13,11 +17,31 @@ pub fn relu(x: &Tensor) -> Result<Tensor> {
     Ok(x.relu()?)
 }
 
+/// `max(a + b, 0)` elementwise, for `a` and `b` of one shape.
+pub fn relu_of_sum(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    ensure!(
+        a.shape() == b.shape(),
+        "relu of a sum: shapes {:?} and {:?} differ",
+        a.dims(),
+        b.dims()
+    );
+    if a.device().is_cuda() {
+        return Ok(a.contiguous()?.apply_op2(&b.contiguous()?, SumForward)?);
+    }
+    Ok((a + b)?.relu()?)
+}
+
 /// `x → max(x, 0)`.
 struct Forward;
 
 /// `(x, ∂L/∂y) → ∂L/∂y [x ≥ 0]`.
 struct Backward;
+
+/// `(a, b) → max(a + b, 0)`.
+struct SumForward;
+
+/// `(a, b, ∂L/∂y) → ∂L/∂y [a + b ≥ 0]`, the gradient of both `a` and `b`.
+struct SumBackward;
 
 impl CustomOp1 for Forward {
     fn name(&self) -> &'static str {
@@ -35,7 +59,7 @@ impl CustomOp1 for Forward {
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         let _span = crate::models::host_time::span(self.name());
-        cuda::run((x, layout), None)
+        cuda::run(cuda::FORWARD, &[(x, layout)])
     }
 
     fn bwd(&self, x: &Tensor, _: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
@@ -67,55 +91,164 @@ impl CustomOp2 for Backward {
         grad_layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         let _span = crate::models::host_time::span(self.name());
-        cuda::run((x, x_layout), Some((grad, grad_layout)))
+        cuda::run(cuda::BACKWARD, &[(x, x_layout), (grad, grad_layout)])
+    }
+}
+
+impl CustomOp2 for SumForward {
+    fn name(&self) -> &'static str {
+        "homeadam-relu-of-sum"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        super::cuda_only("the fused ReLU of a sum")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        a: &candle_core::CudaStorage,
+        a_layout: &Layout,
+        b: &candle_core::CudaStorage,
+        b_layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
+        cuda::run("homeadam_relu_of_sum_f32", &[(a, a_layout), (b, b_layout)])
+    }
+
+    fn bwd(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        _: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let d = a.apply_op3_no_bwd(b, &grad.contiguous()?, &SumBackward)?;
+        Ok((Some(d.clone()), Some(d)))
+    }
+}
+
+impl CustomOp3 for SumBackward {
+    fn name(&self) -> &'static str {
+        "homeadam-relu-of-sum-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        super::cuda_only("the fused ReLU of a sum")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        a: &candle_core::CudaStorage,
+        a_layout: &Layout,
+        b: &candle_core::CudaStorage,
+        b_layout: &Layout,
+        grad: &candle_core::CudaStorage,
+        grad_layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
+        cuda::run(
+            "homeadam_relu_of_sum_backward_f32",
+            &[(a, a_layout), (b, b_layout), (grad, grad_layout)],
+        )
     }
 }
 
 #[cfg(feature = "cuda")]
-mod cuda {
+pub(crate) mod cuda {
     //! One thread per element (`host/kernels/relu.cu`).
 
     use std::sync::OnceLock;
 
-    use candle_core::cuda::cudarc::driver::PushKernelArg;
-    use candle_core::cuda_backend::WrapErr;
+    use candle_core::cuda::cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
+    use candle_core::cuda_backend::{CudaDevice, WrapErr};
     use candle_core::{CudaStorage, Layout, Shape};
 
     use crate::models::cuda::{contiguous, per_element, ptx};
 
     const SOURCE: &str = include_str!("../../kernels/relu.cu");
 
-    /// The forward pass over `x`, or with `grad` the backward pass.
+    /// The kernel of `max(x, 0)`, for [`launch`] over `[x]`.
+    pub(crate) const FORWARD: &str = "homeadam_relu_f32";
+
+    /// The kernel of `∂L/∂y [x ≥ 0]`, for [`launch`] over `[x, ∂L/∂y]`.
+    pub(crate) const BACKWARD: &str = "homeadam_relu_backward_f32";
+
+    /// The kernel `name` over `inputs`, all of one shape, into a new tensor of that shape.
     pub(super) fn run(
-        (x, x_layout): (&CudaStorage, &Layout),
-        grad: Option<(&CudaStorage, &Layout)>,
+        name: &str,
+        inputs: &[(&CudaStorage, &Layout)],
     ) -> candle_core::Result<(CudaStorage, Shape)> {
+        let shape = inputs[0].1.shape().clone();
+        if let Some((_, l)) = inputs.iter().find(|(_, l)| l.shape() != &shape) {
+            candle_core::bail!("relu: shapes {:?} and {:?} differ", shape.dims(), l.dims());
+        }
+        let dev = inputs[0].0.device.clone();
+        let views = inputs
+            .iter()
+            .map(|(s, l)| contiguous::<f32>(s, l, "relu"))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let out = launch(&dev, name, &views)?;
+        Ok((CudaStorage::wrap_cuda_slice(out, dev), shape))
+    }
+
+    /// The kernel `name` over `inputs`, of one length, into a new buffer of that length: its
+    /// arguments are the inputs, the output and the length.
+    pub(crate) fn launch(
+        dev: &CudaDevice,
+        name: &str,
+        inputs: &[CudaView<'_, f32>],
+    ) -> candle_core::Result<CudaSlice<f32>> {
         static PTX: OnceLock<Result<String, String>> = OnceLock::new();
         let ptx = ptx(&PTX, "relu", SOURCE)?;
-        let shape = x_layout.shape().clone();
-        let n = shape.elem_count();
-        let dev = x.device.clone();
-        let x = contiguous::<f32>(x, x_layout, "relu")?;
-        let grad = match grad {
-            Some((g, l)) => Some(contiguous::<f32>(g, l, "relu")?),
-            None => None,
-        };
-        let name = match grad {
-            None => "homeadam_relu_f32",
-            Some(_) => "homeadam_relu_backward_f32",
-        };
+        let n = inputs[0].len();
+        if inputs.iter().any(|v| v.len() != n) {
+            candle_core::bail!("relu: inputs of different lengths");
+        }
         let func = dev.get_or_load_custom_func(name, "homeadam_relu", ptx)?;
         // SAFETY: the kernel writes every element.
         let mut out = unsafe { dev.alloc::<f32>(n)? };
         let n_arg = n as u64;
         let mut builder = func.builder();
-        builder.arg(&x);
-        if let Some(g) = &grad {
-            builder.arg(g);
+        for v in inputs {
+            builder.arg(v);
         }
         builder.arg(&mut out).arg(&n_arg);
-        // SAFETY: every tensor holds n values.
+        // SAFETY: every buffer holds n values.
         unsafe { builder.launch(per_element(n)) }.w()?;
-        Ok((CudaStorage::wrap_cuda_slice(out, dev), shape))
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn the_relu_of_a_sum_is_candles_composition_and_refuses_two_shapes() {
+        let a = Tensor::new(&[-2f32, -1.0, 0.5, 3.0], &Device::Cpu).unwrap();
+        let b = Tensor::new(&[1f32, 1.0, -1.0, -1.0], &Device::Cpu).unwrap();
+        let y: Vec<f32> = relu_of_sum(&a, &b).unwrap().to_vec1().unwrap();
+        assert_eq!(y, [0.0, 0.0, 0.0, 2.0]);
+        let err = relu_of_sum(&a, &b.reshape((2, 2)).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("[4] and [2, 2] differ"), "{err}");
     }
 }

@@ -28,7 +28,7 @@ use anyhow::{ensure, Result};
 use candle_core::{Device, Tensor, Var};
 
 use super::layers::{expect_f32, scaled, BatchNorm2d, Conv2d, ConvSpec, Init, Linear, ParamBuilder, Params};
-use super::relu::relu;
+use super::relu::relu_of_sum;
 use super::Model;
 
 /// ResNet34's stage depths.
@@ -115,13 +115,13 @@ impl BasicBlock {
     }
 
     fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
-        let h = relu(&self.bn1.forward(&self.conv1.forward(x)?, train)?)?;
+        let h = self.bn1.forward_relu(&self.conv1.forward(x)?, train)?;
         let h = self.bn2.forward(&self.conv2.forward(&h)?, train)?;
         let shortcut = match &self.downsample {
             Some((c, bn)) => bn.forward(&c.forward(x)?, train)?,
             None => x.clone(),
         };
-        relu(&(h + shortcut)?)
+        relu_of_sum(&h, &shortcut)
     }
 }
 
@@ -186,7 +186,7 @@ impl Model for ResNet {
             dims[1] == 3 && dims[2] >= 1 && dims[3] >= 1,
             "ResNet: expected [batch, 3, H, W] with H, W ≥ 1, got {dims:?}"
         );
-        let mut h = relu(&self.bn1.forward(&self.conv1.forward(x)?, train)?)?;
+        let mut h = self.bn1.forward_relu(&self.conv1.forward(x)?, train)?;
         if self.config.stem == ResNetStem::ImageNet {
             h = super::max_pool::max_pool2d(&h, 3, 2, 1)?;
         }

@@ -200,8 +200,8 @@ impl Model for Vgg {
         let mut h = x.clone();
         for layer in &self.features {
             h = match layer {
-                Layer::Conv(conv, Some(bn)) => relu(&bn.forward(&conv.forward(&h)?, train)?)?,
-                Layer::Conv(conv, None) => relu(&conv.forward(&h)?)?,
+                Layer::Conv(conv, Some(bn)) => bn.forward_relu(&conv.forward(&h)?, train)?,
+                Layer::Conv(conv, None) => conv.forward_relu(&h)?,
                 Layer::Pool => super::max_pool::max_pool2d(&h, 2, 2, 0)?,
             };
         }

@@ -4,6 +4,11 @@
 //! also updates the running statistics in place (`r ← (1 − momentum) r + momentum · s`, with
 //! the unbiased variance, as PyTorch's call of it), and `∂L/∂x`, `∂L/∂γ`, `∂L/∂β` in one
 //! backward call that reads the forward's saved `μ_B` and `1/√(σ²_B + ε)`.
+//!
+//! With a ReLU after it, `max(y, 0)` is part of the op (one kernel more each way, the
+//! gradient passing where `y ≥ 0`), so that `y` is no node of candle's graph and its gradient is
+//! not added into a zero-filled buffer; the op keeps `y` for its backward pass, as candle's
+//! graph would have kept it for the ReLU's.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -16,25 +21,28 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 
 use super::{check, int, scalar, view, with_handle, CandleResult, ONE, ZERO};
 use crate::models::param_grads::param_grad;
+use crate::models::relu::cuda as relu;
 
-/// What the forward pass leaves for the backward pass: the batch's mean and inverse deviation.
+/// What the forward pass leaves for the backward pass: the batch's mean and inverse deviation,
+/// and with a ReLU after it, `y` before the ReLU.
 struct Stats {
     saved_mean: CudaSlice<f32>,
     saved_inv_std: CudaSlice<f32>,
+    before_relu: Option<CudaSlice<f32>>,
 }
 
 type Stash = Arc<Mutex<Option<Stats>>>;
 
 /// Batch normalisation over `x` (`[n, c, h, w]`, f32) with scale `weight` and shift `bias`
 /// (`[c]`), with a backward pass to all three; `running` (mean, variance; `[c]` f32 on `x`'s
-/// device) move towards the batch's statistics by `momentum`.
+/// device) move towards the batch's statistics by `momentum`; with `relu`, followed by a ReLU.
 pub(crate) fn train(
     x: &Tensor,
     weight: &Tensor,
     bias: &Tensor,
     running: (&Var, &Var),
-    eps: f64,
-    momentum: f64,
+    (eps, momentum): (f64, f64),
+    relu: bool,
 ) -> anyhow::Result<Tensor> {
     let channels = weight.elem_count();
     for (what, r) in [("mean", running.0), ("variance", running.1)] {
@@ -53,6 +61,7 @@ pub(crate) fn train(
     let op = Forward {
         eps,
         momentum,
+        relu,
         running: (running.0.clone(), running.1.clone()),
         stash: Arc::new(Mutex::new(None)),
     };
@@ -139,15 +148,18 @@ impl Descriptors {
     }
 }
 
-/// `(x, γ, β) → y`, updating the running statistics and leaving the batch's in the stash.
+/// `(x, γ, β) → y` (or `max(y, 0)` with `relu`), updating the running statistics and leaving
+/// the batch's in the stash.
 struct Forward {
     eps: f64,
     momentum: f64,
+    relu: bool,
     running: (Var, Var),
     stash: Stash,
 }
 
-/// `(x, ∂L/∂y, γ) → [∂L/∂x | ∂L/∂γ | ∂L/∂β]` (flat), from the forward's stash.
+/// `(x, ∂L/∂y, γ) → [∂L/∂x | ∂L/∂γ | ∂L/∂β]` (flat), from the forward's stash (`∂L/∂y` taken
+/// through the ReLU's gradient first if the forward pass had one).
 struct Backward {
     eps: f64,
     stash: Stash,
@@ -155,7 +167,11 @@ struct Backward {
 
 impl CustomOp3 for Forward {
     fn name(&self) -> &'static str {
-        "homeadam-cudnn-batch-norm"
+        if self.relu {
+            "homeadam-cudnn-batch-norm-relu"
+        } else {
+            "homeadam-cudnn-batch-norm"
+        }
     }
 
     fn cpu_fwd(
@@ -232,9 +248,16 @@ impl CustomOp3 for Forward {
                 )
             }
         })?;
+        let (y, before_relu) = if self.relu {
+            let after = relu::launch(&dev, relu::FORWARD, &[y.as_view()])?;
+            (after, Some(y))
+        } else {
+            (y, None)
+        };
         let stats = Stats {
             saved_mean,
             saved_inv_std,
+            before_relu,
         };
         *self
             .stash
@@ -306,6 +329,14 @@ impl CustomOp3 for Backward {
             .map_err(|_| candle_core::Error::Msg("batch norm: a poisoned lock".into()))?;
         let Some(stats) = guard.as_ref() else {
             candle_core::bail!("batch norm backward: no forward pass before it");
+        };
+        let through_relu = match &stats.before_relu {
+            Some(y) => Some(relu::launch(&dev, relu::BACKWARD, &[y.as_view(), dy.slice(..)])?),
+            None => None,
+        };
+        let dy = match &through_relu {
+            Some(d) => d.as_view(),
+            None => dy,
         };
         with_handle(&stream, |handle| {
             let d = Descriptors::of(&mut handle.batch_norms, x_layout.shape().dims())?;
