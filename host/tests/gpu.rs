@@ -1,9 +1,9 @@
-//! On a CUDA device (feature `cuda`): the host's own device code gives the CPU's bits (dropout,
-//! max pooling, ReLU, the ReLU of a sum) or its values within a stated tolerance (cuDNN's convolutions and batch
-//! norm, the fused loss, linear layers, layer norm, the causal softmax, whole training steps),
-//! and the same bits run after run; the parameters' gradients handed past candle's store equal
-//! candle's; memory freed on the device stays in the allocator's pool, and its buffers carry no
-//! events; minibatches staged in page-locked memory equal direct uploads, also while the device
+//! On a CUDA device (feature `cuda`): the host's own device code gives the CPU's bits (dropout, max
+//! pooling, ReLU, the ReLU of a sum) or its values within a stated tolerance (cuDNN's convolutions
+//! and batch norm, the fused loss, linear layers, layer norm, the causal softmax, whole training
+//! steps), and the same bits run after run; the parameters' gradients handed past candle's store
+//! equal candle's; memory freed on the device stays in the allocator's pool, and its buffers carry
+//! no events; minibatches staged in page-locked memory equal direct uploads, also while the device
 //! lags behind the host. Without a CUDA device the tests say so and pass.
 #![cfg(feature = "cuda")]
 
