@@ -5,6 +5,7 @@ use crate::storage::Storage;
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 mod avx512;
+mod products;
 
 /// An exact sum of products of `f32`, rounded once.
 ///
