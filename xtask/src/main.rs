@@ -9,7 +9,8 @@
 //!   checks as background [`lanes`], stops at the first failing check with its name, and ends
 //!   with the [`stages`] table.
 //! - `cargo xtask bench`: the core's step benchmarks, PyTorch's fused AdamW on the same sizes in
-//!   the same run, and the table of BENCHMARKS.md.
+//!   the same run, every rule × layout over a plain AdamW loop, the core's build time against
+//!   candle-core's, and the tables of BENCHMARKS.md.
 //! - `cargo xtask firmware`: the firmware checks of `test` alone, see [`firmware`].
 //! - `cargo xtask fuzz [SECONDS]`: every fuzz target for SECONDS (default 60), see [`fuzz`].
 //! - `cargo xtask build-cuda`: the host with `--features cuda` on a machine without a CUDA
@@ -19,6 +20,7 @@
 mod aarch64;
 mod bench;
 mod build_cuda;
+mod build_time;
 mod cache;
 mod cuda;
 mod cuda_stubs;
@@ -26,6 +28,7 @@ mod firmware;
 mod fuzz;
 mod lanes;
 mod lint;
+mod matrix;
 mod publish;
 mod stages;
 mod system;
@@ -366,8 +369,11 @@ const USAGE: &str =
     "usage: cargo xtask <test|bench [FILTER]|setup|firmware|fuzz [SECONDS]|build-cuda|gpu-bundle [--before REV]>
   test        fmt, clippy, no_std builds, every test (the ci profile), the CUDA host build, the
               firmware in QEMU, aarch64 under QEMU; ends with a stage-time table
-  bench       step benchmarks next to PyTorch fused AdamW, as a table, and the M4F's instruction
-              counts; FILTER (a criterion regex) runs only the matching benchmarks
+  bench       step benchmarks next to PyTorch fused AdamW, as a table; every rule × layout over
+              the plain AdamW loop, and the rows slower than BENCHMARKS.md records; the core's
+              build time against candle-core's; the M4F's instruction counts; FILTER (a criterion
+              regex) runs only the matching criterion benchmarks, and neither the matrix nor
+              the build times
   setup       install the toolchains, components, targets and Debian packages the checks need
   firmware    the firmware checks of test alone: every QEMU board's apps, golden test and cost
   fuzz        every fuzz target for SECONDS (default 60)
