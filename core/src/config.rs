@@ -284,8 +284,8 @@ impl Config {
     /// Refuses f16 storage for a second moment unless `allow_f16_state` (DESIGN §3): every
     /// backend asks this, so all refuse the same configurations.
     pub fn check_state_dtype(&self, dtype: Dtype) -> Result<(), Error> {
-        let second_moment = (0..self.state_slots()).any(|k| self.is_second_moment_slot(k));
-        if dtype == Dtype::F16 && !self.allow_f16_state && second_moment {
+        let second_moment = || (0..self.state_slots()).any(|k| self.is_second_moment_slot(k));
+        if dtype == Dtype::F16 && !self.allow_f16_state && second_moment() {
             return Err(Error::F16SecondMoment);
         }
         Ok(())
@@ -691,6 +691,8 @@ impl StepScalars {
             Rule::Swats => (beta1, 0.0),
             _ => (config.momentum, config.dampening),
         };
+        // Once: in software on cores without a double-precision FPU.
+        let sqrt_bc2 = libm::sqrt(bc2);
         let (rect_mode, rect_lr) = if config.rule == Rule::AdaBelief && config.rectify {
             adabelief::rectification(beta2, beta2_t, t, bc1, lr)
         } else {
@@ -706,16 +708,25 @@ impl StepScalars {
             weight_decay: config.weight_decay as f32,
             decay: decay as f32,
             bc2: bc2 as f32,
-            sqrt_bc2: libm::sqrt(bc2) as f32,
+            sqrt_bc2: sqrt_bc2 as f32,
             lr_over_bc1: (lr / bc1) as f32,
             tau: config.tau as f32,
             momentum: momentum as f32,
             one_minus_dampening: (1.0 - dampening) as f32,
             inv_grad_scale: (1.0 / grad_scale) as f32,
             kappa: config.kappa as f32,
-            lr2_over_bc1: (lr * lr / bc1) as f32,
+            // Each in software on cores without a double-precision FPU: for the rules that read it.
+            lr2_over_bc1: if config.rule.spec().reads & reads::MIADAM != 0 {
+                (lr * lr / bc1) as f32
+            } else {
+                0.0
+            },
             rect_lr: rect_lr as f32,
-            swats_step: (lr * libm::sqrt(bc2) / bc1) as f32,
+            swats_step: if config.rule == Rule::Swats {
+                (lr * sqrt_bc2 / bc1) as f32
+            } else {
+                0.0
+            },
             swats_lr: lr as f32,
             first_step: (t == 1) as u32,
             mi_phase: (t <= config.switch_step) as u32,

@@ -1,5 +1,6 @@
 //! [`ExactSum`]: exact sums of products of `f32`, rounded once.
 
+use crate::lines::Lines;
 use crate::simd::{Convert, Isa, WithConvert};
 use crate::storage::Storage;
 
@@ -351,9 +352,9 @@ impl<S: Storage> WithConvert for Squares<'_, S> {
         if let Some(xs) = S::as_f32(self.xs) {
             return add_f32_squares(self.sum, xs);
         }
-        let mut stage = [0f32; SQUARE_STAGE];
+        let mut stage = Lines::<SQUARE_STAGE>::new();
         for chunk in self.xs.chunks(SQUARE_STAGE) {
-            let wide = &mut stage[..chunk.len()];
+            let wide = &mut stage.0[..chunk.len()];
             conv.load(chunk, wide);
             add_f32_squares(self.sum, wide);
         }

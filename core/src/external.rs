@@ -62,7 +62,7 @@ impl<F: RuleSet> Step<'_, F> {
                 "calibrate_external once, at a step that calibrates",
             ));
         }
-        self.pending = *values;
+        self.opt.decisions.pending = *values;
         self.calibrate();
         Ok(())
     }
@@ -104,7 +104,7 @@ impl<F: RuleSet> Step<'_, F> {
         self.finish_outcome(outcome)
     }
 
-    fn finish_outcome(mut self, outcome: Outcome) -> Result<StepReport, Error> {
+    fn finish_outcome(self, outcome: Outcome) -> Result<StepReport, Error> {
         if outcome.skipped {
             return Ok(StepReport::skipped(self.t - 1));
         }
@@ -127,7 +127,7 @@ impl<F: RuleSet> Step<'_, F> {
             report.swats_switched = true;
         }
         if !self.calibrated {
-            self.pending = outcome.decisions;
+            self.opt.decisions.pending = outcome.decisions;
         }
         if outcome.exact_pass && self.opt.config.rule.switch() == Some(Switch::Global) {
             self.opt.decisions.exact += 1;

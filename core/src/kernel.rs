@@ -12,6 +12,7 @@
 
 use crate::bits::is_nonfinite;
 use crate::exact::ExactSum;
+use crate::lines::Lines;
 #[cfg(feature = "std")]
 use crate::parallel::Split;
 use crate::q8::Map;
@@ -25,8 +26,8 @@ use crate::tensor::Tensor;
 
 mod scalar;
 
-pub(crate) use scalar::{grads_finite, SCALAR_FPU};
-use scalar::{run_scalar, SCALAR_LOOP, SUM_ZEROS};
+pub(crate) use scalar::{grads_finite, SCALAR_FPU, SCALAR_LOOP};
+use scalar::{run_scalar, SUM_ZEROS};
 
 /// What one element's update produced besides the state.
 #[derive(Clone, Copy)]
@@ -76,6 +77,9 @@ pub(crate) trait Apply {
 pub(crate) trait Kernel: Copy + Send + Sync {
     /// State slots used (0 to 3), each one element per parameter.
     const SLOTS: usize;
+    /// The slots [`Kernel::element`] reads or writes, as a bit mask (all of them unless a
+    /// phase of the rule leaves some alone): the fast path neither loads nor stores the others.
+    const TOUCHES: u8 = (1 << Self::SLOTS) - 1;
     /// The slot holding v, whose minimum over the tensor divided by bc2 is ρ.
     const RHO_SLOT: Option<usize>;
     /// Whether to accumulate SWATS's dot products pᵀp and pᵀg.
@@ -143,18 +147,18 @@ pub(crate) fn run_reference<K: Kernel, P: Storage, G: Storage, S: StateStorage, 
         kernel,
         inv_grad_scale,
     };
-    reference_chunks(part, &elements, K::SLOTS, store, slots)
+    reference_chunks(part, &elements, (1 << K::SLOTS) - 1, store, slots)
 }
 
 /// [`run_reference`]'s storage loop: each chunk's θ and g converted element by element into
-/// `f32` arrays and its `used` state slots staged, updated by `elements`, and θ stored element
-/// by element (each element's result depends on that element alone, so storing after the
-/// chunk's loop gives the bits of storing in it).
+/// `f32` arrays and the state slots in the mask `used` staged, updated by `elements`, and θ
+/// stored element by element (each element's result depends on that element alone, so storing
+/// after the chunk's loop gives the bits of storing in it).
 #[inline(never)]
 fn reference_chunks<P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
     mut part: Part<'_, P, G, S>,
     elements: &dyn ReferenceLoop,
-    used: usize,
+    used: u8,
     store: R,
     how: SlotStores,
 ) -> TensorResult {
@@ -255,6 +259,12 @@ pub(crate) struct SlotStores {
 }
 
 impl SlotStores {
+    /// What element state (`f32`, `bf16`, `f16`), which stores no codes, is given.
+    pub const ELEMENTS: SlotStores = SlotStores {
+        maps: [Map::Unsigned; 3],
+        keys: [0; 3],
+    };
+
     /// The slots of `config`'s rule, keyed by the tensor's step key.
     pub fn new(config: &crate::Config, key: u64) -> Self {
         SlotStores {
@@ -264,12 +274,12 @@ impl SlotStores {
     }
 }
 
-/// The first `used` slots of the chunk of `len` elements at `start`, as `f32` (see
-/// [`StateOps::stage`]); the unused ones are parts of `bufs`.
+/// The slots in the mask `used` of the chunk of `len` elements at `start`, as `f32` (see
+/// [`StateOps::stage`]); the others are parts of `bufs`.
 #[inline(always)]
 fn stage_slots<'a, const N: usize, S: StateStorage, C: Convert>(
     conv: C,
-    used: usize,
+    used: u8,
     slots: &'a mut [&mut [S]; 3],
     bufs: &'a mut [[f32; N]; 3],
     start: usize,
@@ -279,7 +289,7 @@ fn stage_slots<'a, const N: usize, S: StateStorage, C: Convert>(
     let [s0, s1, s2] = slots;
     let [b0, b1, b2] = bufs;
     let one = |k: usize, s: &'a mut [S], b: &'a mut [f32; N]| -> &'a mut [f32] {
-        if used > k {
+        if used >> k & 1 != 0 {
             S::stage(conv, s, start, len, how.maps[k], b)
         } else {
             &mut b[..len]
@@ -293,7 +303,7 @@ fn stage_slots<'a, const N: usize, S: StateStorage, C: Convert>(
 #[inline(always)]
 fn unstage_slots<const N: usize, S: StateStorage, C: Convert>(
     conv: C,
-    used: usize,
+    used: u8,
     slots: &mut [&mut [S]; 3],
     bufs: &[[f32; N]; 3],
     chunk: core::ops::Range<usize>,
@@ -301,7 +311,10 @@ fn unstage_slots<const N: usize, S: StateStorage, C: Convert>(
     first: usize,
 ) {
     let (start, len) = (chunk.start, chunk.len());
-    for (k, (slot, buf)) in slots.iter_mut().zip(bufs).enumerate().take(used) {
+    for (k, (slot, buf)) in slots.iter_mut().zip(bufs).enumerate() {
+        if used >> k & 1 == 0 {
+            continue;
+        }
         let requantize = Requantize {
             map: how.maps[k],
             slot_key: how.keys[k],
@@ -438,7 +451,7 @@ pub(crate) fn run_fast<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: Pa
         kernel,
         inv_grad_scale,
     };
-    run_staged(part, &elements, K::SLOTS, store, slots, isa, threads)
+    run_staged(part, &elements, K::TOUCHES, store, slots, isa, threads)
 }
 
 /// `run` over `part`, its elements spread over `threads` threads where there are threads (`std`).
@@ -481,7 +494,7 @@ const fn in_blocks<P: Storage, S: StateStorage>() -> bool {
 fn run_staged<P: Storage, G: Storage, S: StateStorage, R: ParamStore>(
     part: Part<'_, P, G, S>,
     elements: &dyn ElementLoop,
-    used: usize,
+    used: u8,
     store: R,
     how: SlotStores,
     isa: Isa,
@@ -551,7 +564,7 @@ impl<K: Kernel> SlicesJob for OneChunk<'_, K> {
 struct StagedChunks<'a, 'e, P, G, S, R> {
     part: Part<'a, P, G, S>,
     elements: &'e dyn ElementLoop,
-    used: usize,
+    used: u8,
     store: R,
     how: SlotStores,
     isa: Isa,
@@ -659,7 +672,8 @@ const BLOCK: usize = 16;
 /// where θ and the state are of one half-precision type, blocks of [`BLOCK`] elements first;
 /// then chunks of up to [`CHUNK`]. Blocks only there: a block whose loop also writes `f32`
 /// slices in place is not vectorized (LLVM weighs the checks that those slices do not overlap
-/// against 16 iterations), and q8 state is encoded a chunk at a time.
+/// against 16 iterations), and q8 state is encoded a chunk at a time; and not for SWATS's dot
+/// products, which are summed a chunk at a time.
 #[inline(always)]
 fn run_chunks<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore, C: Convert>(
     kernel: K,
@@ -673,12 +687,12 @@ fn run_chunks<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore,
         store,
         how,
         conv,
-        used: K::SLOTS,
+        used: K::TOUCHES,
     };
     let n = part.param.len();
     let mut sums = Reductions::new();
     let mut start = 0;
-    if in_blocks::<P, S>() {
+    if in_blocks::<P, S>() && !K::DOTS {
         while n - start >= BLOCK {
             let mut staging = Staging::<BLOCK>::new();
             let chunk = each.stage(&mut part, &mut staging, start, BLOCK);
@@ -700,7 +714,8 @@ fn run_chunks<K: Kernel, P: Storage, G: Storage, S: StateStorage, R: ParamStore,
 }
 
 /// `f32` copies of up to `N` elements of θ, g and the state slots, for the data that is not
-/// `f32` (which is updated in place).
+/// `f32` (which is updated in place); on cache lines of their own, as [`Lines`].
+#[repr(C, align(64))]
 struct Staging<const N: usize> {
     param: [f32; N],
     grad: [f32; N],
@@ -758,8 +773,8 @@ struct Chunk<R, C> {
     store: R,
     how: SlotStores,
     conv: C,
-    /// The rule's state slots.
-    used: usize,
+    /// The state slots the rule touches, as [`Kernel::TOUCHES`].
+    used: u8,
 }
 
 impl<R: ParamStore, C: Convert> Chunk<R, C> {
@@ -836,9 +851,12 @@ fn element_loop<K: Kernel>(kernel: K, inv_grad_scale: f32, chunk: Staged<'_>, su
     } = chunk;
     let len = p.len();
     let (g, c0, c1, c2) = (&g[..len], &mut c0[..len], &mut c1[..len], &mut c2[..len]);
-    let slot = |k: usize| K::SLOTS > k;
+    let slot = |k: usize| K::TOUCHES >> k & 1 != 0;
+    const { assert!(K::RHO_SLOT.is_none() || K::TOUCHES >> K::RHO_SLOT.unwrap() & 1 != 0) };
     let mut home = 0u32;
     let mut nonfinite = 0u32;
+    // SWATS: each element's step and gradient, summed exactly after the loop, in vector lanes.
+    let (mut steps, mut grads) = (Lines::<CHUNK>::new(), Lines::<CHUNK>::new());
     for i in 0..len {
         let mut s = [0.0f32; 3];
         if slot(0) {
@@ -865,9 +883,15 @@ fn element_loop<K: Kernel>(kernel: K, inv_grad_scale: f32, chunk: Staged<'_>, su
         home += e.home as u32;
         nonfinite |= is_nonfinite(gi) as u32;
         if K::DOTS {
-            sums.result.step_sq.add_square(e.step);
-            sums.result.step_grad.add_product(e.step, e.grad);
+            steps.0[i] = e.step;
+            grads.0[i] = e.grad;
         }
+    }
+    if K::DOTS {
+        sums.result.step_sq.add_squares(&steps.0[..len]);
+        sums.result
+            .step_grad
+            .add_products(&steps.0[..len], &grads.0[..len]);
     }
     sums.result.home += home;
     sums.nonfinite |= nonfinite;

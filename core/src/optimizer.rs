@@ -77,11 +77,14 @@ impl Bound {
 
 /// The global rule's bound and its count of exact first passes: a cache, not state. It is not
 /// saved, and a step without it runs the exact first pass and takes the same decision, so two
-/// optimizers that differ only in it compare equal, and print alike.
+/// optimizers that differ only in it compare equal, and print alike. Also the decision values
+/// of the step in progress, which a calibrated τ reads: scratch, kept here rather than in the
+/// [`crate::Step`] that a step moves from phase to phase.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Decisions {
     pub(crate) bound: Option<Bound>,
     pub(crate) exact: u64,
+    pub(crate) pending: Histogram,
 }
 
 impl PartialEq for Decisions {

@@ -5,7 +5,9 @@
 
 use crate::bits::is_nonfinite;
 use crate::calibration::Histogram;
-use crate::storage::Storage;
+use crate::lines::Lines;
+use crate::simd::Convert;
+use crate::storage::{Dtype, Storage};
 
 /// Elements per chunk of the fast path: a multiple of every SIMD width in use (the unit in
 /// which the drivers split and report positions).
@@ -100,10 +102,48 @@ impl SecondMomentMin {
 
 /// First pass of the global and per-layer HomeAdam rules: the minima of the new second moment
 /// `v_new(v, g)` (not stored) over the tensor, and whether every unscaled gradient is finite.
-/// Sixteen lanes of each minimum (min is exact, so their order does not matter), which
-/// vectorize at any width up to 16.
+/// Half-precision data is converted a chunk at a time with `conv`'s instructions where they
+/// are vector ones ([`Convert::VECTOR`]), else element by element.
 #[inline(always)]
-pub(crate) fn min_new_second_moment<G: Storage, S: Storage>(
+pub(crate) fn min_new_second_moment<C: Convert, G: Storage, S: Storage>(
+    conv: C,
+    grad: &[G],
+    v: &[S],
+    inv_grad_scale: f32,
+    v_new: impl Fn(f32, f32) -> f32,
+) -> (SecondMomentMin, bool) {
+    if !C::VECTOR || (G::DTYPE == Dtype::F32 && S::DTYPE == Dtype::F32) {
+        return min_new_lanes::<C, _, _>(grad, v, inv_grad_scale, v_new);
+    }
+    let (mut g32, mut v32) = (Lines::<CHUNK>::new(), Lines::<CHUNK>::new());
+    let mut min = SecondMomentMin::EMPTY;
+    let mut finite = true;
+    for (g, v) in grad.chunks(CHUNK).zip(v.chunks(CHUNK)) {
+        let g = as_f32(conv, g, &mut g32.0);
+        let v = as_f32(conv, v, &mut v32.0);
+        let (m, f) = min_new_lanes::<C, _, _>(g, v, inv_grad_scale, &v_new);
+        min = min.merge(m);
+        finite &= f;
+    }
+    (min, finite)
+}
+
+/// `src` itself where it is `f32`, else its values converted with `conv` into `buf` (at least
+/// as long).
+#[inline(always)]
+pub(crate) fn as_f32<'a, C: Convert, T: Storage>(conv: C, src: &'a [T], buf: &'a mut [f32]) -> &'a [f32] {
+    if let Some(src) = T::as_f32(src) {
+        return src;
+    }
+    let buf = &mut buf[..src.len()];
+    conv.load(src, buf);
+    buf
+}
+
+/// [`min_new_second_moment`] element by element: sixteen lanes of each minimum (min is exact,
+/// so their order does not matter), which vectorize at any width up to 16.
+#[inline(always)]
+fn min_new_lanes<C: Convert, G: Storage, S: Storage>(
     grad: &[G],
     v: &[S],
     inv_grad_scale: f32,
@@ -112,19 +152,22 @@ pub(crate) fn min_new_second_moment<G: Storage, S: Storage>(
     const LANES: usize = 16;
     let mut all = [f32::INFINITY; LANES];
     let mut active = [f32::INFINITY; LANES];
-    let mut bad = 0u32;
+    // Vector lanes too, so that no iteration reduces across them; one on scalar cores.
+    let bad_lanes = if C::VECTOR { LANES } else { 1 };
+    let mut bad = [0u32; LANES];
     let mut gc = grad.chunks_exact(LANES);
     let mut vc = v.chunks_exact(LANES);
     for (gs, vs) in (&mut gc).zip(&mut vc) {
         for l in 0..LANES {
             let g = gs[l].to_f32() * inv_grad_scale;
-            bad |= is_nonfinite(g) as u32;
+            bad[l % bad_lanes] |= is_nonfinite(g) as u32;
             let x = v_new(vs[l].to_f32(), g);
             all[l] = if x < all[l] { x } else { all[l] };
             active[l] = if x > 0.0 && x < active[l] { x } else { active[l] };
         }
     }
     let mut min = SecondMomentMin::EMPTY;
+    let mut bad = bad.iter().fold(0, |a, &b| a | b);
     for (g, v) in gc.remainder().iter().zip(vc.remainder()) {
         let g = g.to_f32() * inv_grad_scale;
         bad |= is_nonfinite(g) as u32;

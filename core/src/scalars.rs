@@ -55,11 +55,11 @@ pub struct StepScalars {
     pub inv_grad_scale: f32,
     /// MIAdam κ.
     pub kappa: f32,
-    /// MIAdam η² / bc1 (official `MIAdam1`).
+    /// MIAdam η² / bc1 (official `MIAdam1`); 0 for the other rules.
     pub lr2_over_bc1: f32,
     /// AdaBelief rectified step: η · r_t / bc1 (RAdam), or η / bc1 when degenerated to SGD.
     pub rect_lr: f32,
-    /// SWATS Adam-phase step: η √bc2 / bc1.
+    /// SWATS Adam-phase step: η √bc2 / bc1; 0 for the other rules.
     pub swats_step: f32,
     /// SWATS SGD-phase learning rate.
     pub swats_lr: f32,

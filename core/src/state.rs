@@ -1,6 +1,7 @@
 //! What a tensor's state slots are stored as: one element per parameter ([`Storage`]: `f32`,
 //! `f16`, `bf16`) or 8-bit blocks ([`Q8Block`], one per 256 parameters).
 
+use crate::lines::Lines;
 use crate::q8::{self, Map, Q8Block, BLOCK, BLOCK_BYTES};
 use crate::reduce::{self, SecondMomentMin, CHUNK};
 use crate::simd::{Convert, Portable};
@@ -94,7 +95,8 @@ pub(crate) mod sealed {
         fn stored_min(v_min: f32) -> Option<f32>;
 
         /// [`reduce::min_new_second_moment`] over the elements of `v`.
-        fn min_new_v<G: Storage>(
+        fn min_new_v<C: Convert, G: Storage>(
+            conv: C,
             grad: &[G],
             v: &[Self],
             inv: f32,
@@ -188,13 +190,14 @@ impl<T: Storage> sealed::StateOps for T {
     }
 
     #[inline(always)]
-    fn min_new_v<G: Storage>(
+    fn min_new_v<C: Convert, G: Storage>(
+        conv: C,
         grad: &[G],
         v: &[Self],
         inv: f32,
         v_new: impl Fn(f32, f32) -> f32,
     ) -> (SecondMomentMin, bool) {
-        reduce::min_new_second_moment(grad, v, inv, v_new)
+        reduce::min_new_second_moment(conv, grad, v, inv, v_new)
     }
 
     fn count_new_v<G: Storage>(
@@ -281,7 +284,8 @@ impl sealed::StateOps for Q8Block {
     }
 
     #[inline(always)]
-    fn min_new_v<G: Storage>(
+    fn min_new_v<C: Convert, G: Storage>(
+        conv: C,
         grad: &[G],
         v: &[Self],
         inv: f32,
@@ -289,11 +293,11 @@ impl sealed::StateOps for Q8Block {
     ) -> (SecondMomentMin, bool) {
         let mut min = SecondMomentMin::EMPTY;
         let mut finite = true;
-        let mut buf = [0.0f32; BLOCK];
+        let mut buf = Lines::<BLOCK>::new();
         for (g, block) in grad.chunks(BLOCK).zip(v) {
-            let b = &mut buf[..g.len()];
-            q8::dequantize(block, Map::Unsigned, b);
-            let (m, f) = reduce::min_new_second_moment(g, &*b, inv, &v_new);
+            let b = &mut buf.0[..g.len()];
+            conv.load_q8(block, Map::Unsigned, b);
+            let (m, f) = reduce::min_new_second_moment(conv, g, &*b, inv, &v_new);
             min = min.merge(m);
             finite &= f;
         }

@@ -17,12 +17,14 @@ use crate::optimizer::{Bound, Optimizer};
 use crate::parallel;
 use crate::reduce::{RhoOver, SecondMomentMin, CHUNK};
 
-use crate::rules::homeadam::{branch, goes_home, home_calibration_pass, home_first_pass, links_switch};
+use crate::rules::homeadam::{
+    branch, goes_home, home_calibration_pass, home_first_pass, home_first_pass_with, links_switch,
+};
 use crate::rules::only::{All, RuleSet};
 use crate::rules::swats;
 use crate::rules::{Rule, Switch};
 use crate::scalars::{powi_by_squaring, StepScalars};
-use crate::simd::{self, Isa, Simd};
+use crate::simd::{Convert, Isa, Simd, WithConvert};
 use crate::state::StateStorage;
 use crate::storage::{Dtype, Storage};
 use crate::tensor::{Group, StepReport, Tensor, TensorAux};
@@ -170,10 +172,18 @@ impl Optimizer {
         // needs ρ_t before any update.
         let bounded = links_switch::<F>(Some(Switch::Global)) && config.keeps_rho_bound();
         let bound = self.decisions.bound.take().filter(|_| bounded && !calibrates);
+        // The values this step adds to the calibration histogram; read only with a calibrated τ.
+        if links_home::<F>() && config.tau_calibration.is_some() {
+            self.decisions.pending = Histogram::new();
+        }
         Ok(Step {
             scalars,
             // SWATS's switch test works in f64.
-            swats_bc2: 1.0 - powi_by_squaring(config.beta2, t),
+            swats_bc2: if F::admits(Rule::Swats) && config.rule == Rule::Swats {
+                1.0 - powi_by_squaring(config.beta2, t)
+            } else {
+                0.0
+            },
             opt: self,
             t,
             grad_scale,
@@ -191,7 +201,6 @@ impl Optimizer {
             has_rho: false,
             calibrates,
             calibrated: false,
-            pending: Histogram::new(),
             new_tau: None,
             report: StepReport::applied(t),
             next_swats_lr: None,
@@ -210,6 +219,7 @@ pub struct Step<'o, F: RuleSet = All> {
     pub(crate) t: u64,
     pub(crate) grad_scale: f64,
     pub(crate) scalars: StepScalars,
+    /// SWATS: 1 − β2^t in `f64`, for its switch test (0 for the other rules).
     pub(crate) swats_bc2: f64,
     pub(crate) finite: bool,
     pub(crate) checked: usize,
@@ -234,8 +244,6 @@ pub struct Step<'o, F: RuleSet = All> {
     pub(crate) calibrates: bool,
     /// τ was set (at the first update, or by [`Step::calibrate_external`]).
     pub(crate) calibrated: bool,
-    /// The values this step adds to the calibration histogram.
-    pub(crate) pending: Histogram,
     /// The τ this step calibrated (`None` without values to calibrate on).
     pub(crate) new_tau: Option<f32>,
     pub(crate) report: StepReport,
@@ -306,7 +314,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
             Some(Switch::Element) => &Histogram::EMPTY,
             _ => &self.opt.window,
         };
-        self.new_tau = Histogram::tau_of_sum(&self.pending, window, c.home_share);
+        self.new_tau = Histogram::tau_of_sum(&self.opt.decisions.pending, window, c.home_share);
         self.scalars.tau = self.new_tau.unwrap_or(self.scalars.tau);
         self.calibrated = true;
     }
@@ -364,7 +372,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
                     if self.decided.is_none() {
                         tensor.aux.rho = v_min.rho(config.rho_over, bc2);
                         if switch == Switch::Layer {
-                            self.pending.add(tensor.aux.rho);
+                            self.opt.decisions.pending.add(tensor.aux.rho);
                         }
                     }
                 }
@@ -412,7 +420,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
         } else {
             let rho = config.rho_over.rho(self.rho, self.rho_active);
             if switch == Some(Switch::Global) {
-                self.pending.add(rho);
+                self.opt.decisions.pending.add(rho);
             }
             if self.calibrates && self.finite {
                 self.calibrate();
@@ -443,7 +451,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
     /// instruction set.
     fn first_pass<G: Storage, S: StateStorage>(&self, grad: &[G], v: &[S]) -> (SecondMomentMin, bool) {
         let scalars = &self.scalars;
-        let pass = |(g, v): (&[G], &[S])| simd::fastest(|| home_first_pass(g, v, scalars));
+        let pass = |(grad, v): (&[G], &[S])| Isa::detect().run(FirstPass { grad, v, scalars });
         #[cfg(feature = "std")]
         if self.threads > 1 {
             let merge = |a: (SecondMomentMin, bool), b: (SecondMomentMin, bool)| (a.0.merge(b.0), a.1 && b.1);
@@ -470,16 +478,16 @@ impl<'o, F: RuleSet> Step<'o, F> {
             };
             let empty = (Histogram::new(), true);
             let (values, finite) = parallel::run_split((grad, v), self.threads, pass, merge, empty);
-            self.pending.merge(&values);
+            self.opt.decisions.pending.merge(&values);
             return finite;
         }
-        home_calibration_pass(grad, v, scalars, &mut self.pending)
+        home_calibration_pass(grad, v, scalars, &mut self.opt.decisions.pending)
     }
 
     /// Whether every unscaled gradient of one tensor is finite, over the step's threads,
     /// compiled for the best instruction set.
     fn grads_finite<G: Storage>(&self, grad: &[G], inv: f32) -> bool {
-        let check = |g: &[G]| simd::fastest(|| kernel::grads_finite(g, inv));
+        let check = |grad: &[G]| Isa::detect().run(GradsFinite { grad, inv });
         #[cfg(feature = "std")]
         if self.threads > 1 {
             return parallel::run_split(grad, self.threads, check, |a, b| a && b, true);
@@ -488,7 +496,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
     }
 
     /// [`Updates::finish`].
-    fn finish(mut self) -> Result<StepReport, Error> {
+    fn finish(self) -> Result<StepReport, Error> {
         if !self.finite {
             // Nothing was written: the bound still holds.
             self.opt.decisions.bound = self.bound;
@@ -499,7 +507,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
         }
         if self.decided.is_some() && !self.exact {
             // `bound` is only taken with `rho_over: all`: ρ_t is min v̂_t of the update.
-            self.pending.add(self.rho);
+            self.opt.decisions.pending.add(self.rho);
         }
         let opt = &mut *self.opt;
         opt.decisions.bound = self.next;
@@ -533,7 +541,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
             opt.calibrated_tau = self.new_tau.or(opt.calibrated_tau);
             opt.window = Histogram::new();
         } else if opt.config.tau_calibration.is_some() && opt.config.rule.switch() != Some(Switch::Element) {
-            opt.window.merge(&self.pending);
+            opt.window.merge(&opt.decisions.pending);
         }
         if opt.config.rule.switch().is_some() {
             report.tau = Some(self.scalars.tau);
@@ -641,13 +649,16 @@ impl<'o, F: RuleSet> Step<'o, F> {
                 Some(Switch::Layer) => home_branch(goes_home(tensor.aux.rho, scalars.tau)),
                 Some(Switch::Element) => branch::PER_ELEMENT,
                 // Adam(W)-srf, and every rule that ignores the branch.
-                None => branch::ALL_SRF,
+                None => branch::SRF,
             };
             let key = tensor_key(config.seed, self.t, index);
             let run = Run::<REFERENCE> {
                 rounding: config.rounding,
                 key,
-                slots: SlotStores::new(&config, key),
+                slots: match S::DTYPE {
+                    Dtype::Q8 => SlotStores::new(&config, key),
+                    _ => SlotStores::ELEMENTS,
+                },
                 inv: scalars.inv_grad_scale,
                 isa,
                 #[cfg(feature = "std")]
@@ -762,5 +773,36 @@ fn home_branch(home: bool) -> u8 {
         branch::ALL_HOME
     } else {
         branch::ALL_SRF
+    }
+}
+
+/// [`home_first_pass_with`] of one tensor (or part), with an instruction set's conversions.
+struct FirstPass<'a, G, S> {
+    grad: &'a [G],
+    v: &'a [S],
+    scalars: &'a StepScalars,
+}
+
+impl<G: Storage, S: StateStorage> WithConvert for FirstPass<'_, G, S> {
+    type Output = (SecondMomentMin, bool);
+
+    #[inline(always)]
+    fn run<C: Convert>(self, conv: C) -> Self::Output {
+        home_first_pass_with(conv, self.grad, self.v, self.scalars)
+    }
+}
+
+/// [`kernel::grads_finite`] of one tensor (or part), with an instruction set's conversions.
+struct GradsFinite<'a, G> {
+    grad: &'a [G],
+    inv: f32,
+}
+
+impl<G: Storage> WithConvert for GradsFinite<'_, G> {
+    type Output = bool;
+
+    #[inline(always)]
+    fn run<C: Convert>(self, conv: C) -> bool {
+        kernel::grads_finite(conv, self.grad, self.inv)
     }
 }

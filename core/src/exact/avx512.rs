@@ -12,6 +12,7 @@ use core::arch::x86_64::*;
 
 use super::{add_f32_squares, add_squares_below, pow2, Range, SQUARE_LANE_BITS, SQUARE_STAGE, SQUARE_WINDOW};
 use crate::exact::ExactSum;
+use crate::lines::Lines;
 use crate::simd::{Avx512, Convert};
 use crate::storage::Storage;
 
@@ -34,9 +35,9 @@ pub(super) unsafe fn add_squares<S: Storage>(sum: &mut ExactSum, xs: &[S], avx51
     if let Some(xs) = S::as_f32(xs) {
         return add_f32(sum, xs);
     }
-    let mut stage = [0f32; STAGE];
+    let mut stage = Lines::<STAGE>::new();
     for chunk in xs.chunks(STAGE) {
-        let wide = &mut stage[..chunk.len()];
+        let wide = &mut stage.0[..chunk.len()];
         avx512.load(chunk, wide);
         add_f32(sum, wide);
     }

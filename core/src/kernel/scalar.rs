@@ -3,14 +3,16 @@
 
 use super::{Kernel, Part, SlotStores, TensorResult};
 use crate::bits::is_nonfinite;
-use crate::reduce::CHUNK;
+use crate::lines::Lines;
+use crate::reduce::{as_f32, CHUNK};
 use crate::rounding::ParamStore;
+use crate::simd::Convert;
 use crate::state::{Requantize, StateStorage};
 use crate::storage::{Dtype, Storage};
 
 /// Whether the fast path runs [`run_scalar`] rather than the staged, vectorized [`run_chunks`]:
 /// on 32-bit Arm and RISC-V, whose compilers do not vectorize the element loop.
-pub(super) const SCALAR_LOOP: bool = cfg!(any(target_arch = "arm", target_arch = "riscv32"));
+pub(crate) const SCALAR_LOOP: bool = cfg!(any(target_arch = "arm", target_arch = "riscv32"));
 
 /// Whether [`run_scalar`] runs on a hardware FPU (hard-float 32-bit Arm, RISC-V with F), where
 /// a float operation costs one instruction rather than a library call.
@@ -149,7 +151,9 @@ fn update<const UNIT: bool, const SUM: bool, K: Kernel, P: Storage, G: Storage, 
     } = chunk;
     let slot = |k: usize| K::SLOTS > k;
     let (mut home, mut sum, mut bad) = (acc.home, acc.sum, acc.bad);
-    let (mut v_min, mut v_min_at) = (acc.result.v_min, acc.result.v_min_at);
+    // The chunk's own minimum: the tensor's, and for [`Kernel::DECIDES`] where it sits, are
+    // folded once after the loop.
+    let mut v_min = f32::INFINITY;
     let mut v_min_active = acc.result.v_min_active;
     for i in 0..p.len() {
         let mut s = [0.0f32; 3];
@@ -181,7 +185,6 @@ fn update<const UNIT: bool, const SUM: bool, K: Kernel, P: Storage, G: Storage, 
         if let Some(r) = K::RHO_SLOT {
             if s[r] < v_min {
                 v_min = s[r];
-                v_min_at = at;
             }
             if K::DECIDES && s[r] > 0.0 && s[r] < v_min_active {
                 v_min_active = s[r];
@@ -200,8 +203,10 @@ fn update<const UNIT: bool, const SUM: bool, K: Kernel, P: Storage, G: Storage, 
         }
     }
     (acc.home, acc.sum, acc.bad) = (home, sum, bad);
-    acc.result.v_min = v_min;
-    acc.result.v_min_at = v_min_at;
+    if v_min < acc.result.v_min {
+        acc.result.v_min = v_min;
+        acc.result.v_min_at = at;
+    }
     acc.result.v_min_active = v_min_active;
 }
 
@@ -225,9 +230,10 @@ fn slot_elements<'a, K: Kernel, S: StateStorage>(
 /// Whether every unscaled gradient is finite (one read of the gradients): an integer OR of the
 /// exponent tests, which vectorizes, or with [`SUM_ZEROS`] Σ 0·g. The sum does not form the
 /// unscaled g for 1/grad_scale ≤ 1: |g · inv| ≤ |g| rounds to a finite value exactly when g is
-/// finite.
+/// finite. Half-precision gradients are converted a chunk at a time with `conv`'s instructions
+/// where they are vector ones ([`Convert::VECTOR`]).
 #[inline(always)]
-pub(crate) fn grads_finite<G: Storage>(grad: &[G], inv_grad_scale: f32) -> bool {
+pub(crate) fn grads_finite<C: Convert, G: Storage>(conv: C, grad: &[G], inv_grad_scale: f32) -> bool {
     if SUM_ZEROS {
         return if inv_grad_scale <= 1.0 {
             sum_zeros_unscaled(grad) == 0.0
@@ -235,16 +241,28 @@ pub(crate) fn grads_finite<G: Storage>(grad: &[G], inv_grad_scale: f32) -> bool 
             sum_zeros(grad, |g| g * inv_grad_scale) == 0.0
         };
     }
-    let mut bad = 0u32;
+    let mut staged = Lines::<CHUNK>::new();
     for chunk in grad.chunks(CHUNK) {
-        for g in chunk {
-            bad |= is_nonfinite(g.to_f32() * inv_grad_scale) as u32;
-        }
-        if bad != 0 {
+        let bad = if C::VECTOR {
+            any_nonfinite(as_f32(conv, chunk, &mut staged.0), inv_grad_scale)
+        } else {
+            any_nonfinite(chunk, inv_grad_scale)
+        };
+        if bad {
             return false;
         }
     }
     true
+}
+
+/// Whether some g · `inv_grad_scale` over `chunk` is not finite.
+#[inline(always)]
+fn any_nonfinite<G: Storage>(chunk: &[G], inv_grad_scale: f32) -> bool {
+    let mut bad = 0u32;
+    for g in chunk {
+        bad |= is_nonfinite(g.to_f32() * inv_grad_scale) as u32;
+    }
+    bad != 0
 }
 
 /// Σ 0 · g over `grad` (±0, or NaN when some g is not finite): on hard-float Arm, `f32`
@@ -342,6 +360,7 @@ mod tests {
     use crate::rules::only::All;
     use crate::rules::{with_kernel, ElementKernel, Rule, Switch};
     use crate::scalars::StepScalars;
+    use crate::simd::Portable;
     use crate::tensor::Tensor;
     use crate::tensor::TensorAux;
     use half::{bf16, f16};
@@ -488,7 +507,12 @@ mod tests {
                 let kernel = config.kernel(sgd_phase);
                 let s = StepScalars::new(config, 3, 1.0, sgd_phase.then_some(0.01));
                 let branches: &[u8] = match kernel {
-                    ElementKernel::HomeAdam => &[branch::PER_ELEMENT, branch::ALL_HOME, branch::ALL_SRF],
+                    ElementKernel::HomeAdam => &[
+                        branch::PER_ELEMENT,
+                        branch::ALL_HOME,
+                        branch::ALL_SRF,
+                        branch::SRF,
+                    ],
                     _ => &[branch::ALL_SRF],
                 };
                 for &decision in branches {
@@ -546,7 +570,7 @@ mod tests {
                     sum_zeros(&g, |x| x * inv)
                 } == 0.0;
                 assert_eq!(scalar, expected, "inv {inv} bad {bad:?}");
-                assert_eq!(grads_finite(&g, inv), expected, "inv {inv} bad {bad:?}");
+                assert_eq!(grads_finite(Portable, &g, inv), expected, "inv {inv} bad {bad:?}");
             }
         }
     }

@@ -14,13 +14,14 @@
 //! State: `m`, `v`.
 
 use crate::calibration::Histogram;
-use crate::kernel::{Apply, Elem, Kernel, Options, SCALAR_FPU};
+use crate::kernel::{Apply, Elem, Kernel, Options, SCALAR_FPU, SCALAR_LOOP};
 use crate::reduce::SecondMomentMin;
 use crate::rules::adam::{ADAM, ADAMW};
 use crate::rules::only::RuleSet;
 use crate::rules::spec::{reads, Decay, Defaults, Kernels, Spec};
 use crate::rules::{ElementKernel, Rule, Switch};
 use crate::scalars::StepScalars;
+use crate::simd::{Convert, Portable};
 use crate::state::StateStorage;
 use crate::storage::Storage;
 
@@ -65,21 +66,24 @@ pub const fn spec(switch: Switch, decoupled: bool) -> Spec {
 }
 
 /// Whether an element's step η m̂/(v̂ + ε) or η_h m̂ is a select between the two products
-/// rather than one product of the selected rate and direction: the same operations and bits,
-/// written for the compiler. On scalar FPUs one select of the products makes the Cortex-M4F's
-/// loop shorter; on soft-float cores each product is a library call (a long one on the
-/// Cortex-M0), and the host's vectorized loop keeps its blends.
-const SELECT_PRODUCTS: bool = SCALAR_FPU;
+/// rather than one product of the selected rate and direction: the same bits, written for the
+/// compiler. Wherever a float multiply is one instruction: on scalar FPUs one select of the
+/// products makes the Cortex-M4F's loop shorter, and in the vectorized loop a select of the
+/// two rates may become a select of their addresses, vectorized as a gather of the kernel's
+/// fields. On soft-float cores each product is a library call (a long one on the Cortex-M0).
+const SELECT_PRODUCTS: bool = SCALAR_FPU || !SCALAR_LOOP;
 
 /// Which branch an element takes: a const parameter of the kernel, so that the element loop has
 /// no branch on it and vectorizes.
 pub(crate) mod branch {
-    /// The srf step everywhere (Adam(W)-srf, or a global / layer decision ρ ≥ τ).
+    /// The srf step everywhere: a global / layer decision ρ ≥ τ.
     pub const ALL_SRF: u8 = 0;
     /// The home step everywhere (a global / layer decision ρ < τ).
     pub const ALL_HOME: u8 = 1;
     /// Decide per element on v̂ ≥ τ (Alg. 3).
     pub const PER_ELEMENT: u8 = 2;
+    /// The srf step everywhere, with no decision to bound at the next step: Adam(W)-srf.
+    pub const SRF: u8 = 3;
 }
 
 /// The srf / home kernel; `BRANCH` is one of [`branch`].
@@ -110,7 +114,7 @@ impl<const BRANCH: u8> Kernel for Home<BRANCH> {
     const SLOTS: usize = ADAM.slots.len();
     const RHO_SLOT: Option<usize> = ADAM.rho_slot;
     const DOTS: bool = false;
-    const DECIDES: bool = BRANCH != branch::PER_ELEMENT;
+    const DECIDES: bool = BRANCH == branch::ALL_SRF || BRANCH == branch::ALL_HOME;
 
     fn new(s: &StepScalars, _: Options) -> Self {
         Home {
@@ -135,7 +139,7 @@ impl<const BRANCH: u8> Kernel for Home<BRANCH> {
         st[1] = v;
         let v_hat = v / self.bc2;
         let home = match BRANCH {
-            branch::ALL_SRF => false,
+            branch::ALL_SRF | branch::SRF => false,
             branch::ALL_HOME => true,
             _ => goes_home(v_hat, self.tau),
         };
@@ -185,13 +189,14 @@ pub(crate) fn by_branch<F: RuleSet, A: Apply>(
     decision: u8,
 ) -> Option<A::Out> {
     let decides = links_switch::<F>(Some(Switch::Global)) || links_switch::<F>(Some(Switch::Layer));
-    let srf = decides || F::admits(Rule::AdamSrf) || F::admits(Rule::AdamWSrf);
+    let srf = F::admits(Rule::AdamSrf) || F::admits(Rule::AdamWSrf);
     Some(match decision {
         branch::PER_ELEMENT if links_switch::<F>(Some(Switch::Element)) => {
             a.apply(Home::<{ branch::PER_ELEMENT }>::new(s, o))
         }
         branch::ALL_HOME if decides => a.apply(Home::<{ branch::ALL_HOME }>::new(s, o)),
-        branch::ALL_SRF if srf => a.apply(Home::<{ branch::ALL_SRF }>::new(s, o)),
+        branch::ALL_SRF if decides => a.apply(Home::<{ branch::ALL_SRF }>::new(s, o)),
+        branch::SRF if srf => a.apply(Home::<{ branch::SRF }>::new(s, o)),
         _ => return None,
     })
 }
@@ -216,8 +221,19 @@ pub fn home_first_pass<G: Storage, S: StateStorage>(
     v: &[S],
     s: &StepScalars,
 ) -> (SecondMomentMin, bool) {
+    home_first_pass_with(Portable, grad, v, s)
+}
+
+/// [`home_first_pass`] with `conv`'s conversions of half-precision data.
+#[inline(always)]
+pub(crate) fn home_first_pass_with<C: Convert, G: Storage, S: StateStorage>(
+    conv: C,
+    grad: &[G],
+    v: &[S],
+    s: &StepScalars,
+) -> (SecondMomentMin, bool) {
     let home = Home::<{ branch::PER_ELEMENT }>::new(s, Options::default());
-    S::min_new_v(grad, v, s.inv_grad_scale, |v, g| home.second_moment(v, g))
+    S::min_new_v(conv, grad, v, s.inv_grad_scale, |v, g| home.second_moment(v, g))
 }
 
 /// The element-wise rule's calibration pass over one tensor (at the steps a calibrated τ is

@@ -9,8 +9,9 @@
 //! State: `m`, `v`, `b` (the official code keeps its buffers in a growing list; here they are
 //! per-tensor state).
 
-use crate::kernel::{Elem, Kernel, Options};
+use crate::kernel::{Apply, Elem, Kernel, Options};
 use crate::math::sqrt;
+use crate::rules::only::RuleSet;
 use crate::rules::spec::{reads, Decay, Kernels, LastSlot, Spec, TORCH};
 use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
@@ -27,14 +28,16 @@ pub const SPEC: Spec = Spec {
     kernels: Kernels::One(ElementKernel::MiAdam),
 };
 
-/// The MIAdam kernel.
+/// The MIAdam kernel; `MI`: the integration phase (t ≤ switch_step), a constant of the kernel,
+/// so that the steps after it leave b alone.
 #[derive(Clone, Copy)]
-pub(crate) struct MiAdam {
+pub(crate) struct MiAdam<const MI: bool> {
     s: StepScalars,
 }
 
-impl Kernel for MiAdam {
+impl<const MI: bool> Kernel for MiAdam<MI> {
     const SLOTS: usize = SPEC.slots.len();
+    const TOUCHES: u8 = if MI { 0b111 } else { 0b011 };
     const RHO_SLOT: Option<usize> = SPEC.rho_slot;
     const DOTS: bool = false;
 
@@ -55,7 +58,7 @@ impl Kernel for MiAdam {
         st[0] = m;
         st[1] = v;
         let denom = sqrt(v) / s.sqrt_bc2 + s.eps;
-        let p = if s.mi_phase != 0 {
+        let p = if MI {
             let b = s.kappa * st[2] + m;
             st[2] = b;
             p - s.lr2_over_bc1 * (b / denom)
@@ -64,4 +67,17 @@ impl Kernel for MiAdam {
         };
         Elem::param(p)
     }
+}
+
+/// The kernel table's runner of MIAdam's kernel: applies `a` to the kernel of the step's phase.
+/// It takes the rule set `F` as every runner of the table does (both phases are linked with the
+/// rule).
+#[inline(always)]
+#[allow(clippy::extra_unused_type_parameters)]
+pub(crate) fn by_phase<F: RuleSet, A: Apply>(a: A, s: &StepScalars, o: Options, _: u8) -> Option<A::Out> {
+    Some(if s.mi_phase != 0 {
+        a.apply(MiAdam::<true>::new(s, o))
+    } else {
+        a.apply(MiAdam::<false>::new(s, o))
+    })
 }

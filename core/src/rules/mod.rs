@@ -269,8 +269,8 @@ kernel_table! {
     SwatsAdam "swats_adam" "ha_swats_adam" swats::SwatsAdam;
     /// SWATS in its SGD phase.
     SwatsSgd "swats_sgd" "ha_swats_sgd" swats::SwatsSgd;
-    /// MIAdam.
-    MiAdam "miadam" "ha_miadam" miadam::MiAdam;
+    /// MIAdam: the phase is a constant of the core's kernel, a run-time scalar of the C function.
+    MiAdam "miadam" "ha_miadam" miadam::MiAdam<true> => miadam::by_phase;
     /// Lion.
     Lion "lion" "ha_lion" lion::Lion;
 }

@@ -57,6 +57,8 @@ const V_EPS: f32 = 1e-15;
 
 impl Kernel for SwatsAdam {
     const SLOTS: usize = SPEC.slots.len();
+    /// m and v: the SGD phase's b waits untouched.
+    const TOUCHES: u8 = 0b011;
     const RHO_SLOT: Option<usize> = SPEC.rho_slot;
     const DOTS: bool = true;
 
@@ -92,6 +94,8 @@ impl Kernel for SwatsAdam {
 
 impl Kernel for SwatsSgd {
     const SLOTS: usize = SPEC.slots.len();
+    /// b: the Adam phase's moments are no longer read.
+    const TOUCHES: u8 = 0b100;
     const RHO_SLOT: Option<usize> = None;
     const DOTS: bool = false;
 

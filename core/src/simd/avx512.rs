@@ -1,10 +1,13 @@
 //! x86-64: the conversions with AVX-512 (F, BW, DQ, VL), chosen at run time, sixteen lanes at a
 //! time; the tail of a slice is one masked block (masked-off lanes touch no memory).
 //!
-//! - bf16 → f32 is a zero-extension and a shift. f32 → bf16 rounds to nearest even with the
-//!   integer formula of [`Storage::from_f32`] for `bf16`. AVX512-BF16's `vcvtneps2bf16` is not
-//!   used: it flushes denormals (a fix-up per block), and its functions need a target feature
-//!   the element loop is not compiled with, so each block would pay a call.
+//! - bf16 → f32 is a zero-extension and a shift. f32 → bf16 rounds to nearest even: with
+//!   AVX512-BF16's `vcvtneps2bf16` where the CPU has it and no lane is subnormal (the
+//!   instruction flushes those to zero), else with the integer formula of [`Storage::from_f32`]
+//!   for `bf16` (the instruction gives its bits for every other input, NaN included). The
+//!   instruction is written as assembly: its intrinsic needs a target feature that the element
+//!   loop is not compiled with (AVX-512 CPUs without BF16 run the same loop), and a call per
+//!   block would cost more than the conversion saves.
 //! - f16 ↔ f32 is AVX-512F's `vcvtph2ps` / `vcvtps2ph` with round-to-nearest-even (the same
 //!   instructions as F16C's, sixteen lanes wide: the same bits as `half`, checked exhaustively).
 //! - Stochastic rounding draws sixteen elements' bits with splitmix64 in 64-bit lanes (AVX-512DQ
@@ -27,7 +30,10 @@ use crate::storage::{Dtype, Storage};
 
 /// Proof that the CPU has AVX-512 F, BW, DQ and VL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Avx512(());
+pub(crate) struct Avx512 {
+    /// The CPU has AVX512-BF16 too.
+    bf16: bool,
+}
 
 impl Avx512 {
     /// The token, if this CPU has AVX-512 F, BW, DQ and VL.
@@ -36,7 +42,8 @@ impl Avx512 {
             && std::is_x86_feature_detected!("avx512bw")
             && std::is_x86_feature_detected!("avx512dq")
             && std::is_x86_feature_detected!("avx512vl");
-        has.then_some(Avx512(()))
+        let bf16 = std::is_x86_feature_detected!("avx512bf16");
+        has.then_some(Avx512 { bf16 })
     }
 }
 
@@ -92,9 +99,9 @@ impl Convert for Avx512 {
         // SAFETY: `self` exists only where the features were detected.
         unsafe {
             if T::DTYPE == Dtype::BF16 {
-                store_nearest::<Bf16>(src, bits)
+                store_nearest::<Bf16>(src, bits, self)
             } else {
-                store_nearest::<F16>(src, bits)
+                store_nearest::<F16>(src, bits, self)
             }
         }
     }
@@ -107,9 +114,9 @@ impl Convert for Avx512 {
         // SAFETY: as in `store`.
         unsafe {
             if T::DTYPE == Dtype::BF16 {
-                store_stochastic::<Bf16>(src, bits, key, first)
+                store_stochastic::<Bf16>(src, bits, key, first, self)
             } else {
-                store_stochastic::<F16>(src, bits, key, first)
+                store_stochastic::<F16>(src, bits, key, first, self)
             }
         }
     }
@@ -142,8 +149,8 @@ impl Convert for Avx512 {
 
 /// A half-precision type as sixteen packed 16-bit lanes.
 trait HalfLanes {
-    /// The bits of each lane of `x` rounded to nearest even.
-    unsafe fn nearest(x: __m512) -> __m256i;
+    /// The bits of each lane of `x` rounded to nearest even, with `avx512`'s instructions.
+    unsafe fn nearest(x: __m512, avx512: Avx512) -> __m256i;
     /// The `f32` value of each lane's bits.
     unsafe fn widen(bits: __m256i) -> __m512;
 }
@@ -154,16 +161,23 @@ struct F16;
 impl HalfLanes for Bf16 {
     /// `(b + 0x7fff + lsb) >> 16`, or the quieted top half of a NaN (as `Storage::from_f32`).
     #[inline(always)]
-    unsafe fn nearest(x: __m512) -> __m256i {
+    unsafe fn nearest(x: __m512, avx512: Avx512) -> __m256i {
+        const SUBNORMAL: i32 = 0x20;
+        if avx512.bf16 && _mm512_fpclass_ps_mask::<SUBNORMAL>(x) == 0 {
+            return vcvtneps2bf16(x);
+        }
         let b = _mm512_castps_si512(x);
-        let top = _mm512_srli_epi32::<16>(b);
-        let lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
-        let bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb);
-        let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(b, bias));
-        let magnitude = _mm512_and_si512(b, _mm512_set1_epi32(0x7fff_ffff));
-        let is_nan = _mm512_cmpgt_epu32_mask(magnitude, _mm512_set1_epi32(0x7f80_0000));
-        let bits = _mm512_mask_or_epi32(rounded, is_nan, top, _mm512_set1_epi32(0x40));
-        _mm512_cvtepi32_epi16(bits)
+        let odd = _mm512_test_epi32_mask(b, _mm512_set1_epi32(0x1_0000));
+        let half_down = _mm512_add_epi32(b, _mm512_set1_epi32(0x7fff));
+        let rounded = _mm512_mask_add_epi32(half_down, odd, half_down, _mm512_set1_epi32(1));
+        let is_nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+        let rounded = _mm512_mask_or_epi32(rounded, is_nan, b, _mm512_set1_epi32(0x40_0000));
+        // The top halves: a word permute, not a narrowing store, which some cores run slowly.
+        let odd_words = _mm512_set_epi16(
+            31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1, 31, 29, 27, 25, 23, 21, 19, 17, 15,
+            13, 11, 9, 7, 5, 3, 1,
+        );
+        _mm512_castsi512_si256(_mm512_permutexvar_epi16(odd_words, rounded))
     }
 
     #[inline(always)]
@@ -172,9 +186,28 @@ impl HalfLanes for Bf16 {
     }
 }
 
+/// AVX512-BF16's `vcvtneps2bf16`: each lane of `x` rounded to nearest even, subnormals
+/// flushed to zero.
+///
+/// # Safety
+/// The CPU has AVX512-BF16.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn vcvtneps2bf16(x: __m512) -> __m256i {
+    let bits: __m256i;
+    // SAFETY: the caller's CPU has the instruction; it reads and writes registers only.
+    core::arch::asm!(
+        "vcvtneps2bf16 {bits}, {x}",
+        x = in(zmm_reg) x,
+        bits = lateout(ymm_reg) bits,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    bits
+}
+
 impl HalfLanes for F16 {
     #[inline(always)]
-    unsafe fn nearest(x: __m512) -> __m256i {
+    unsafe fn nearest(x: __m512, _: Avx512) -> __m256i {
         _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x)
     }
 
@@ -219,11 +252,11 @@ unsafe fn load<H: HalfLanes>(src: &[u16], dst: &mut [f32]) {
 /// The CPU has AVX-512 F, BW, DQ and VL.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
 #[inline]
-unsafe fn store_nearest<H: HalfLanes>(src: &[f32], dst: &mut [u16]) {
+unsafe fn store_nearest<H: HalfLanes>(src: &[f32], dst: &mut [u16], avx512: Avx512) {
     each_block(src.len().min(dst.len()), |i, k| {
         // In bounds: the lanes of `k` lie before both lengths.
         let x = _mm512_maskz_loadu_ps(k, src.as_ptr().add(i));
-        _mm256_mask_storeu_epi16(dst.as_mut_ptr().add(i).cast(), k, H::nearest(x));
+        _mm256_mask_storeu_epi16(dst.as_mut_ptr().add(i).cast(), k, H::nearest(x, avx512));
     });
 }
 
@@ -233,21 +266,27 @@ unsafe fn store_nearest<H: HalfLanes>(src: &[f32], dst: &mut [u16]) {
 /// The CPU has AVX-512 F, BW, DQ and VL.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
 #[inline]
-unsafe fn store_stochastic<H: HalfLanes>(src: &[f32], dst: &mut [u16], key: u64, first: usize) {
+unsafe fn store_stochastic<H: HalfLanes>(
+    src: &[f32],
+    dst: &mut [u16],
+    key: u64,
+    first: usize,
+    avx512: Avx512,
+) {
     each_block(src.len().min(dst.len()), |i, k| {
         // In bounds: the lanes of `k` lie before both lengths.
         let x = _mm512_maskz_loadu_ps(k, src.as_ptr().add(i));
-        let bits = round_stochastic::<H>(x, random_bits(key, (first + i) as u64));
+        let bits = round_stochastic::<H>(x, random_bits(key, (first + i) as u64), avx512);
         _mm256_mask_storeu_epi16(dst.as_mut_ptr().add(i).cast(), k, bits);
     });
 }
 
 /// [`Storage::from_f32_stochastic`] on sixteen lanes, `r24` holding each lane's 24 random bits.
 #[inline(always)]
-unsafe fn round_stochastic<H: HalfLanes>(x: __m512, r24: __m512i) -> __m256i {
+unsafe fn round_stochastic<H: HalfLanes>(x: __m512, r24: __m512i, avx512: Avx512) -> __m256i {
     let inf = _mm512_set1_ps(f32::INFINITY);
     let one = _mm256_set1_epi16(1);
-    let nearest = H::nearest(x);
+    let nearest = H::nearest(x, avx512);
     let nearest_f = H::widen(nearest);
     let ax = _mm512_abs_ps(x);
     // Exact, or not finite: round to nearest.
@@ -463,9 +502,12 @@ mod tests {
         let Some(avx512) = Avx512::detect() else {
             return;
         };
-        check_convert::<bf16, _>(avx512);
-        check_convert::<f16, _>(avx512);
-        check_convert::<f32, _>(avx512);
+        // With AVX512-BF16's conversion where the CPU has it, and without.
+        for avx512 in [avx512, Avx512 { bf16: false }] {
+            check_convert::<bf16, _>(avx512);
+            check_convert::<f16, _>(avx512);
+            check_convert::<f32, _>(avx512);
+        }
     }
 
     #[test]
@@ -477,8 +519,8 @@ mod tests {
     }
 
     /// Round to nearest of every one of the 2³² `f32` inputs gives the scalar conversion's bits
-    /// (f16: and `half`'s software conversion's, which the scalar one may run on F16C). A minute
-    /// in release builds: `cargo test -p homeadam-core --release -- --ignored every_f32`.
+    /// (f16: and `half`'s software conversion's, which the scalar one may run on F16C). Two
+    /// minutes in release builds: `cargo test -p homeadam-core --release -- --ignored every_f32`.
     #[test]
     #[ignore]
     fn every_f32_rounds_to_nearest_as_the_scalar_conversion() {
@@ -488,20 +530,23 @@ mod tests {
         let mut xs = std::vec![0.0f32; 1 << 16];
         let mut b = std::vec![bf16::ZERO; 1 << 16];
         let mut h = std::vec![f16::ZERO; 1 << 16];
-        let mut wrong = [0u64; 2];
-        for high in 0..=u16::MAX as u32 {
-            for (low, x) in xs.iter_mut().enumerate() {
-                *x = f32::from_bits(high << 16 | low as u32);
+        // With AVX512-BF16's conversion where the CPU has it, and without.
+        for avx512 in [avx512, Avx512 { bf16: false }] {
+            let mut wrong = [0u64; 2];
+            for high in 0..=u16::MAX as u32 {
+                for (low, x) in xs.iter_mut().enumerate() {
+                    *x = f32::from_bits(high << 16 | low as u32);
+                }
+                avx512.store(&xs, &mut b);
+                avx512.store(&xs, &mut h);
+                for ((x, b), h) in xs.iter().zip(&b).zip(&h) {
+                    wrong[0] += (b.to_bits() != <bf16 as Storage>::from_f32(*x).to_bits()) as u64;
+                    let f16_ref = <f16 as Storage>::from_f32(*x).to_bits();
+                    let differs = h.to_bits() != f16_ref || f16_ref != f16::from_f32_const(*x).to_bits();
+                    wrong[1] += differs as u64;
+                }
             }
-            avx512.store(&xs, &mut b);
-            avx512.store(&xs, &mut h);
-            for ((x, b), h) in xs.iter().zip(&b).zip(&h) {
-                wrong[0] += (b.to_bits() != <bf16 as Storage>::from_f32(*x).to_bits()) as u64;
-                let f16_ref = <f16 as Storage>::from_f32(*x).to_bits();
-                let differs = h.to_bits() != f16_ref || f16_ref != f16::from_f32_const(*x).to_bits();
-                wrong[1] += differs as u64;
-            }
+            assert_eq!(wrong, [0, 0], "mismatches: bf16, f16 ({avx512:?})");
         }
-        assert_eq!(wrong, [0, 0], "mismatches: bf16, f16");
     }
 }

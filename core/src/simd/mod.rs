@@ -165,9 +165,6 @@ impl Isa {
     }
 }
 
-/// Runs `pass` (a loop over slices without conversions: a reduction, a check) compiled for this
-/// CPU's best instruction set, so that it vectorizes at that width; `pass` must be inlined
-/// into it, so what it calls is `#[inline(always)]`.
 /// `job` with `conv`, never inlined (see [`Isa::run_on_slices`]); for the instruction sets
 /// that need no target feature.
 #[inline(never)]
@@ -183,24 +180,6 @@ fn run_on_slices<J: SlicesJob, C: Convert>(
     job.run(conv, p, g, [s0, s1, s2]);
 }
 
-#[inline(always)]
-pub(crate) fn fastest<R>(pass: impl FnOnce() -> R) -> R {
-    /// The pass as a job whose conversions go unused.
-    struct Pass<F>(F);
-
-    impl<R, F: FnOnce() -> R> WithConvert for Pass<F> {
-        type Output = R;
-
-        #[inline(always)]
-        fn run<C: Convert>(self, _: C) -> R {
-            (self.0)()
-        }
-    }
-
-    Isa::detect().run(Pass(pass))
-}
-
-/// Work over chunks that runs with any instruction set's conversions ([`Isa::run`]).
 /// Work over θ, g and three state slots as `f32` slices with the conversions and instructions of
 /// one instruction set ([`Isa::run_on_slices`]).
 pub(crate) trait SlicesJob {
@@ -208,6 +187,9 @@ pub(crate) trait SlicesJob {
     fn run<C: Convert>(self, conv: C, p: &mut [f32], g: &[f32], s: [&mut [f32]; 3]);
 }
 
+/// Work that runs with any instruction set's conversions ([`Isa::run`]): a pass over
+/// chunks, compiled for the instruction set so that it vectorizes at its width (what it calls
+/// is `#[inline(always)]`).
 pub(crate) trait WithConvert {
     /// What the work returns.
     type Output;
@@ -218,6 +200,10 @@ pub(crate) trait WithConvert {
 
 /// Converts chunks of one storage type from and to `f32`.
 pub trait Convert: Copy {
+    /// Whether the conversions are vector instructions, so that a pass over half-precision
+    /// data converts it a chunk at a time through them rather than element by element.
+    const VECTOR: bool = true;
+
     /// `dst[i] = src[i].to_f32()`, over `src.len() == dst.len()` elements.
     fn load<T: Storage>(self, src: &[T], dst: &mut [f32]);
 
@@ -247,6 +233,8 @@ pub trait Convert: Copy {
 pub(crate) struct Portable;
 
 impl Convert for Portable {
+    const VECTOR: bool = false;
+
     #[inline(always)]
     fn load<T: Storage>(self, src: &[T], dst: &mut [f32]) {
         for (d, s) in dst.iter_mut().zip(src) {

@@ -316,6 +316,11 @@ trait HalfLanes {
     type Scalar: Storage;
     /// The bits of each lane of `x` rounded to nearest even.
     unsafe fn nearest(x: __m256) -> __m256i;
+    /// [`HalfLanes::nearest`] packed into eight 16-bit lanes.
+    #[inline(always)]
+    unsafe fn nearest_packed(x: __m256) -> __m128i {
+        narrow(Self::nearest(x))
+    }
     /// The `f32` value of each lane's bits.
     unsafe fn widen(bits: __m256i) -> __m256;
 }
@@ -330,14 +335,11 @@ impl HalfLanes for Bf16Lanes {
     #[inline(always)]
     unsafe fn nearest(x: __m256) -> __m256i {
         let b = _mm256_castps_si256(x);
-        let top = _mm256_srli_epi32::<16>(b);
-        let lsb = _mm256_and_si256(top, _mm256_set1_epi32(1));
-        let bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb);
-        let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(b, bias));
-        let quiet = _mm256_or_si256(top, _mm256_set1_epi32(0x40));
-        let magnitude = _mm256_and_si256(b, _mm256_set1_epi32(0x7fff_ffff));
-        let is_nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f80_0000));
-        _mm256_blendv_epi8(rounded, quiet, is_nan)
+        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(1));
+        let rounded = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb);
+        let quiet = _mm256_or_si256(b, _mm256_set1_epi32(0x40_0000));
+        let is_nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(x, x));
+        _mm256_srli_epi32::<16>(_mm256_blendv_epi8(rounded, quiet, is_nan))
     }
 
     #[inline(always)]
@@ -351,7 +353,12 @@ impl HalfLanes for F16Lanes {
 
     #[inline(always)]
     unsafe fn nearest(x: __m256) -> __m256i {
-        _mm256_cvtepu16_epi32(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
+        _mm256_cvtepu16_epi32(Self::nearest_packed(x))
+    }
+
+    #[inline(always)]
+    unsafe fn nearest_packed(x: __m256) -> __m128i {
+        _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)
     }
 
     #[inline(always)]
@@ -402,8 +409,17 @@ unsafe fn load_f16(src: &[u16], dst: &mut [f32]) {
         _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
         i += 8;
     }
-    for j in i..n {
-        dst[j] = f16::from_bits(src[j]).to_f32();
+    // The tail through the same instruction, so that the function stays small enough to inline
+    // into the element loop (`half`'s conversion would not be).
+    if i < n {
+        let mut tail = [0u16; 8];
+        tail[..n - i].copy_from_slice(&src[i..n]);
+        let mut wide = [0.0f32; 8];
+        _mm256_storeu_ps(
+            wide.as_mut_ptr(),
+            _mm256_cvtph_ps(_mm_loadu_si128(tail.as_ptr().cast())),
+        );
+        dst[i..n].copy_from_slice(&wide[..n - i]);
     }
 }
 
@@ -418,12 +434,20 @@ unsafe fn store_nearest<H: HalfLanes>(src: &[f32], dst: &mut [u16]) {
     let mut i = 0;
     while i + 8 <= n {
         // In bounds: i + 8 ≤ n ≤ both lengths.
-        let bits = H::nearest(_mm256_loadu_ps(src.as_ptr().add(i)));
-        _mm_storeu_si128(dst.as_mut_ptr().add(i).cast(), narrow(bits));
+        let bits = H::nearest_packed(_mm256_loadu_ps(src.as_ptr().add(i)));
+        _mm_storeu_si128(dst.as_mut_ptr().add(i).cast(), bits);
         i += 8;
     }
-    for j in i..n {
-        dst[j] = H::Scalar::from_f32(src[j]).to_bits32() as u16;
+    // The tail through the same instructions, as in `load_f16`.
+    if i < n {
+        let mut tail = [0.0f32; 8];
+        tail[..n - i].copy_from_slice(&src[i..n]);
+        let mut bits = [0u16; 8];
+        _mm_storeu_si128(
+            bits.as_mut_ptr().cast(),
+            H::nearest_packed(_mm256_loadu_ps(tail.as_ptr())),
+        );
+        dst[i..n].copy_from_slice(&bits[..n - i]);
     }
 }
 
