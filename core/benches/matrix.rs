@@ -1,9 +1,9 @@
 //! Every rule × storage layout × finite check: one step over 16 M parameters (8 tensors of 2 M),
-//! one thread, each step's time over that of the plain f32 AdamW loop (`examples/roofline.rs`'s)
+//! one thread, each step's time over that of the plain f32 AdamW loop (`plain/mod.rs`)
 //! on tensors of the same size, the two alternated step by step, so that a slower machine or a
-//! busy neighbour slows both alike. `cargo xtask bench` runs it for each x86 instruction set the
-//! CPU has, prints the table of BENCHMARKS.md ("Core step: every rule × layout") and names
-//! the rows that got slower than the table there records.
+//! busy neighbour slows both alike. `cargo xtask bench` runs it for each vector instruction set
+//! the CPU has, prints the tables of BENCHMARKS.md ("Every rule × layout over a plain loop")
+//! and names the cells that got slower than the tables there record.
 //!
 //! `cargo bench -p homeadam-core --bench matrix -- [--simd NAME|best|vector] [--rounds N]
 //! [--only PREFIX] [--out PATH]` prints one line per row (and writes them to PATH),
@@ -20,6 +20,9 @@ use homeadam_core::{bf16, f16, Config, FiniteCheck, Optimizer, Q8Block, Simd, St
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod plain;
+
+use plain::plain;
 
 const PARAMS: usize = 16 << 20;
 const TENSORS: usize = 8;
@@ -38,36 +41,8 @@ const LAYOUTS: [&str; 5] = [
     "f32/f32/q8",
 ];
 
-/// The plain AdamW loop over one tensor, as `examples/roofline.rs` runs it.
-#[inline(always)]
-fn plain_adamw(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
-    let (lr, beta1, beta2, eps, wd) = (1e-3f32, 0.9f32, 0.999f32, 1e-8f32, 1e-2f32);
-    let (lr_over_bc1, sqrt_bc2, decay) = (lr / 0.1, 0.03f32, 1.0 - lr * wd);
-    let chunks = p.chunks_mut(256).zip(g.chunks(256));
-    for ((p, g), (m, v)) in chunks.zip(m.chunks_mut(256).zip(v.chunks_mut(256))) {
-        for i in 0..p.len() {
-            let mi = beta1 * m[i] + (1.0 - beta1) * g[i];
-            let vi = beta2 * v[i] + (1.0 - beta2) * (g[i] * g[i]);
-            m[i] = mi;
-            v[i] = vi;
-            p[i] = p[i] * decay - lr_over_bc1 * (mi / (vi.sqrt() / sqrt_bc2 + eps));
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn plain_avx2(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
-    plain_adamw(p, g, m, v)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-fn plain_avx512(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
-    plain_adamw(p, g, m, v)
-}
-
-/// The plain loop over tensors of the bench's size, compiled for `simd`'s instructions.
+/// The plain loop ([`plain`]) over tensors of the bench's size, compiled for `simd`'s
+/// instructions.
 struct Plain {
     simd: Simd,
     params: Vec<Vec<f32>>,
@@ -90,15 +65,7 @@ impl Plain {
     fn step(&mut self) -> f64 {
         let start = Instant::now();
         for ((p, g), (m, v)) in self.params.iter_mut().zip(&self.grads).zip(&mut self.moments) {
-            match self.simd {
-                // SAFETY: `simd` is available (checked in `main`), and AVX2 implies FMA on every
-                // CPU that has it; AVX-512 F implies AVX2 and FMA.
-                #[cfg(target_arch = "x86_64")]
-                Simd::Avx2 => unsafe { plain_avx2(p, g, m, v) },
-                #[cfg(target_arch = "x86_64")]
-                Simd::Avx512 => unsafe { plain_avx512(p, g, m, v) },
-                _ => plain_adamw(p, g, m, v),
-            }
+            plain(self.simd, p, g, m, v);
         }
         black_box(&self.params);
         start.elapsed().as_secs_f64() * 1e3

@@ -4,47 +4,23 @@
 //! slow alike. `cargo run --release -p homeadam-core --features std --example roofline --
 //! [adamw|ew|global] [trust|skip]` prints the minimum and median ms of each path.
 //!
-//! The plain loop is AdamW as `rules/adam.rs` computes it, without the core's telemetry, in
-//! chunks of 256 like the fast path, compiled for AVX2 and for AVX-512 on x86-64.
+//! The plain loop is `benches/plain/mod.rs`'s, which `benches/matrix.rs` runs beside every
+//! rule and layout.
 
 use std::time::Instant;
 
 use homeadam_core::{Config, FiniteCheck, Optimizer, Rule, Simd, Switch, Tensor, TensorAux};
+
+#[path = "../benches/plain/mod.rs"]
+mod plain;
+
+use plain::plain;
 
 const PARAMS: usize = 16 << 20;
 const TENSORS: usize = 8;
 const STEPS: usize = 25;
 /// Steps not timed: the first touch of the buffers and the first bias corrections.
 const WARM_UP: usize = 3;
-
-/// AdamW over one tensor: m, v ← moments of g; θ ← θ(1 − ηλ) − η/bc1 · m / (√v / √bc2 + ε).
-#[inline(always)]
-fn plain_adamw(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
-    let (lr, beta1, beta2, eps, wd) = (1e-3f32, 0.9f32, 0.999f32, 1e-8f32, 1e-2f32);
-    let (lr_over_bc1, sqrt_bc2, decay) = (lr / 0.1, 0.03f32, 1.0 - lr * wd);
-    let chunks = p.chunks_mut(256).zip(g.chunks(256));
-    for ((p, g), (m, v)) in chunks.zip(m.chunks_mut(256).zip(v.chunks_mut(256))) {
-        for i in 0..p.len() {
-            let mi = beta1 * m[i] + (1.0 - beta1) * g[i];
-            let vi = beta2 * v[i] + (1.0 - beta2) * (g[i] * g[i]);
-            m[i] = mi;
-            v[i] = vi;
-            p[i] = p[i] * decay - lr_over_bc1 * (mi / (vi.sqrt() / sqrt_bc2 + eps));
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn plain_avx2(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
-    plain_adamw(p, g, m, v)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-fn plain_avx512(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
-    plain_adamw(p, g, m, v)
-}
 
 /// One timed path.
 #[derive(Clone, Copy, PartialEq)]
@@ -150,17 +126,4 @@ fn main() {
             t[t.len() / 2]
         );
     }
-}
-
-/// The plain loop compiled for `simd`.
-fn plain(simd: Simd, p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `paths` lists only the instruction sets this CPU has (`Simd::is_available`).
-    match simd {
-        Simd::Avx512 => return unsafe { plain_avx512(p, g, m, v) },
-        Simd::Avx2 => return unsafe { plain_avx2(p, g, m, v) },
-        _ => {}
-    }
-    let _ = simd;
-    plain_adamw(p, g, m, v)
 }

@@ -8,15 +8,6 @@ use std::collections::BTreeMap;
 
 use crate::run;
 
-/// The layouts (θ / g / state), in the bench's order: the tables' columns.
-const LAYOUTS: [&str; 5] = [
-    "f32/f32/f32",
-    "bf16/bf16/bf16",
-    "f16/f16/f16",
-    "f32/f32/bf16",
-    "f32/f32/q8",
-];
-
 /// The line BENCHMARKS.md puts before the recorded table of one instruction set.
 fn marker(simd: &str) -> String {
     format!("<!-- core-matrix {simd} -->")
@@ -71,17 +62,28 @@ fn recorded(benchmarks: &str, simd: &str) -> Cells {
     let Some(start) = benchmarks.find(&marker(simd)) else {
         return cells;
     };
-    let table = benchmarks[start..]
+    let fields = |line: &str| -> Vec<String> {
+        line.trim_matches('|')
+            .split('|')
+            .map(|f| f.trim().to_string())
+            .collect()
+    };
+    let mut table = benchmarks[start..]
         .lines()
         .skip(1)
         .skip_while(|l| !l.starts_with('|'));
-    for line in table.take_while(|l| l.starts_with('|')).skip(2) {
-        let fields: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+    // The header names the layouts after the rule and the check.
+    let Some(header) = table.next() else {
+        return cells;
+    };
+    let layouts: Vec<String> = fields(header).into_iter().skip(2).collect();
+    for line in table.take_while(|l| l.starts_with('|')).skip(1) {
+        let fields = fields(line);
         let [rule, check, values @ ..] = fields.as_slice() else {
             continue;
         };
         let row = cells.entry((rule.to_string(), check.to_string())).or_default();
-        for (layout, value) in LAYOUTS.iter().zip(values) {
+        for (layout, value) in layouts.iter().zip(values) {
             if let Ok(v) = value.parse() {
                 row.insert(layout.to_string(), v);
             }
@@ -155,6 +157,13 @@ fn slower(simd: &str, now: &Cells, before: &Cells, noise: f64) -> Vec<String> {
 /// The table of one instruction set, with its marker, as BENCHMARKS.md keeps it.
 fn table(simd: &str, rows: &[&Measured], cells: &Cells, noise: f64) -> String {
     let rounds = rows.first().map_or(0, |m| m.rounds.len());
+    // The bench's order of the layouts.
+    let mut layouts: Vec<&str> = Vec::new();
+    for m in rows {
+        if !layouts.contains(&m.layout.as_str()) {
+            layouts.push(&m.layout);
+        }
+    }
     let mut text = format!(
         "\n{simd}: one step over 16 M parameters (8 tensors), one thread, over the plain f32 AdamW \
          loop's time in the same run; the least of {rounds} rounds, each the median of 9 steps. \
@@ -162,10 +171,10 @@ fn table(simd: &str, rows: &[&Measured], cells: &Cells, noise: f64) -> String {
         noise * 100.0,
         marker(simd)
     );
-    text.push_str(&format!("| rule | check | {} |\n", LAYOUTS.join(" | ")));
-    text.push_str(&format!("|---|---|{}\n", "---|".repeat(LAYOUTS.len())));
+    text.push_str(&format!("| rule | check | {} |\n", layouts.join(" | ")));
+    text.push_str(&format!("|---|---|{}\n", "---|".repeat(layouts.len())));
     for ((rule, check), row) in cells {
-        let values: Vec<String> = LAYOUTS
+        let values: Vec<String> = layouts
             .iter()
             .map(|l| row.get(*l).map_or(String::new(), |v| format!("{v:.2}")))
             .collect();
