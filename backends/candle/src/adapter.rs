@@ -3,7 +3,9 @@
 use std::borrow::Cow;
 
 use candle_core::backprop::GradStore;
-use candle_core::{bail, DType, Result, Tensor, Var};
+use candle_core::{DType, Result, Tensor, Var};
+
+use crate::error::bail;
 use candle_nn::VarMap;
 use homeadam_core::{
     Config, Dtype, ExactSum, Group, Optimizer, StateStorage, Step, StepReport, Storage, TensorAux, Updates,
@@ -27,8 +29,9 @@ pub struct OptimConfig {
     /// Storage of the optimizer state (f32, bf16 or q8, on the CPU and on CUDA; f16 only with
     /// `core.allow_f16_state`).
     pub state_dtype: Dtype,
-    /// Decay every variable; by default biases and normalisation parameters are not decayed
-    /// (see [`crate::is_no_decay`]).
+    /// Decay every variable (the default, as candle-nn's `AdamW` and PyTorch's optimizers
+    /// do); `false` exempts biases and normalisation parameters from weight decay (the mask
+    /// of [`crate::is_no_decay`]).
     pub decay_all: bool,
     /// Parameter groups by name: `(name prefix, settings)`, the first matching prefix wins;
     /// a variable no prefix matches steps with [`GroupSettings::DEFAULT`]. Groups can also be
@@ -46,13 +49,13 @@ pub struct OptimConfig {
 }
 
 impl OptimConfig {
-    /// `core` with f32 state, the default decay exemptions, no clipping, a constant rate, and
-    /// skipped steps counted.
+    /// `core` with f32 state, weight decay on every variable, no clipping, a constant rate,
+    /// and skipped steps counted.
     pub fn new(core: Config) -> Self {
         OptimConfig {
             core,
             state_dtype: Dtype::F32,
-            decay_all: false,
+            decay_all: true,
             groups: Vec::new(),
             max_grad_norm: None,
             schedule: Schedule::Constant,
@@ -112,7 +115,8 @@ impl StepOutcome {
 ///
 /// Parameter groups: each variable steps in its [`homeadam_core::Group`]: η times its
 /// group's `lr_scale`, the group's λ, ε and β where it sets them, and λ = 0 for the variables
-/// exempt from decay ([`OptimConfig::groups`], [`VarOptimizer::add_group`]).
+/// the decay mask exempts when [`OptimConfig::decay_all`] is off ([`OptimConfig::groups`],
+/// [`VarOptimizer::add_group`]).
 ///
 /// A step with a gradient that holds NaN or ±∞ is skipped (nothing changes); the
 /// configuration's [`SkipPolicy`] says whether that is only counted, also warned about once,
@@ -199,7 +203,7 @@ impl VarOptimizer {
 
     /// Adds the variables `vars` as a parameter group with `settings` (PyTorch's
     /// `add_param_group`): they step after the variables already held, from zeroed state, at
-    /// the next step; the decay exemptions apply to them as to the others. A saved state
+    /// the next step; [`OptimConfig::decay_all`] applies to them as to the others. A saved state
     /// holds them: the optimizer that loads it must have the same groups, added in the same
     /// order. Nothing changes on error.
     pub fn add_group(&mut self, vars: Vec<(String, Var)>, settings: GroupSettings) -> Result<()> {
@@ -226,7 +230,8 @@ impl VarOptimizer {
     }
 
     /// Sets the function [`SkipPolicy::Warn`] sends its one warning to (standard error by
-    /// default), e.g. a `log` or `tracing` macro.
+    /// default), e.g. a `log` or `tracing` macro; a rate refused by the trait's
+    /// [`candle_nn::Optimizer::set_learning_rate`] is reported there too.
     pub fn set_warning_hook(&mut self, hook: impl FnMut(&str) + Send + 'static) {
         self.warn = Box::new(hook);
     }
@@ -309,7 +314,7 @@ impl VarOptimizer {
     /// Sets the base rate η₀ and applies schedule(η₀, position): the schedule goes on from
     /// its position with the new base, so after a cosine decay to its floor the rate stays at
     /// the floor ([`VarOptimizer::current_lr`] reports it). Refused like a bad config (η₀ not
-    /// finite and ≥ 0, or ηλ ≥ 1 for decoupled decay in some variable's group), leaving
+    /// finite and > 0, or ηλ ≥ 1 for decoupled decay in some variable's group), leaving
     /// everything unchanged.
     pub fn try_set_learning_rate(&mut self, base_lr: f64) -> Result<()> {
         if let Some(why) = self.refuse_rate(base_lr) {
@@ -340,8 +345,8 @@ impl VarOptimizer {
     /// schedule(η₀, position) is checked in every variable's group (the core checks a group
     /// only when a step reaches it).
     fn refuse_rate(&self, base_lr: f64) -> Option<String> {
-        if !(base_lr.is_finite() && base_lr >= 0.0) {
-            return Some(format!("learning rate {base_lr}: expected a finite value >= 0"));
+        if !(base_lr.is_finite() && base_lr > 0.0) {
+            return Some(format!("learning rate {base_lr}: expected a finite value > 0"));
         }
         self.refuse_groups(base_lr, &self.params)
     }
@@ -599,14 +604,16 @@ impl VarOptimizer {
     }
 }
 
-/// The variables of `vars` with elements, checked (dtype, given twice here or among `held`),
-/// each in the group `group(name, rank)` gives it.
+/// The variables of `vars` with elements, checked (dtype; the variable or its name given twice
+/// here or among `held`: a name identifies its variable in a saved state), each in the group
+/// `group(name, rank)` gives it.
 fn new_params(
     vars: Vec<(String, Var)>,
     held: &[Param],
     group: impl Fn(&str, usize) -> Group,
 ) -> Result<Vec<Param>> {
     let mut seen: std::collections::HashSet<_> = held.iter().map(|p| p.var.id()).collect();
+    let mut names: std::collections::HashSet<String> = held.iter().map(|p| p.name.clone()).collect();
     let mut params = Vec::with_capacity(vars.len());
     for (name, var) in vars.into_iter().filter(|(_, v)| v.elem_count() > 0) {
         if !matches!(var.dtype(), DType::F32 | DType::BF16 | DType::F16) {
@@ -617,6 +624,9 @@ fn new_params(
         }
         if !seen.insert(var.id()) {
             bail!("homeadam: variable {name} is given twice");
+        }
+        if !names.insert(name.clone()) {
+            bail!("homeadam: the name {name:?} is given to two variables; names identify variables in a saved state");
         }
         let group = group(&name, var.rank());
         params.push(Param { name, var, group });
@@ -761,7 +771,8 @@ impl<S: StateStorage> Visit for Lend<'_, '_, '_, S> {
 impl candle_nn::Optimizer for VarOptimizer {
     type Config = OptimConfig;
 
-    /// Unnamed variables: the decay exemption falls back to rank ≤ 1. Note that
+    /// Unnamed variables, named by their position: with [`OptimConfig::decay_all`] off, the
+    /// decay exemption falls back to rank ≤ 1. Note that
     /// `VarMap::all_vars()` comes in a per-process random order; use
     /// [`VarOptimizer::from_varmap`] when checkpoints must be resumed.
     fn new(vars: Vec<Var>, config: OptimConfig) -> Result<Self> {
@@ -786,11 +797,15 @@ impl candle_nn::Optimizer for VarOptimizer {
     /// schedule, [`candle_nn::Optimizer::learning_rate`] then reports schedule(η₀, position),
     /// not `lr`. The trait's setter cannot return an error: an invalid rate (negative, not
     /// finite, or ηλ ≥ 1) leaves η unchanged and every later step fails, naming the refused
-    /// rate, until a valid rate is set.
+    /// rate, until a valid rate is set. The refusal is also sent to the warning hook
+    /// ([`VarOptimizer::set_warning_hook`]) at once, so that it is seen at the call that made it.
     fn set_learning_rate(&mut self, lr: f64) {
         self.refused_lr = match self.refuse_rate(lr) {
             Some(why) => Some(format!("set_learning_rate({lr}) was refused ({why})")),
             None => self.try_set_learning_rate(lr).err().map(|e| e.to_string()),
         };
+        if let Some(refused) = &self.refused_lr {
+            (self.warn)(&format!("homeadam: {refused}; no step until a valid rate is set"));
+        }
     }
 }

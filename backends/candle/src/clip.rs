@@ -9,7 +9,9 @@
 //! with the core's gradient scale ‖g‖₂ / c).
 
 use candle_core::backprop::GradStore;
-use candle_core::{bail, DType, Result, Var};
+use candle_core::{DType, Result, Var};
+
+use crate::error::bail;
 use homeadam_core::ExactSum;
 
 /// Adds Σ g² of one gradient to `sum`, exactly (the core's bulk [`ExactSum::add_squares`]: the

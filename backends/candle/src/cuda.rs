@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use candle_core::cuda::CudaStorageSlice;
-use candle_core::{bail, Result, Storage as Stored, Tensor};
+use candle_core::{Result, Storage as Stored, Tensor};
+
+use crate::error::bail;
 use homeadam_core::{Dtype, Optimizer, StateStorage, StepReport, TensorAux};
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes};
 

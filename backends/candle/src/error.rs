@@ -18,3 +18,12 @@ pub(crate) fn core_err_about<E: Display>(what: impl Display) -> impl FnOnce(E) -
 pub(crate) fn cuda_err(e: impl Display) -> candle_core::Error {
     candle_core::Error::Msg(format!("homeadam (CUDA): {e}"))
 }
+
+/// candle's `bail!` without its backtrace: our messages are whole sentences of their own, and
+/// candle's macro appends a multi-line backtrace to the message under `RUST_BACKTRACE=1`.
+macro_rules! bail {
+    ($($arg:tt)*) => {
+        return Err(candle_core::Error::Msg(format!($($arg)*)))
+    };
+}
+pub(crate) use bail;

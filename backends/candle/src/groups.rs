@@ -1,7 +1,9 @@
 //! Parameter groups: which variables are decayed, and what each group changes of the rule's
 //! hyper-parameters.
 
-use candle_core::{bail, Result};
+use candle_core::Result;
+
+use crate::error::bail;
 use homeadam_core::Group;
 
 /// Whether a variable is exempt from weight decay: biases and normalisation parameters, as is
@@ -77,10 +79,14 @@ impl Default for GroupSettings {
     }
 }
 
-/// Refuses a group whose `lr_scale` is not finite and ≥ 0 (the other settings are checked
-/// against the rule when the variables are placed).
+/// Refuses a group whose `lr_scale` is not finite and ≥ 0, and a prefix given twice (the
+/// second would never match); the other settings are checked against the rule when the
+/// variables are placed.
 pub(crate) fn check_groups(groups: &[(String, GroupSettings)]) -> Result<()> {
-    for (prefix, g) in groups {
+    for (k, (prefix, g)) in groups.iter().enumerate() {
+        if groups[..k].iter().any(|(earlier, _)| earlier == prefix) {
+            bail!("homeadam: group {prefix:?} is given twice");
+        }
         let m = g.lr_scale;
         if !(m.is_finite() && m >= 0.0) {
             bail!("homeadam: group {prefix:?}: lr_scale = {m}, expected a finite value >= 0");

@@ -9,7 +9,9 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 
 use candle_core::backend::BackendStorage;
-use candle_core::{bail, CpuStorage, InplaceOp2, Layout, Result, Storage as Device, Tensor, Var};
+use candle_core::{CpuStorage, InplaceOp2, Layout, Result, Storage as Device, Tensor, Var};
+
+use crate::error::bail;
 use homeadam_core::{bf16, f16, Storage};
 
 use homeadam_core::ExactSum;

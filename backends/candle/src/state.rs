@@ -32,7 +32,9 @@
 //! checked (its one hyper-parameter). Version 1 held one core checkpoint per parameter group;
 //! it is refused by name. Loading checks everything before it changes anything.
 
-use candle_core::{bail, DType, Result};
+use candle_core::{DType, Result};
+
+use crate::error::bail;
 use homeadam_core::backend::Crc32;
 use homeadam_core::{
     Config, Dtype, Group, Optimizer, Rule, SliceSink, StateStorage, TensorAux, TensorState, TensorStateMut,

@@ -216,6 +216,7 @@ fn groups_are_one_core_step_with_one_global_decision() {
     core.weight_decay = 0.1;
     core.tau = 1e-6;
     let mut config = OptimConfig::new(core);
+    config.decay_all = false;
     config.groups = vec![scaled("fc.", 0.5)];
     // tiny = 1e-4 puts ρ below τ in conv.weight only (v̂ ~ 1e-8): every tensor must go home.
     for (tiny, home) in [(1e-4f32, true), (1.0, false)] {
@@ -586,6 +587,7 @@ fn load_refuses_mismatches_and_changes_nothing() {
 
     let mut multiplied = OptimConfig::new(core);
     multiplied.groups = vec![scaled("conv.", 2.0)];
+    multiplied.decay_all = false;
     let mut regrouped = VarOptimizer::from_named(model(DType::F32), multiplied).unwrap();
     let e = err(&mut regrouped, &bytes);
     assert!(
@@ -615,6 +617,38 @@ fn bad_inputs_are_errors() {
     let mut bad_multiplier = OptimConfig::new(core);
     bad_multiplier.groups = vec![scaled("nothing.", f64::INFINITY)];
     assert!(VarOptimizer::from_named(vars.clone(), bad_multiplier).is_err());
+    let mut same_prefix = OptimConfig::new(core);
+    same_prefix.groups = vec![scaled("fc.", 2.0), scaled("fc.", 3.0)];
+    let e = VarOptimizer::from_named(vars.clone(), same_prefix)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("group \"fc.\" is given twice"), "{e}");
+    let mut renamed = vars.clone();
+    renamed[1].0 = renamed[0].0.clone();
+    let e = VarOptimizer::from_named(renamed, OptimConfig::new(core))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("the name \"conv.weight\" is given to two variables"),
+        "{e}"
+    );
+    let mut grown = VarOptimizer::from_named(vars.clone(), OptimConfig::new(core)).unwrap();
+    let fresh = Var::zeros(3, DType::F32, &Device::Cpu).unwrap();
+    let e = grown
+        .add_group(vec![("fc.bias".into(), fresh)], GroupSettings::DEFAULT)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the name \"fc.bias\""), "{e}");
+    assert_eq!(grown.names().count(), vars.len());
+    let mut zero_rate = core;
+    zero_rate.lr = 0.0;
+    let e = VarOptimizer::from_named(vars.clone(), OptimConfig::new(zero_rate))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("learning rate 0: expected a finite value > 0"), "{e}");
 
     // A gradient in another variable's storage would be read after that variable's update.
     let mut opt = VarOptimizer::from_named(vars.clone(), OptimConfig::new(core)).unwrap();
@@ -643,15 +677,23 @@ fn bad_inputs_are_errors() {
 }
 
 #[test]
-fn a_refused_learning_rate_is_named_by_the_next_step() {
+fn a_refused_learning_rate_is_reported_at_once_and_by_the_next_step() {
     let vars = model(DType::F32);
     let mut opt = VarOptimizer::from_named(vars.clone(), OptimConfig::new(Config::new(Rule::AdamW))).unwrap();
     let (grads, _) = grads_for(&vars, 0, 1.0);
-    for bad in [f64::NAN, -1.0, 1e3] {
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = heard.clone();
+    opt.set_warning_hook(move |m| sink.lock().unwrap().push(m.to_string()));
+    for bad in [f64::NAN, -1.0, 0.0, f64::INFINITY, 1e3] {
         assert!(opt.try_set_learning_rate(bad).is_err(), "{bad}");
         assert_eq!(opt.learning_rate(), 1e-3);
         opt.set_learning_rate(bad);
         assert_eq!(opt.learning_rate(), 1e-3);
+        let said = heard.lock().unwrap().pop().unwrap();
+        assert!(
+            said.contains(&format!("set_learning_rate({bad}) was refused")),
+            "{said}"
+        );
         let e = opt.step(&grads).unwrap_err().to_string();
         assert!(
             e.contains(&format!("set_learning_rate({bad}) was refused")),
@@ -675,6 +717,7 @@ fn group_overrides_are_the_cores() {
     let mut core = Config::new(Rule::AdamW);
     core.lr = 1e-2;
     let mut config = OptimConfig::new(core);
+    config.decay_all = false;
     let head = GroupSettings {
         lr_scale: 0.5,
         weight_decay: Some(0.3),
@@ -689,7 +732,11 @@ fn group_overrides_are_the_cores() {
     assert!(!g[4].decay && g[4].beta2 == Some(0.99));
     let want = core_run::<f32>(*opt.opt.config(), &g, 3, 1.0, DType::F32);
     assert_eq!(bits(&got), bits(&want));
-    let (plain, _) = adapter_run(OptimConfig::new(core), 3, 1.0, DType::F32);
+    let plain = OptimConfig {
+        decay_all: false,
+        ..OptimConfig::new(core)
+    };
+    let (plain, _) = adapter_run(plain, 3, 1.0, DType::F32);
     assert_eq!(bits(&got[..3]), bits(&plain[..3]));
     assert_ne!(bits(&got[3..]), bits(&plain[3..]));
 
