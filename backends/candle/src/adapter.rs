@@ -11,11 +11,12 @@ use homeadam_core::{
     Config, Dtype, ExactSum, Group, Optimizer, StateStorage, Step, StepReport, Storage, TensorAux, Updates,
 };
 
-use super::clip::{check_max_norm, clip_scale};
+use super::clip::clip_scale;
 use super::error::{core_err, core_err_about};
 use super::groups::{check_groups, group, GroupSettings};
 use super::inspect::slot_tensors;
 use super::lend::{add_grad_squares, check_distinct, with_slices, Visit};
+use super::options;
 use super::placement::{OnStatesMut, Param, Placement, States};
 use super::schedule::Schedule;
 use super::state::{self, load_into, Adopted, Settings};
@@ -79,6 +80,28 @@ pub enum SkipPolicy {
     /// Skip, count, and return an error from the step (also from the
     /// [`candle_nn::Optimizer`] trait's `step` and `backward_step`).
     Error,
+}
+
+impl SkipPolicy {
+    /// Every policy, by the name a saved state records.
+    const NAMED: [(SkipPolicy, &'static str); 3] = [
+        (SkipPolicy::Count, "count"),
+        (SkipPolicy::Warn, "warn"),
+        (SkipPolicy::Error, "error"),
+    ];
+
+    /// The policy's name: `count`, `warn` or `error`.
+    pub(crate) fn name(self) -> &'static str {
+        Self::NAMED
+            .iter()
+            .find(|(p, _)| *p == self)
+            .map_or("count", |(_, n)| n)
+    }
+
+    /// The policy named `name`.
+    pub(crate) fn parse(name: &str) -> Option<SkipPolicy> {
+        Self::NAMED.iter().find(|(_, n)| *n == name).map(|(p, _)| *p)
+    }
 }
 
 /// What one step did.
@@ -159,11 +182,7 @@ impl VarOptimizer {
             .core
             .check_state_dtype(config.state_dtype)
             .map_err(core_err)?;
-        config.schedule.validate().map_err(candle_core::Error::Msg)?;
-        if let Some(c) = config.max_grad_norm {
-            check_max_norm(c)?;
-        }
-        check_groups(&config.groups)?;
+        options::check(&config)?;
         let params = new_params(vars, &[], |name, rank| {
             let settings = config
                 .groups
@@ -515,7 +534,10 @@ impl VarOptimizer {
         Settings {
             position: self.position,
             skipped: self.skipped,
-            config: self.knob_config(),
+            config: OptimConfig {
+                core: self.knob_config(),
+                ..self.config.clone()
+            },
         }
     }
 
@@ -557,25 +579,19 @@ impl VarOptimizer {
             self.position,
             self.base_lr,
             self.opt.clone(),
-            self.config.core,
+            self.config.clone(),
             self.skipped,
         );
-        if config != self.knob_config() {
-            self.opt = Optimizer::new(config).map_err(core_err)?;
-            self.config.core = config;
+        if config.core != self.knob_config() {
+            self.opt = Optimizer::new(config.core).map_err(core_err)?;
         }
-        (self.position, self.base_lr, self.skipped) = (position, config.lr, skipped);
+        (self.position, self.base_lr, self.skipped) = (position, config.core.lr, skipped);
+        self.config = config;
         let loaded = self.apply_lr().and_then(|()| self.load_states(core));
         match loaded {
             Ok(()) => self.refused_lr = None,
             Err(_) => {
-                (
-                    self.position,
-                    self.base_lr,
-                    self.opt,
-                    self.config.core,
-                    self.skipped,
-                ) = old;
+                (self.position, self.base_lr, self.opt, self.config, self.skipped) = old;
                 self.sync_device_lr()?;
             }
         }

@@ -73,6 +73,30 @@ impl GroupSettings {
     };
 }
 
+impl GroupSettings {
+    /// The core group of these settings, decayed or not.
+    pub(crate) fn to_group(self, decay: bool) -> Group {
+        Group {
+            lr_scale: self.lr_scale,
+            decay,
+            weight_decay: self.weight_decay,
+            eps: self.eps,
+            beta1: self.beta1,
+            beta2: self.beta2,
+        }
+    }
+}
+
+/// The hyper-parameters a group may set, by name, with its values (`None`: the config's).
+pub(crate) fn overrides(g: Group) -> [(&'static str, Option<f64>); 4] {
+    [
+        ("weight_decay", g.weight_decay),
+        ("eps", g.eps),
+        ("beta1", g.beta1),
+        ("beta2", g.beta2),
+    ]
+}
+
 impl Default for GroupSettings {
     fn default() -> Self {
         GroupSettings::DEFAULT
@@ -98,14 +122,7 @@ pub(crate) fn check_groups(groups: &[(String, GroupSettings)]) -> Result<()> {
 /// The core parameter group of a variable: `settings`, and decay unless [`is_no_decay`]
 /// exempts it (and `decay_all` is off).
 pub(crate) fn group(name: &str, rank: usize, decay_all: bool, settings: GroupSettings) -> Group {
-    Group {
-        lr_scale: settings.lr_scale,
-        decay: decay_all || !is_no_decay(name, rank),
-        weight_decay: settings.weight_decay,
-        eps: settings.eps,
-        beta1: settings.beta1,
-        beta2: settings.beta2,
-    }
+    settings.to_group(decay_all || !is_no_decay(name, rank))
 }
 
 #[cfg(test)]

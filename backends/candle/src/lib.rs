@@ -9,6 +9,7 @@ mod error;
 mod groups;
 mod inspect;
 mod lend;
+mod options;
 mod placement;
 mod schedule;
 mod state;

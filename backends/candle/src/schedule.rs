@@ -30,7 +30,40 @@ pub enum Schedule {
     },
 }
 
+/// `constant`, `cosine(total K, min_lr η_min)` or `step(every N, gamma γ)`, each number as
+/// the shortest text that reads back to the same value (as a saved state records it).
+impl std::fmt::Display for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Schedule::Constant => write!(f, "constant"),
+            Schedule::Cosine { total, min_lr } => write!(f, "cosine(total {total}, min_lr {min_lr})"),
+            Schedule::Step { every, gamma } => write!(f, "step(every {every}, gamma {gamma})"),
+        }
+    }
+}
+
 impl Schedule {
+    /// The schedule its `Display` wrote as `text`.
+    pub(crate) fn parse(text: &str) -> Option<Schedule> {
+        if text == "constant" {
+            return Some(Schedule::Constant);
+        }
+        let (kind, args) = text.strip_suffix(')')?.split_once('(')?;
+        let (first, second) = args.split_once(", ")?;
+        let value = |arg: &str, key: &str| arg.strip_prefix(key)?.strip_prefix(' ').map(str::to_owned);
+        match kind {
+            "cosine" => Some(Schedule::Cosine {
+                total: value(first, "total")?.parse().ok()?,
+                min_lr: value(second, "min_lr")?.parse().ok()?,
+            }),
+            "step" => Some(Schedule::Step {
+                every: value(first, "every")?.parse().ok()?,
+                gamma: value(second, "gamma")?.parse().ok()?,
+            }),
+            _ => None,
+        }
+    }
+
     /// Checks the schedule's own parameters.
     pub fn validate(&self) -> Result<(), String> {
         match *self {
@@ -132,6 +165,24 @@ mod tests {
         let step = Schedule::Step { every: 2, gamma: 0.5 };
         assert_eq!(step.lr_after_warmup(0.8, 1, 2), 0.8);
         assert_eq!(step.lr_after_warmup(0.8, 4, 2), 0.4);
+    }
+
+    #[test]
+    fn text_reads_back() {
+        for s in [
+            Schedule::Constant,
+            Schedule::Cosine {
+                total: 4,
+                min_lr: 1e-5,
+            },
+            Schedule::Step {
+                every: 30,
+                gamma: 0.1,
+            },
+        ] {
+            assert_eq!(Schedule::parse(&s.to_string()), Some(s), "{s}");
+        }
+        assert_eq!(Schedule::parse("cosine(total 4)"), None);
     }
 
     #[test]

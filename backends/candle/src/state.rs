@@ -1,11 +1,12 @@
 //! [`VarOptimizer`](crate::VarOptimizer)'s state as bytes: one core checkpoint of the whole
 //! model, in an envelope that describes it (the rule, the hyper-parameters it reads, the state
-//! type, each variable's name, shape, dtype and group) and holds the schedule's place.
+//! type, the adapter's options, each variable's name, shape, dtype and group) and holds the
+//! schedule's place.
 //!
 //! ```text
 //! offset  size  field
 //!      0     8  magic "HACANDLE"
-//!      8     2  format version (3)
+//!      8     2  format version (4)
 //!     10     2  reserved, 0
 //!     12     4  variable count V
 //!     16     8  schedule position k
@@ -15,6 +16,9 @@
 //!                 rule name (`Rule::name`), state dtype name (`Dtype::name`)
 //!              2  hyper-parameter count H, then H × (name text, value text): the rule's knobs
 //!                 as `Config::knobs` lists them (η = η₀) and `Knob`'s `Display` writes them
+//!              2  option count O, then O × (name text, 2 value length bytes, UTF-8 value):
+//!                 schedule, warm-up, clipping norm, skip policy, decay_all and the groups
+//!                 (`options.rs` lists them and writes their values)
 //! per variable, in stepping order:
 //!              2  name length, then the UTF-8 name
 //!              1  rank r, then r dimensions of 8 bytes
@@ -27,8 +31,9 @@
 //!                 with every variable in stepping order
 //! end          4  CRC-32 (IEEE) of every byte before it
 //! ```
-//! All integers little-endian. Version 2 (homeadam-candle before the self-describing state)
-//! has no skipped count, texts, dtypes or group overrides: it still loads, with only η₀
+//! All integers little-endian. Version 3 has no options: it still loads, with the optimizer's
+//! options unchecked. Version 2 (homeadam-candle before the self-describing state) has no
+//! skipped count, texts, dtypes or group overrides either: it still loads, with only η₀
 //! checked (its one hyper-parameter). Version 1 held one core checkpoint per parameter group;
 //! it is refused by name. Loading checks everything before it changes anything.
 
@@ -37,23 +42,29 @@ use candle_core::{DType, Result};
 use crate::error::bail;
 use homeadam_core::backend::Crc32;
 use homeadam_core::{
-    Config, Dtype, Group, Optimizer, Rule, SliceSink, StateStorage, TensorAux, TensorState, TensorStateMut,
+    Dtype, Group, Optimizer, Rule, SliceSink, StateStorage, TensorAux, TensorState, TensorStateMut,
 };
 
+use super::adapter::OptimConfig;
 use super::error::core_err;
+use super::groups::overrides;
+use super::options;
 use super::placement::{OnStates, OnStatesMut, Param, States};
 
 const MAGIC: &[u8; 8] = b"HACANDLE";
-const VERSION: u16 = 3;
+const VERSION: u16 = 4;
+/// The format before the envelope recorded the adapter's options.
+const VERSION_3: u16 = 3;
 /// The format before the envelope described its state.
 const VERSION_2: u16 = 2;
 
-/// A hyper-parameter that
+/// A hyper-parameter or option that
 /// [`VarOptimizer::load_state_adopting`](crate::VarOptimizer::load_state_adopting) took from
 /// the saved state, with the value it replaced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Adopted {
-    /// The knob's name, as [`homeadam_core::Config::knobs`] lists it (`lr` is η₀).
+    /// The knob's name, as [`homeadam_core::Config::knobs`] lists it (`lr` is η₀), or the
+    /// option's: `schedule`, `warmup`, `max_grad_norm` or `on_skip`.
     pub name: String,
     /// The optimizer's value before the load.
     pub was: String,
@@ -80,9 +91,14 @@ fn put_text(out: &mut Vec<u8>, text: &str) -> Result<()> {
     Ok(())
 }
 
-/// The group's overrides in envelope order.
-fn overrides(g: Group) -> [Option<f64>; 4] {
-    [g.weight_decay, g.eps, g.beta1, g.beta2]
+/// Appends a text of at most 65535 bytes after its two length bytes.
+fn put_long_text(out: &mut Vec<u8>, text: &str) -> Result<()> {
+    let Ok(len) = u16::try_from(text.len()) else {
+        bail!("homeadam optimizer state: an option's value is longer than 65535 bytes");
+    };
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(text.as_bytes());
+    Ok(())
 }
 
 /// Appends the core checkpoint of every variable, lent as it is (no copy), after its length.
@@ -205,6 +221,13 @@ impl<'a> Reader<'a> {
     }
     fn text(&mut self) -> Result<String> {
         let len = self.u8()? as usize;
+        self.utf8(len)
+    }
+    fn long_text(&mut self) -> Result<String> {
+        let len = self.u16()? as usize;
+        self.utf8(len)
+    }
+    fn utf8(&mut self, len: usize) -> Result<String> {
         match std::str::from_utf8(self.take(len)?) {
             Ok(text) => Ok(text.to_string()),
             Err(_) => bail!("homeadam optimizer state: a text is not UTF-8"),
@@ -222,10 +245,7 @@ fn describe(g: Group) -> String {
         g.lr_scale,
         if g.decay { "decayed" } else { "not decayed" }
     );
-    for (name, value) in ["weight_decay", "eps", "beta1", "beta2"]
-        .into_iter()
-        .zip(overrides(g))
-    {
+    for (name, value) in overrides(g) {
         if let Some(value) = value {
             text += &format!(", {name} {value:e}");
         }
@@ -238,6 +258,8 @@ struct Saved {
     skipped: u64,
     /// `(name, value)` of each hyper-parameter; η₀ only for version 2.
     knobs: Vec<(String, String)>,
+    /// `(name, value)` of each option; none before version 4.
+    options: Vec<(String, String)>,
 }
 
 /// What a state records of the optimizer besides its variables: restored by a load.
@@ -246,8 +268,8 @@ pub(crate) struct Settings {
     pub(crate) position: u64,
     /// Steps skipped.
     pub(crate) skipped: u64,
-    /// The rule and the hyper-parameters, with η = η₀.
-    pub(crate) config: Config,
+    /// The rule, the hyper-parameters (with η = η₀) and the options.
+    pub(crate) config: OptimConfig,
 }
 
 /// The envelope of a state: every byte before the core checkpoint.
@@ -261,7 +283,7 @@ pub(crate) fn envelope(settings: &Settings, state_dtype: Dtype, params: &[Param]
     };
     out.extend_from_slice(&count.to_le_bytes());
     out.extend_from_slice(&settings.position.to_le_bytes());
-    let config = settings.config;
+    let config = settings.config.core;
     out.extend_from_slice(&config.lr.to_bits().to_le_bytes());
     out.extend_from_slice(&settings.skipped.to_le_bytes());
     put_text(&mut out, config.rule.name())?;
@@ -271,6 +293,12 @@ pub(crate) fn envelope(settings: &Settings, state_dtype: Dtype, params: &[Param]
     for (name, value) in knobs {
         put_text(&mut out, name)?;
         put_text(&mut out, &value.to_string())?;
+    }
+    let recorded: Vec<_> = options::recorded(&settings.config).collect();
+    out.extend_from_slice(&(recorded.len() as u16).to_le_bytes());
+    for (name, value) in recorded {
+        put_text(&mut out, name)?;
+        put_long_text(&mut out, &value)?;
     }
     for p in params {
         let name = p.name.as_bytes();
@@ -293,7 +321,7 @@ pub(crate) fn envelope(settings: &Settings, state_dtype: Dtype, params: &[Param]
         put_text(&mut out, dtype_name(p.var.dtype()))?;
         out.extend_from_slice(&p.group.lr_scale.to_bits().to_le_bytes());
         out.push(p.group.decay as u8);
-        for value in overrides(p.group) {
+        for (_, value) in overrides(p.group) {
             out.push(value.is_some() as u8);
             out.extend_from_slice(&value.unwrap_or(0.0).to_bits().to_le_bytes());
         }
@@ -346,10 +374,10 @@ pub(crate) fn check<'a>(
     }
     let mut r = Reader { bytes, at: 8 };
     let version = r.u16()?;
-    if version != VERSION && version != VERSION_2 {
+    if !(VERSION_2..=VERSION).contains(&version) {
         bail!(
             "homeadam optimizer state: format version {version}, but this build reads versions \
-             {VERSION_2} and {VERSION} only (version 1 kept one core optimizer per parameter \
+             {VERSION_2} to {VERSION} only (version 1 kept one core optimizer per parameter \
              group); retrain"
         );
     }
@@ -373,15 +401,16 @@ pub(crate) fn check<'a>(
     }
     let position = r.u64()?;
     let base_lr = r.f64()?;
-    let saved = if version == VERSION {
-        read_settings(&mut r, ours.config.rule, state_dtype)?
+    let saved = if version >= VERSION_3 {
+        read_settings(&mut r, ours.config.core.rule, state_dtype, version)?
     } else {
         Saved {
             skipped: ours.skipped,
             knobs: vec![("lr".into(), homeadam_core::Knob::Real(base_lr).to_string())],
+            options: Vec::new(),
         }
     };
-    let (config, adopted) = settle_knobs(ours.config, &saved.knobs, adopt)?;
+    let (config, adopted) = settle(&ours.config, &saved, adopt)?;
     for p in params {
         check_variable(&mut r, p, version)?;
     }
@@ -402,9 +431,9 @@ pub(crate) fn check<'a>(
     })
 }
 
-/// The skipped count, rule, state type and hyper-parameters of a version 3 state; the
-/// rule and state type must be `rule_here` and `state_here`.
-fn read_settings(r: &mut Reader<'_>, rule_here: Rule, state_here: Dtype) -> Result<Saved> {
+/// The skipped count, rule, state type, hyper-parameters and (from version 4) options of a
+/// state; the rule and state type must be `rule_here` and `state_here`.
+fn read_settings(r: &mut Reader<'_>, rule_here: Rule, state_here: Dtype, version: u16) -> Result<Saved> {
     let skipped = r.u64()?;
     let (rule, state) = (r.text()?, r.text()?);
     let here = rule_here.name();
@@ -420,51 +449,91 @@ fn read_settings(r: &mut Reader<'_>, rule_here: Rule, state_here: Dtype) -> Resu
     for _ in 0..count {
         knobs.push((r.text()?, r.text()?));
     }
-    Ok(Saved { skipped, knobs })
+    let mut options = Vec::new();
+    if version >= VERSION {
+        for _ in 0..r.u16()? {
+            options.push((r.text()?, r.long_text()?));
+        }
+    }
+    Ok(Saved {
+        skipped,
+        knobs,
+        options,
+    })
 }
 
-/// The config to load with: `ours` if every saved knob has its value there; else (when
-/// adopting) the saved values, listed; else an error naming the differences.
-fn settle_knobs(ours: Config, saved: &[(String, String)], adopt: bool) -> Result<(Config, Vec<Adopted>)> {
-    let here: Vec<(&str, String)> = ours.knobs().map(|(n, v)| (n, v.to_string())).collect();
-    let mut differences = Vec::new();
-    for (name, value) in saved {
-        let mine = here.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
-        if mine != Some(value.as_str()) {
-            differences.push(Adopted {
+/// The saved values of `saved` that differ from `here`'s, each with this optimizer's value.
+fn differences<'a>(
+    here: impl Iterator<Item = (&'a str, String)>,
+    saved: &[(String, String)],
+) -> Vec<Adopted> {
+    let here: Vec<_> = here.collect();
+    saved
+        .iter()
+        .filter_map(|(name, value)| {
+            let mine = here.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+            (mine != Some(value.as_str())).then(|| Adopted {
                 name: name.clone(),
                 was: mine.unwrap_or("(not read by this rule)").to_string(),
                 now: value.clone(),
-            });
-        }
+            })
+        })
+        .collect()
+}
+
+/// `name = saved (here ours)` of each difference.
+fn listed(differences: &[&Adopted]) -> String {
+    let list: Vec<String> = differences
+        .iter()
+        .map(|d| format!("{} = {} (here {})", d.name, d.now, d.was))
+        .collect();
+    list.join(", ")
+}
+
+/// The config to load with: `ours` if every saved knob and option has its value there; else
+/// (when adopting) the saved values, listed; else an error naming the differences. The decay
+/// mask and the groups are never adopted: they decide each variable's group.
+fn settle(ours: &OptimConfig, saved: &Saved, adopt: bool) -> Result<(OptimConfig, Vec<Adopted>)> {
+    let knobs = differences(ours.core.knobs().map(|(n, v)| (n, v.to_string())), &saved.knobs);
+    let options = differences(options::recorded(ours), &saved.options);
+    if knobs.is_empty() && options.is_empty() {
+        return Ok((ours.clone(), Vec::new()));
     }
-    if differences.is_empty() {
-        return Ok((ours, differences));
+    let fixed: Vec<&Adopted> = options.iter().filter(|d| !options::adoptable(&d.name)).collect();
+    if !fixed.is_empty() {
+        bail!(
+            "homeadam optimizer state: saved with {}; build the optimizer with the saved decay \
+             mask and groups (a load never adopts them)",
+            listed(&fixed)
+        );
     }
     if !adopt {
-        let list: Vec<String> = differences
-            .iter()
-            .map(|d| format!("{} = {} (here {})", d.name, d.now, d.was))
-            .collect();
         bail!(
             "homeadam optimizer state: saved with {}; load_state_adopting takes the saved \
              values",
-            list.join(", ")
+            listed(&knobs.iter().chain(&options).collect::<Vec<_>>())
         );
     }
-    let mut config = ours;
-    for d in &differences {
-        if config.set_knob(&d.name, &d.now).is_none() {
+    let mut config = ours.clone();
+    for d in &knobs {
+        if config.core.set_knob(&d.name, &d.now).is_none() {
             bail!(
                 "homeadam optimizer state: cannot adopt {} = {} for rule {}",
                 d.name,
                 d.now,
-                config.rule.name()
+                config.core.rule.name()
             );
         }
     }
-    config.validate().map_err(core_err)?;
-    Ok((config, differences))
+    for d in &options {
+        let Some(adopted) = options::adopt(&config, &d.name, &d.now) else {
+            bail!("homeadam optimizer state: cannot adopt {} = {}", d.name, d.now);
+        };
+        config = adopted;
+    }
+    config.core.validate().map_err(core_err)?;
+    options::check(&config)?;
+    Ok((config, knobs.into_iter().chain(options).collect()))
 }
 
 /// Reads variable `p`'s entry and refuses one that is not `p` (name, shape, dtype, group).
@@ -490,7 +559,7 @@ fn check_variable(r: &mut Reader<'_>, p: &Param, version: u16) -> Result<()> {
             p.name
         );
     }
-    if version == VERSION {
+    if version >= VERSION_3 {
         let (saved, here) = (r.text()?, dtype_name(p.var.dtype()));
         if saved != here {
             bail!(
@@ -508,7 +577,7 @@ fn check_variable(r: &mut Reader<'_>, p: &Param, version: u16) -> Result<()> {
         },
         ..Group::DEFAULT
     };
-    if version == VERSION {
+    if version >= VERSION_3 {
         let mut values = [None; 4];
         for value in &mut values {
             let set = r.u8()?;

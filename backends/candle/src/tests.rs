@@ -566,7 +566,7 @@ fn load_refuses_mismatches_and_changes_nothing() {
     version_1[8..10].copy_from_slice(&1u16.to_le_bytes());
     let e = err(&mut other, &version_1);
     assert!(
-        e.contains("format version 1") && e.contains("versions 2 and 3 only"),
+        e.contains("format version 1") && e.contains("versions 2 to 4 only"),
         "{e}"
     );
     assert_eq!(other.save_state().unwrap(), before);
@@ -587,11 +587,18 @@ fn load_refuses_mismatches_and_changes_nothing() {
 
     let mut multiplied = OptimConfig::new(core);
     multiplied.groups = vec![scaled("conv.", 2.0)];
-    multiplied.decay_all = false;
     let mut regrouped = VarOptimizer::from_named(model(DType::F32), multiplied).unwrap();
     let e = err(&mut regrouped, &bytes);
+    assert!(e.contains(r#"groups = none (here "conv." (lr × 2))"#), "{e}");
+    // A group added after construction is checked variable by variable.
+    let mut added =
+        VarOptimizer::from_named(model(DType::F32)[..4].to_vec(), OptimConfig::new(core)).unwrap();
+    added
+        .add_group(model(DType::F32)[4..].to_vec(), scaled("", 2.0).1)
+        .unwrap();
+    let e = err(&mut added, &bytes);
     assert!(
-        e.contains("conv.weight was in group (lr × 1, decayed), here (lr × 2, decayed)"),
+        e.contains("fc.bias was in group (lr × 1, decayed), here (lr × 2, decayed)"),
         "{e}"
     );
     assert_eq!(regrouped.step_count(), 0);

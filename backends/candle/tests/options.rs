@@ -18,7 +18,6 @@ fn optimizer(rule: Rule, on_skip: SkipPolicy) -> (Var, VarOptimizer) {
     let w = Var::new(&[1.0f32, -2.0, 0.5], &Device::Cpu).unwrap();
     let mut config = OptimConfig::new(Config::new(rule));
     config.on_skip = on_skip;
-    config.decay_all = true;
     let opt = VarOptimizer::from_named(vec![("w".into(), w.clone())], config).unwrap();
     (w, opt)
 }
@@ -85,8 +84,7 @@ fn a_state_names_its_settings_and_can_be_adopted() {
     let other_w = Var::new(w.to_vec1::<f32>().unwrap().as_slice(), &Device::Cpu).unwrap();
     let mut core = Config::new(Rule::AdamW);
     (core.eps, core.lr) = (1e-6, 2e-3);
-    let mut config = OptimConfig::new(core);
-    config.decay_all = true;
+    let config = OptimConfig::new(core);
     let mut other = VarOptimizer::from_named(vec![("w".into(), other_w.clone())], config).unwrap();
     let e = other.load_state(&bytes).unwrap_err().to_string();
     assert!(
@@ -133,9 +131,7 @@ fn other_rules_state_types_and_dtypes_are_refused() {
     q8.state_dtype = homeadam_candle::core::Dtype::Q8;
     let e = load(q8, DType::F32);
     assert!(e.contains("saved f32, here q8"), "{e}");
-    let mut decay_all = OptimConfig::new(Config::new(Rule::AdamW));
-    decay_all.decay_all = true;
-    let e = load(decay_all, DType::BF16);
+    let e = load(OptimConfig::new(Config::new(Rule::AdamW)), DType::BF16);
     assert!(e.contains("w was f32, the variable is bf16"), "{e}");
 }
 
