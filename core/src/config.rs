@@ -297,25 +297,32 @@ impl Config {
     }
 
     /// Checks every hyper-parameter; the error names the first one out of range.
+    ///
+    /// The ranges keep every step of finite gradients finite (no 0 / 0, no ∞): ε ≥ the
+    /// smallest normal `f32` (ε = 0 makes m̂ / (v̂ + ε) and m̂ / (√v̂ + ε) 0 / 0 where a
+    /// gradient has been 0, and a smaller ε rounds to 0 in the kernels' `f32`), and η, λ, μ,
+    /// κ, ε, τ and the home scale at most [`LARGEST_KNOB`], so that their products
+    /// (η / bc1 · home scale, η / (2√ε), η² / bc1, η · μ) stay inside `f32`'s range.
     pub fn validate(&self) -> Result<(), Error> {
         let unit = "a finite value in [0, 1)";
-        check(self.lr, "lr", "a finite value >= 0", |x| x >= 0.0)?;
+        let scale = |x: f64| (0.0..=LARGEST_KNOB).contains(&x);
+        check(self.lr, "lr", UP_TO_LARGEST, scale)?;
         check(self.beta1, "beta1", unit, |x| (0.0..1.0).contains(&x))?;
         check(self.beta2, "beta2", unit, |x| (0.0..1.0).contains(&x))?;
-        check(self.eps, "eps", "a finite value >= 0", |x| x >= 0.0)?;
-        check(self.weight_decay, "weight_decay", "a finite value >= 0", |x| {
-            x >= 0.0
+        check(self.eps, "eps", EPS_RANGE, |x| {
+            (f32::MIN_POSITIVE as f64..=LARGEST_KNOB).contains(&x)
         })?;
-        check(self.momentum, "momentum", "a finite value >= 0", |x| x >= 0.0)?;
+        check(self.weight_decay, "weight_decay", UP_TO_LARGEST, scale)?;
+        check(self.momentum, "momentum", UP_TO_LARGEST, scale)?;
         check(self.dampening, "dampening", "a finite value in [0, 1]", |x| {
             (0.0..=1.0).contains(&x)
         })?;
-        check(self.kappa, "kappa", "a finite value >= 0", |x| x >= 0.0)?;
+        check(self.kappa, "kappa", UP_TO_LARGEST, scale)?;
         if reads(self, reads::HOME) {
-            check(self.tau, "tau", "a finite value > 0", |x| x > 0.0)?;
-            check(self.home_lr_scale, "home_lr_scale", "a finite value >= 0", |x| {
-                x >= 0.0
+            check(self.tau, "tau", "a finite value in (0, 1e6]", |x| {
+                x > 0.0 && scale(x)
             })?;
+            check(self.home_lr_scale, "home_lr_scale", UP_TO_LARGEST, scale)?;
             if let Some(c) = self.tau_calibration {
                 c.validate()?;
             }
@@ -380,6 +387,14 @@ impl Config {
         Some(())
     }
 }
+
+/// The largest value of η, λ, μ, κ, ε, τ and the home scale ([`Config::validate`]).
+pub const LARGEST_KNOB: f64 = 1e6;
+/// The range of a knob bounded by [`LARGEST_KNOB`], as errors state it.
+const UP_TO_LARGEST: &str = "a finite value in [0, 1e6]";
+/// The range of ε, as errors state it.
+const EPS_RANGE: &str = "a finite value in [1.2e-38, 1e6]: the smallest normal f32 or more, as \
+                         the update divides by v̂ + ε, which is 0 where a gradient has been 0";
 
 /// A hyper-parameter's value, as [`Config::knobs`] lists it. Its `Display` is exact: a real
 /// is written as the shortest text that parses back to the same bits (`0.999`, `1e-8`).
@@ -752,6 +767,14 @@ impl StepScalars {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn range_texts_state_the_largest_knob() {
+        let largest = format!("{LARGEST_KNOB:e}");
+        assert!(UP_TO_LARGEST.ends_with(&format!("{largest}]")));
+        assert!(EPS_RANGE.contains(&format!(", {largest}]")));
+        assert!(EPS_RANGE.contains(&format!("[{:.1e}", f32::MIN_POSITIVE)));
+    }
 
     #[test]
     fn names_round_trip() {

@@ -531,12 +531,13 @@ fn every_optimizer_resumes_to_the_same_bits() {
     }
 }
 
-/// A constant gradient and ε = 0 make SWATS's step −η sign(g), so its projected rate γ is
-/// constant: it switches to SGD at t = 2, and the checkpoint carries the SGD phase and rate.
+/// A constant gradient and the smallest ε (lost beside √v̂ in f32) make SWATS's step
+/// −η sign(g), so its projected rate γ is constant: it switches to SGD at t = 2, and the
+/// checkpoint carries the SGD phase and rate.
 #[test]
 fn swats_resumes_in_its_sgd_phase() {
     let mut config = single_group(Config::new(Rule::Swats));
-    config.core.eps = 0.0;
+    config.core.eps = f32::MIN_POSITIVE.into();
     let saved = assert_resumes(&config, 3, 6, true, "swats, constant gradient");
     assert!(saved.opt.swats_sgd_lr().is_some());
 }

@@ -13,6 +13,12 @@
 //! order (a check after the first update, which cannot be written, is dropped), an external
 //! finish or a new learning rate between steps. An exhausted input reads as zeros,
 //! which decode to defaults.
+//!
+//! An accepted config writes finite parameters from finite gradients: a copy of the model at
+//! unit scale (finite parameters and gradients clamped to [−1, 1], zero state, default
+//! per-tensor scalars) takes one step of a fresh optimizer, and every parameter must be
+//! finite after it. Not asserted where parameters or state are f16, whose range (65504) a step
+//! of an accepted η can leave.
 
 use arbitrary::{Result, Unstructured};
 use homeadam_core::backend::{Crc32, Histogram, Outcome, StepScalars};
@@ -84,6 +90,7 @@ fn fuzz(u: &mut Unstructured<'_>) -> Result<()> {
     }
     let mut reference = fast.clone();
     let mut model_ref: Vec<_> = model.iter().map(|s| s.boxed_clone()).collect();
+    let mut unit: Vec<_> = model.iter().map(|s| s.unit_clone()).collect();
     for _ in 0..u.int_in_range(1..=3)? {
         if flip(u)? {
             let lr = hyper(u, config.lr)?;
@@ -102,7 +109,21 @@ fn fuzz(u: &mut Unstructured<'_>) -> Result<()> {
             assert_eq!(a.bits(), b.bits(), "fast path and reference: slice {k}");
         }
     }
+    unit_step_is_finite(config, &mut unit);
     Ok(())
+}
+
+/// One step of a fresh optimizer of the accepted `config` over the unit-scale `model` leaves
+/// every parameter finite.
+fn unit_step_is_finite(config: Config, model: &mut [Box<dyn Slice>]) {
+    let mut opt = Optimizer::new(config).expect("the config was accepted");
+    let results = drive(&mut opt, model, 1.0, &Ops::InOrder, false);
+    for (k, slice) in model.iter().enumerate() {
+        assert!(
+            slice.params_finite(),
+            "{config:?}: unit-scale slice {k} holds a non-finite parameter after {results:?}"
+        );
+    }
 }
 
 /// A config of any rule, with each knob at its default more often than not (a knob the rule
@@ -372,6 +393,11 @@ trait Slice {
     /// Parameters, state and per-tensor scalars, NaN as one NaN.
     fn bits(&self) -> Vec<u32>;
     fn boxed_clone(&self) -> Box<dyn Slice>;
+    /// The slice at unit scale: finite parameters and gradients clamped to [−1, 1] (others 0),
+    /// zero state, default per-tensor scalars.
+    fn unit_clone(&self) -> Box<dyn Slice>;
+    /// Whether every parameter is finite; true where the parameters or the state are f16.
+    fn params_finite(&self) -> bool;
 }
 
 #[derive(Clone)]
@@ -434,6 +460,34 @@ impl<P: Storage, G: Storage, S: Storage> Slice for Tensors<P, G, S> {
 
     fn boxed_clone(&self) -> Box<dyn Slice> {
         Box::new(self.clone())
+    }
+
+    fn unit_clone(&self) -> Box<dyn Slice> {
+        let mut unit = self.clone();
+        for e in &mut unit.0 {
+            clamp_to_unit(&mut e.param);
+            clamp_to_unit(&mut e.grad);
+            e.state.fill(S::from_f32(0.0));
+            e.aux = TensorAux::default();
+        }
+        Box::new(unit)
+    }
+
+    fn params_finite(&self) -> bool {
+        let f16_range = !P::from_f32(1e30).to_f32().is_finite() || !S::from_f32(1e30).to_f32().is_finite();
+        f16_range
+            || self
+                .0
+                .iter()
+                .all(|e| e.param.iter().all(|x| x.to_f32().is_finite()))
+    }
+}
+
+/// Finite values clamped to [−1, 1], the others 0.
+fn clamp_to_unit<T: Storage>(values: &mut [T]) {
+    for x in values {
+        let v = x.to_f32();
+        *x = T::from_f32(if v.is_finite() { v.clamp(-1.0, 1.0) } else { 0.0 });
     }
 }
 
