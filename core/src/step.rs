@@ -206,6 +206,7 @@ impl Optimizer {
             next_swats_lr: None,
             #[cfg(feature = "std")]
             threads: 1,
+            key_index: None,
             rules: PhantomData,
         })
     }
@@ -250,6 +251,9 @@ pub struct Step<'o, F: RuleSet = All> {
     pub(crate) next_swats_lr: Option<f64>,
     #[cfg(feature = "std")]
     pub(crate) threads: usize,
+    /// The model-wide index that keys the next tensor's random draws, where it is not the
+    /// tensor's place in this step ([`Updates::update_as`]).
+    pub(crate) key_index: Option<u64>,
     pub(crate) rules: PhantomData<F>,
 }
 
@@ -616,7 +620,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
 
     /// `REFERENCE` is a const so that a program calling only the fast path links only the
     /// fast drivers (flash matters on microcontrollers).
-    fn update_with<const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage>(
+    pub(crate) fn update_with<const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
         isa: Isa,
@@ -636,6 +640,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
             return Ok(());
         }
         let swats_sgd = self.opt.swats_sgd_lr.is_some();
+        let first_updated = self.updated;
         let (mut group, mut scalars) = (Group::DEFAULT, self.scalars);
         for tensor in tensors.iter_mut() {
             let index = self.updated as u64;
@@ -651,7 +656,10 @@ impl<'o, F: RuleSet> Step<'o, F> {
                 // Adam(W)-srf, and every rule that ignores the branch.
                 None => branch::SRF,
             };
-            let key = tensor_key(config.seed, self.t, index);
+            let key_index = self
+                .key_index
+                .map_or(index, |first| first + (index - first_updated as u64));
+            let key = tensor_key(config.seed, self.t, key_index);
             let run = Run::<REFERENCE> {
                 rounding: config.rounding,
                 key,
@@ -718,7 +726,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
 
 /// One step in progress, in its updating phase: see [`Step::decide`].
 pub struct Updates<'o, F: RuleSet = All> {
-    step: Step<'o, F>,
+    pub(crate) step: Step<'o, F>,
 }
 
 impl<F: RuleSet> Updates<'_, F> {
