@@ -32,6 +32,7 @@ mod matrix;
 mod publish;
 mod stages;
 mod system;
+mod torch_package;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -207,14 +208,15 @@ fn test() {
     packages.join();
     let firmware = lanes::spawn("firmware");
     let aarch64 = lanes::spawn("aarch64");
-    match torch.join() {
-        Ok(Ok(python)) => std::env::set_var("HOMEADAM_TORCH_PYTHON", python),
+    let python = match torch.join() {
+        Ok(Ok(python)) => python,
         Ok(Err(e)) => fail_exit(&format!("PyTorch for host/benches/torch_train.py: {e}"), 1),
         Err(_) => fail_exit(
             "PyTorch for host/benches/torch_train.py: the installer panicked",
             1,
         ),
-    }
+    };
+    std::env::set_var("HOMEADAM_TORCH_PYTHON", &python);
     // homeadam-cuda and homeadam-jetson run with NVRTC and their output shown, in a lane
     // (cuda.rs).
     let tests = [
@@ -229,6 +231,7 @@ fn test() {
     ];
     let cuda_tests = cuda::spawn();
     stage_retrying("tests", &cache::workspace_target(), || run_tests("tests", &tests));
+    torch_package::test(&python);
     publish::check();
     docs();
     cuda::join(cuda_tests);

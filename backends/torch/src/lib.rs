@@ -1,0 +1,22 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+mod core_optimizer;
+mod raw;
+
+use pyo3::prelude::*;
+
+pub use core_optimizer::Core;
+pub use raw::{check_disjoint, check_gradient, ParamDtype, RawTensor, StateDtype, Visit};
+
+/// `homeadam._native`: the core's optimizer for `homeadam.torch`, which is the package's
+/// interface (it checks the tensors this module trusts).
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Core>()?;
+    m.add_function(wrap_pyfunction!(core_optimizer::defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(core_optimizer::config_names, m)?)?;
+    m.add_function(wrap_pyfunction!(core_optimizer::grad_squares, m)?)?;
+    m.add_function(wrap_pyfunction!(core_optimizer::norm_of, m)?)?;
+    Ok(())
+}
