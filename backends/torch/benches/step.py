@@ -11,14 +11,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Sequence
 
 import torch
 
 import homeadam.torch as ht
 
 
-def plain_homeadamw(params: List[torch.Tensor], lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-3,
+def plain_homeadamw(params: Sequence[torch.Tensor], lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-3,
                     weight_decay: float = 1e-2, tau: float = 1e-12) -> Callable[[], None]:
     """HomeAdamW (global switch) as a peer writes it in PyTorch: foreach ops and one global min."""
     ms = [torch.zeros_like(p) for p in params]
@@ -30,19 +30,19 @@ def plain_homeadamw(params: List[torch.Tensor], lr: float = 1e-3, betas=(0.9, 0.
     def step() -> None:
         nonlocal t
         t += 1
-        grads = [p.grad for p in params]
+        grads = [p.grad for p in params if p.grad is not None]
         torch._foreach_lerp_(ms, grads, 1 - b1)
         torch._foreach_mul_(vs, b2)
         torch._foreach_addcmul_(vs, grads, grads, value=1 - b2)
         bc1, bc2 = 1 - b1**t, 1 - b2**t
         rho = torch.stack([v.min() for v in vs]).min().item() / bc2
-        torch._foreach_mul_(params, 1 - lr * weight_decay)
+        torch._foreach_mul_(list(params), 1 - lr * weight_decay)
         if rho < tau:
-            torch._foreach_add_(params, ms, alpha=-lr / bc1)
+            torch._foreach_add_(list(params), ms, alpha=-lr / bc1)
         else:
             denom = torch._foreach_div(vs, bc2)
             torch._foreach_add_(denom, eps)
-            torch._foreach_addcdiv_(params, ms, denom, value=-lr / bc1)
+            torch._foreach_addcdiv_(list(params), ms, denom, value=-lr / bc1)
 
     return step
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from typing import Any, Callable, Dict, List
 
 import pytest
 import torch
@@ -13,6 +13,10 @@ import homeadam.torch as ht
 
 def param(*shape: int, dtype: torch.dtype = torch.float32) -> torch.nn.Parameter:
     return torch.nn.Parameter(torch.randn(*shape).to(dtype))
+
+
+def two_groups(second: Dict[str, Any]) -> List[Dict[str, Any]]:
+    return [{"params": [param(3)]}, dict(second, params=[param(3)])]
 
 
 @pytest.mark.parametrize(
@@ -38,8 +42,8 @@ def param(*shape: int, dtype: torch.dtype = torch.float32) -> torch.nn.Parameter
         (lambda: ht.AdamW([torch.zeros(3, device="meta")]), "CPU"),
         (lambda: ht.AdamW([torch.zeros(3), torch.zeros(3, device="meta")]), "CPU|device"),
         (lambda: ht.AdamW([{"params": [param(3)], "tau": 1.0}]), "tau"),
-        (lambda: ht.HomeAdamW([{"params": [param(3)]}, {"params": [param(3)], "tau": 1.0}]), "tau"),
-        (lambda: ht.HomeAdamW([{"params": [param(3)]}, {"params": [param(3)], "betas": (0.9, 0.9)}]), "beta2"),
+        (lambda: ht.HomeAdamW(two_groups({"tau": 1.0})), "tau"),
+        (lambda: ht.HomeAdamW(two_groups({"betas": (0.9, 0.9)})), "beta2"),
     ],
 )
 def test_bad_settings_are_value_errors(make: Callable[[], Any], match: str) -> None:

@@ -18,7 +18,7 @@ import homeadam.torch as ht
 SIZES = [(40, 9), (300,), (5,), (17, 3), (64,), (2, 2)]
 STEPS = 8
 
-CONFIGS: Dict[str, Callable[[List[torch.Tensor], Any], torch.optim.Optimizer]] = {
+CONFIGS: Dict[str, Callable[[List[torch.nn.Parameter], Any], ht._CoreOptimizer]] = {
     "homeadamw-global-clipped": lambda p, pg: ht.HomeAdamW(p, lr=1e-2, tau=1e-5, max_grad_norm=0.5, process_group=pg),
     "homeadamw-layer-calibrated": lambda p, pg: ht.HomeAdamW(
         p, lr=1e-2, switch="layer", tau_calibration=(0.3, 3), process_group=pg

@@ -12,7 +12,7 @@ import torch
 import homeadam.torch as ht
 
 
-def net(seed: int = 0) -> torch.nn.Module:
+def net(seed: int = 0) -> torch.nn.Sequential:
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
 
@@ -57,7 +57,7 @@ def test_matches_torch_optim(ours: Callable[..., Any], theirs: Callable[..., Any
 
 def test_param_groups_and_schedulers() -> None:
     """Per-group lr and weight decay, and a scheduler writing group["lr"], as torch's AdamW."""
-    def groups(m: torch.nn.Module) -> Any:
+    def groups(m: torch.nn.Sequential) -> Any:
         return [
             {"params": [m[0].weight, m[2].weight]},
             {"params": [m[0].bias, m[2].bias], "lr": 3e-3, "weight_decay": 0.0},

@@ -157,7 +157,7 @@ class _CoreOptimizer(Optimizer):
         self.last_report: Optional[Dict[str, Any]] = None
         super().__init__(params, defaults)
 
-    def _make_core(self, settings: Dict[str, Any]) -> Any:
+    def _make_core(self, settings: Dict[str, Any]) -> _native.Core:
         return _native.Core(
             self._rule, _core_knobs(settings), self._finite_check, self._state_dtype, self._allow_f16_state
         )
@@ -243,7 +243,7 @@ class _CoreOptimizer(Optimizer):
 
     def _state_of(self, p: torch.Tensor, buffer: Optional[torch.Tensor] = None, swats_lambda: float = 0.0) -> Dict[str, Any]:
         """``self.state[p]``: the state buffer the core steps, its slots as views, SWATS's Λ."""
-        state = self.state[p]
+        state: Dict[str, Any] = self.state[p]
         if buffer is None and "state" in state:
             return state
         buffer = self._new_buffer(p.numel()) if buffer is None else buffer
