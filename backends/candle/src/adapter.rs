@@ -78,7 +78,7 @@ pub enum SkipPolicy {
     /// unless [`VarOptimizer::set_warning_hook`] sets another).
     Warn,
     /// Skip, count, and return an error from the step (also from the
-    /// [`candle_nn::Optimizer`] trait's `step` and `backward_step`).
+    /// `candle_nn::Optimizer` trait's `step` and `backward_step`).
     Error,
 }
 
@@ -156,7 +156,7 @@ pub struct VarOptimizer {
     pub(crate) config: OptimConfig,
     pub(crate) base_lr: f64,
     pub(crate) position: u64,
-    /// Why the last [`candle_nn::Optimizer::set_learning_rate`] was refused; steps fail until
+    /// Why the last `candle_nn::Optimizer::set_learning_rate` was refused; steps fail until
     /// a valid rate is set.
     pub(crate) refused_lr: Option<String>,
     last: Option<StepOutcome>,
@@ -250,7 +250,7 @@ impl VarOptimizer {
 
     /// Sets the function [`SkipPolicy::Warn`] sends its one warning to (standard error by
     /// default), e.g. a `log` or `tracing` macro; a rate refused by the trait's
-    /// [`candle_nn::Optimizer::set_learning_rate`] is reported there too.
+    /// `candle_nn::Optimizer::set_learning_rate` is reported there too.
     pub fn set_warning_hook(&mut self, hook: impl FnMut(&str) + Send + 'static) {
         self.warn = Box::new(hook);
     }
@@ -312,13 +312,13 @@ impl VarOptimizer {
     }
 
     /// What the last step did (`None` before the first); also after
-    /// [`candle_nn::Optimizer::backward_step`], which returns nothing.
+    /// `candle_nn::Optimizer::backward_step`, which returns nothing.
     pub fn last_report(&self) -> Option<StepOutcome> {
         self.last
     }
 
     /// The current rate η = schedule(η₀, position) after the warm-up (before group
-    /// multipliers); also [`candle_nn::Optimizer::learning_rate`].
+    /// multipliers); also `candle_nn::Optimizer::learning_rate`.
     pub fn current_lr(&self) -> f64 {
         self.config
             .schedule
@@ -495,15 +495,18 @@ impl VarOptimizer {
     }
 
     /// Restores state saved by [`VarOptimizer::save_state`] for the same variables (names,
-    /// shapes, dtypes, order, groups), rule, hyper-parameters and state type; a difference is
-    /// refused, naming the field and both values. On any error nothing changes.
+    /// shapes, dtypes, order, groups), rule, hyper-parameters, state type, schedule, warm-up,
+    /// clipping norm, skip policy, decay mask and groups; a difference is refused, naming the
+    /// field and both values. A state saved before the format recorded the options (the
+    /// schedule to the groups) loads with this optimizer's. On any error nothing changes.
     pub fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
         self.load(bytes, false).map(|_| ())
     }
 
-    /// [`VarOptimizer::load_state`], but the saved hyper-parameters (η₀ included) replace the
-    /// optimizer's where they differ, as PyTorch's `load_state_dict` does; returns what was
-    /// adopted. The variables, the rule and the state type must still match.
+    /// [`VarOptimizer::load_state`], but the saved hyper-parameters (η₀ included), schedule,
+    /// warm-up, clipping norm and skip policy replace the optimizer's where they differ, as
+    /// PyTorch's `load_state_dict` does; returns what was adopted. The variables, the rule, the
+    /// state type, the decay mask and the groups must still match.
     pub fn load_state_adopting(&mut self, bytes: &[u8]) -> Result<Vec<Adopted>> {
         self.load(bytes, true)
     }
@@ -810,7 +813,7 @@ impl candle_nn::Optimizer for VarOptimizer {
     }
 
     /// Sets the base rate η₀ as [`VarOptimizer::try_set_learning_rate`] does: under a
-    /// schedule, [`candle_nn::Optimizer::learning_rate`] then reports schedule(η₀, position),
+    /// schedule, `candle_nn::Optimizer::learning_rate` then reports schedule(η₀, position),
     /// not `lr`. The trait's setter cannot return an error: an invalid rate (negative, not
     /// finite, or ηλ ≥ 1) leaves η unchanged and every later step fails, naming the refused
     /// rate, until a valid rate is set. The refusal is also sent to the warning hook

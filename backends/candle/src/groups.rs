@@ -13,7 +13,7 @@ use homeadam_core::Group;
 /// in `bias`, or any component starts with `bn` or `ln` or contains `norm` (case-insensitive:
 /// `bn1.weight`, `ln_f.weight`, `layer_norm.weight`, `LayerNorm.gamma`); and every variable of
 /// rank ≤ 1 (biases and norm scales of models with unhelpful names, e.g. the names
-/// [`candle_nn::Optimizer::new`] has to invent).
+/// `candle_nn::Optimizer::new` has to invent).
 pub fn is_no_decay(name: &str, rank: usize) -> bool {
     if rank <= 1 {
         return true;

@@ -23,7 +23,7 @@ struct Recorded {
 const RECORDED: [Recorded; 6] = [
     Recorded {
         name: "schedule",
-        get: |c| c.schedule.to_string(),
+        get: |c| c.schedule.text(),
         adopt: Some(|c, text| {
             c.schedule = Schedule::parse(text)?;
             Some(())

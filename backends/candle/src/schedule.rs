@@ -30,20 +30,18 @@ pub enum Schedule {
     },
 }
 
-/// `constant`, `cosine(total K, min_lr η_min)` or `step(every N, gamma γ)`, each number as
-/// the shortest text that reads back to the same value (as a saved state records it).
-impl std::fmt::Display for Schedule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Schedule {
+    /// `constant`, `cosine(total K, min_lr η_min)` or `step(every N, gamma γ)`, each number as
+    /// the shortest text that reads back to the same value (as a saved state records it).
+    pub(crate) fn text(&self) -> String {
         match *self {
-            Schedule::Constant => write!(f, "constant"),
-            Schedule::Cosine { total, min_lr } => write!(f, "cosine(total {total}, min_lr {min_lr})"),
-            Schedule::Step { every, gamma } => write!(f, "step(every {every}, gamma {gamma})"),
+            Schedule::Constant => "constant".into(),
+            Schedule::Cosine { total, min_lr } => format!("cosine(total {total}, min_lr {min_lr})"),
+            Schedule::Step { every, gamma } => format!("step(every {every}, gamma {gamma})"),
         }
     }
-}
 
-impl Schedule {
-    /// The schedule its `Display` wrote as `text`.
+    /// The schedule [`Schedule::text`] wrote as `text`.
     pub(crate) fn parse(text: &str) -> Option<Schedule> {
         if text == "constant" {
             return Some(Schedule::Constant);
@@ -180,7 +178,7 @@ mod tests {
                 gamma: 0.1,
             },
         ] {
-            assert_eq!(Schedule::parse(&s.to_string()), Some(s), "{s}");
+            assert_eq!(Schedule::parse(&s.text()), Some(s), "{s:?}");
         }
         assert_eq!(Schedule::parse("cosine(total 4)"), None);
     }
