@@ -134,6 +134,50 @@ fn steps() -> Vec<(String, Vec<u8>)> {
         seeds.push((format!("rule-{k}"), [&[k as u8][..], &random].concat()));
         let defaults = [&[k as u8][..], &[0; CONFIG_BYTES], &random].concat();
         seeds.push((format!("rule-{k}-defaults"), defaults));
+        seeds.extend(edges(k));
+    }
+    seeds
+}
+
+/// Indices in the step target's special values of 0, 5e-324, f32's largest and f64's largest.
+const EDGE_VALUES: [(u8, &str); 4] = [(0, "zero"), (13, "least"), (15, "f32-max"), (17, "f64-max")];
+
+/// The real knobs the step target decodes in order before its flags (lr, β1, β2, ε, λ, τ, μ,
+/// dampening, κ); the home scale comes later.
+const FIRST_KNOBS: usize = 9;
+
+/// Rule `k` with one real knob at an edge value (the others at their defaults), on one f32
+/// tensor of 4 zero parameters and zero gradients, one step: where validation accepts the
+/// config, the target's unit-scale step must leave the parameters finite (ε = 0 would make
+/// m̂ / (v̂ + ε) 0 / 0 there). Each byte follows the target's `arbitrary` decoding: 0 picks a
+/// default or the first choice, `[4, i]` the special value `i`, `[2, 0, 0, 0]` the value 0.
+fn edges(k: usize) -> Vec<(String, Vec<u8>)> {
+    let mut seeds = Vec::new();
+    for knob in 0..=FIRST_KNOBS {
+        for (special, name) in EDGE_VALUES {
+            let hyper = |i: usize| if i == knob { vec![4, special] } else { vec![0] };
+            let mut bytes = vec![k as u8];
+            (0..FIRST_KNOBS).for_each(|i| bytes.extend(hyper(i)));
+            // Six flags, the switch step's flag, the seed, rounding, the finite check.
+            bytes.extend([0; 6 + 1 + 8 + 1 + 1]);
+            bytes.extend(hyper(FIRST_KNOBS));
+            // ρ over, τ calibration, restore, grad scale: none; one slice of f32/f32/f32 with
+            // one tensor of 4 elements, its lengths as the tensor's.
+            bytes.extend([0, 0, 0, 0, 0, 0, 1, 0, 4, 0, 0]);
+            // Parameters, gradients, state (SGD keeps a slot with momentum), two scalars.
+            let mut config = Config::new(ALL_RULES[k]);
+            config.momentum = if knob == 6 && special != 0 {
+                1.0
+            } else {
+                config.momentum
+            };
+            for _ in 0..4 + 4 + 4 * config.state_slots() + 2 {
+                bytes.extend([2, 0, 0, 0]);
+            }
+            // Home elements, the default group, one step, no new rate, the phases in order.
+            bytes.extend([0, 0, 0, 0, 0, 0, 0, 0]);
+            seeds.push((format!("rule-{k}-knob-{knob}-{name}"), bytes));
+        }
     }
     seeds
 }
