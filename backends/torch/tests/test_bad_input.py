@@ -99,6 +99,8 @@ def test_a_bad_state_dict_is_refused() -> None:
     state = ht.HomeAdamW([param(3)]).state_dict()
     with pytest.raises(ValueError):
         opt.load_state_dict(state)
+    with pytest.raises(ValueError, match="another optimizer"):
+        ht.HomeAdamW([param(3)]).load_state_dict(opt.state_dict())
     with pytest.raises(ValueError):
         opt.import_state(b"not a checkpoint")
 

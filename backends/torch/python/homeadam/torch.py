@@ -300,11 +300,14 @@ class _CoreOptimizer(Optimizer):
                     raise ValueError(f"the saved state of a parameter of {p.numel()} elements has the wrong size")
                 buffers[p] = (buffer, float(saved.get("swats_lambda", 0.0)))
         saved_groups = state_dict["param_groups"]
+        missing = [k for k in self._settings if saved_groups and k not in saved_groups[0]]
+        if missing:
+            raise ValueError(f"the state dict was saved by another optimizer: its groups have no {missing[0]!r}")
         # The optimizer-wide hyper-parameters come with the state, as a group's do in torch.
         wide = {k: saved_groups[0][k] for k in self._settings if k not in self._group_keys and saved_groups}
         native = self._make_core(dict({k: self.defaults[k] for k in self._settings}, **wide))
         native.load_header(header.numpy().tobytes())
-        old = (self.param_groups, dict(self.defaults), self._native)
+        old = (self.param_groups, dict(self.defaults), self._native, self.state)
         super().load_state_dict(state_dict)
         self.defaults.update(wide)
         self._native = native
@@ -312,7 +315,7 @@ class _CoreOptimizer(Optimizer):
             for group in self.param_groups:
                 self._check_group(group)
         except ValueError:
-            self.param_groups, self.defaults, self._native = old
+            self.param_groups, self.defaults, self._native, self.state = old
             raise
         self.state.clear()
         for p, (buffer, swats_lambda) in buffers.items():
