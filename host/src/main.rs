@@ -136,7 +136,7 @@ enum Command {
         device: DeviceArg,
     },
     /// Streams the digits fine-tuning set to a board's serial port, framed for the firmware's
-    /// `board` app (firmware/README.md): raw 115,200 baud 8N1, paced for a polling UART.
+    /// `board` app (firmware/README.md): raw 115,200 baud 8N1, frames back to back.
     SendSamples {
         /// The serial port (e.g. /dev/ttyUSB0).
         #[arg(long)]
@@ -147,6 +147,10 @@ enum Command {
         /// Passes over the set (the board saves to flash after each).
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
         passes: u32,
+        /// RTS/CTS flow control, for an adapter and a receiver that have it (the firmware's
+        /// board app keeps up without it).
+        #[arg(long)]
+        rtscts: bool,
     },
     /// The training step's speed on synthetic data of an experiment's shapes (no download):
     /// images or tokens per second and the time per phase (data, forward, backward,
@@ -696,9 +700,11 @@ fn main() -> ExitCode {
             port,
             samples,
             passes,
+            rtscts,
         } => {
-            use homeadam_host::send_samples::{send_samples, Pace};
-            send_samples(&port, &samples, passes, Pace::BOARD)
+            use homeadam_host::send_samples::{send_samples, Flow};
+            let flow = if rtscts { Flow::RtsCts } else { Flow::None };
+            send_samples(&port, &samples, passes, flow)
                 .map(|sent| {
                     println!(
                         "sent {} frames ({} bytes) to {}",

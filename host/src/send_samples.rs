@@ -1,6 +1,8 @@
 //! `homeadam send-samples --port PATH`: streams the digits fine-tuning set to a board's serial
 //! port, framed as `homeadam_mcu::frame` (COBS, CRC-32, one sample per frame), for the
-//! firmware's `board` app, which fine-tunes on it and skips bad frames.
+//! firmware's `board` app, which fine-tunes on it and skips bad frames. The frames go out
+//! back to back at the line rate: the board receives by interrupt into a queue sized for its
+//! longest pause (firmware/README.md), so the sender leaves it no gaps.
 //!
 //! The set is `firmware/generated/finetune.bin` (65-byte records: 64 pixels 0..=16, then the
 //! label), written by `firmware/tools/pretrain.py`: the samples the QEMU firmware trains on.
@@ -9,8 +11,6 @@ use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::thread::sleep;
-use std::time::Duration;
 
 use homeadam_mcu::frame::{encode, frame_len, DELIMITER};
 use homeadam_mcu::Sample;
@@ -24,32 +24,18 @@ pub const CLASSES: u8 = 10;
 /// Bytes per record of the set: the features, then the label.
 pub const RECORD: usize = FEATURES + 1;
 
-/// Gaps the sender leaves for the board, which polls its UART without interrupts or DMA: bytes
-/// arriving while it computes a step or erases a flash sector would be lost (and then counted
-/// as bad frames, never trained on).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pace {
-    /// After every frame: longer than a step (about 1 ms at 48 MHz).
-    pub frame_gap: Duration,
-    /// After every pass over the set: the board saves to flash then (a 128 KiB sector erase
-    /// takes up to 2 s) and measures held-out accuracy.
-    pub pass_pause: Duration,
+/// Hardware flow control on a terminal port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Flow {
+    /// None: the receiver keeps up by itself (the firmware's `board` app does).
+    #[default]
+    None,
+    /// RTS/CTS: the adapter sends only while the receiver asserts CTS; for a receiver that
+    /// drives it (the `board` app does not: left unwired, CTS would stop the stream).
+    RtsCts,
 }
 
-impl Pace {
-    /// For the firmware's `board` app at 115,200 baud.
-    pub const BOARD: Pace = Pace {
-        frame_gap: Duration::from_millis(10),
-        pass_pause: Duration::from_secs(5),
-    };
-    /// As fast as the port takes the bytes (tests, links with flow control).
-    pub const NONE: Pace = Pace {
-        frame_gap: Duration::ZERO,
-        pass_pause: Duration::ZERO,
-    };
-}
-
-/// The serial settings a terminal port gets: raw 8N1, no flow control, this speed.
+/// The serial settings a terminal port gets: raw 8N1 at this speed, with the [`Flow`] asked for.
 pub const BAUD: libc::speed_t = libc::B115200;
 
 /// What was sent.
@@ -158,8 +144,8 @@ pub fn frame(sample: &Sample<FEATURES>) -> Vec<u8> {
 }
 
 /// Opens `port` for writing (never creating it) and, if it is a terminal, sets it to raw 8N1
-/// at [`BAUD`] without flow control; returns the file and whether it is a terminal.
-fn open_port(port: &Path) -> Result<(File, bool), SendError> {
+/// at [`BAUD`] with `flow`; returns the file and whether it is a terminal.
+fn open_port(port: &Path, flow: Flow) -> Result<(File, bool), SendError> {
     use std::os::unix::fs::OpenOptionsExt;
     let err = |source| SendError::Port {
         path: port.into(),
@@ -170,12 +156,12 @@ fn open_port(port: &Path) -> Result<(File, bool), SendError> {
         .custom_flags(libc::O_NOCTTY)
         .open(port)
         .map_err(err)?;
-    let terminal = raw_mode(&file).map_err(err)?;
+    let terminal = raw_mode(&file, flow).map_err(err)?;
     Ok((file, terminal))
 }
 
-/// Raw mode: no echo, no line editing, no newline translation, 8 data bits.
-fn raw_mode(file: &File) -> io::Result<bool> {
+/// Raw mode: no echo, no line editing, no newline translation, 8 data bits, RTS/CTS as `flow`.
+fn raw_mode(file: &File, flow: Flow) -> io::Result<bool> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
     // SAFETY: `fd` is open for the lifetime of `file`; `termios` is plain data that
@@ -191,6 +177,9 @@ fn raw_mode(file: &File) -> io::Result<bool> {
         libc::cfmakeraw(&mut t);
         t.c_cflag |= libc::CLOCAL | libc::CREAD;
         t.c_cflag &= !(libc::CRTSCTS | libc::CSTOPB);
+        if flow == Flow::RtsCts {
+            t.c_cflag |= libc::CRTSCTS;
+        }
         if libc::cfsetspeed(&mut t, BAUD) != 0 || libc::tcsetattr(fd, libc::TCSANOW, &t) != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -199,28 +188,22 @@ fn raw_mode(file: &File) -> io::Result<bool> {
 }
 
 /// Streams the samples of `samples` (records, see the module doc) to `port`, `passes` times,
-/// paced by `pace`: a delimiter first (it ends any line noise before it), then one frame per
+/// back to back: a delimiter first (it ends any line noise before it), then one frame per
 /// sample. Returns once the bytes have left (a terminal is drained).
-pub fn send_samples(port: &Path, samples: &Path, passes: u32, pace: Pace) -> Result<Sent, SendError> {
+pub fn send_samples(port: &Path, samples: &Path, passes: u32, flow: Flow) -> Result<Sent, SendError> {
     let frames: Vec<Vec<u8>> = read_samples(samples)?.iter().map(frame).collect();
-    let (mut file, terminal) = open_port(port)?;
+    let (mut file, terminal) = open_port(port, flow)?;
     let mut sent = Sent {
         frames: 0,
         bytes: 1,
         terminal,
     };
     file.write_all(&[DELIMITER]).map_err(SendError::Write)?;
-    for pass in 0..passes {
-        if pass > 0 && !pace.pass_pause.is_zero() {
-            sleep(pace.pass_pause);
-        }
+    for _ in 0..passes {
         for f in &frames {
             file.write_all(f).map_err(SendError::Write)?;
             sent.frames += 1;
             sent.bytes += f.len();
-            if !pace.frame_gap.is_zero() {
-                sleep(pace.frame_gap);
-            }
         }
     }
     file.flush().map_err(SendError::Write)?;

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 
-use homeadam_host::send_samples::{frame, read_samples, send_samples, Pace, SendError, DEFAULT_SAMPLES};
+use homeadam_host::send_samples::{frame, read_samples, send_samples, Flow, SendError, DEFAULT_SAMPLES};
 use homeadam_mcu::frame::frame_len;
 use homeadam_mcu::{FrameReader, ReadError};
 
@@ -68,7 +68,7 @@ fn streams_the_finetune_set_through_a_pty_in_raw_mode() {
             .expect("the board side reads every byte");
         (got, master)
     });
-    let sent = send_samples(&port, &finetune_set(), 2, Pace::NONE).expect("sent");
+    let sent = send_samples(&port, &finetune_set(), 2, Flow::None).expect("sent");
     // The master stays open while the slave's settings are read below.
     let (got, _master) = board.join().expect("reader thread");
     assert_eq!((sent.frames, sent.bytes, sent.terminal), (1200, expected, true));
@@ -89,11 +89,35 @@ fn streams_the_finetune_set_through_a_pty_in_raw_mode() {
 }
 
 #[test]
+fn rts_cts_is_set_only_when_asked() {
+    for (flow, set) in [(Flow::RtsCts, true), (Flow::None, false)] {
+        let (mut master, port, slave) = pty();
+        let expected = 1 + read_samples(&finetune_set()).expect("set").len() * frame_len(64);
+        let board = std::thread::spawn(move || {
+            let mut got = vec![0; expected];
+            master
+                .read_exact(&mut got)
+                .expect("the board side reads every byte");
+            master
+        });
+        send_samples(&port, &finetune_set(), 1, flow).expect("sent");
+        let _master = board.join().expect("reader thread");
+        // SAFETY: plain data filled by tcgetattr on an open descriptor.
+        let t = unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            assert_eq!(libc::tcgetattr(slave.as_raw_fd(), &mut t), 0);
+            t
+        };
+        assert_eq!(t.c_cflag & libc::CRTSCTS != 0, set, "{flow:?}");
+    }
+}
+
+#[test]
 fn a_plain_file_gets_the_same_stream() {
     let dir = tempfile::tempdir().expect("temp dir");
     let port = dir.path().join("port");
     File::create(&port).expect("create");
-    let sent = send_samples(&port, &finetune_set(), 1, Pace::NONE).expect("sent");
+    let sent = send_samples(&port, &finetune_set(), 1, Flow::None).expect("sent");
     assert!(!sent.terminal);
     let bytes = std::fs::read(&port).expect("read back");
     let set = read_samples(&finetune_set()).expect("set");
@@ -105,12 +129,12 @@ fn a_plain_file_gets_the_same_stream() {
 fn errors_are_typed_and_nothing_is_created() {
     let dir = tempfile::tempdir().expect("temp dir");
     let missing_port = dir.path().join("ttyNONE");
-    let err = send_samples(&missing_port, &finetune_set(), 1, Pace::NONE).unwrap_err();
+    let err = send_samples(&missing_port, &finetune_set(), 1, Flow::None).unwrap_err();
     assert!(matches!(err, SendError::Port { .. }), "{err}");
     assert!(!missing_port.exists(), "a mistyped port is not created");
 
     let samples = dir.path().join("samples.bin");
-    let err = send_samples(&missing_port, &samples, 1, Pace::NONE).unwrap_err();
+    let err = send_samples(&missing_port, &samples, 1, Flow::None).unwrap_err();
     assert!(matches!(err, SendError::Samples { .. }), "{err}");
 
     std::fs::write(&samples, [0u8; 64]).expect("write");
