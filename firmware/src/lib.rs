@@ -1,6 +1,6 @@
 //! The pieces the firmware binaries share: the board's RAM budget, the embedded digits data, the
-//! classifier and its fine-tuning, the instruction clock, the entry point, the exit path and the
-//! panic handler.
+//! classifier and its fine-tuning, the instruction clock, the STM32F405's USART2 receiver and
+//! flash driver, the entry point, the exit path and the panic handler.
 //!
 //! Logging is defmt: under QEMU over semihosting (`defmt-semihosting`, on Arm and RISC-V alike;
 //! QEMU writes the frames to its stdout), on the real board over RTT (`defmt-rtt`, read by the
@@ -12,7 +12,11 @@ pub mod board;
 pub mod clock;
 pub mod data;
 pub mod finetune;
+#[cfg(feature = "stm32f405")]
+pub mod flash;
 pub mod model;
+#[cfg(feature = "usart2")]
+pub mod usart;
 
 #[cfg(feature = "qemu")]
 use defmt_semihosting as _;
@@ -20,9 +24,9 @@ use defmt_semihosting as _;
 #[cfg(feature = "stm32f405")]
 use defmt_rtt as _;
 
-// The chip's interrupt vectors, which every binary links (not only the board app).
-#[cfg(feature = "stm32f405")]
-use stm32f4xx_hal as _;
+// The chip's interrupt vectors, which every binary links (not only the UART app).
+#[cfg(feature = "usart2")]
+use stm32f4 as _;
 
 /// The reset handler's entry attribute of the target's runtime crate.
 #[cfg(target_arch = "arm")]

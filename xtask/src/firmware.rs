@@ -2,12 +2,16 @@
 //! RV32IMAC), build the firmware, run the fine-tuning app, the on-target golden test and the
 //! instruction count, decode their defmt output, and fail unless fine-tuning improves held-out
 //! accuracy (and, where the board has the RAM for it, the resumed run is bit-identical) and the
-//! golden test reports `N passed, 0 failed`. The real-board build (STM32F405 through a debug
-//! probe: RTT, the chip's flash, samples over the UART) is linted and built, not run.
+//! golden test reports `N passed, 0 failed`. On the STM32F405 model the UART app runs too, fed
+//! through QEMU's serial port by `homeadam send-samples` ([`uart_run`]). The real-board build
+//! (STM32F405 through a debug probe: RTT, the chip's flash, samples over the UART) is linted and
+//! built, not run.
 
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command, Stdio};
-use std::time::Instant;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use crate::{cache, run, stage_retrying, stages, system, PROFILE};
 
@@ -28,6 +32,9 @@ struct Board {
     /// Whether the fine-tuning app runs the power-cut resume check there (16 KiB boards do not:
     /// firmware/src/board.rs).
     resume_check: bool,
+    /// Whether the machine is the STM32F405 (firmware feature `usart2`), where the UART app
+    /// runs too.
+    uart: bool,
 }
 
 const BOARDS: [Board; 8] = [
@@ -39,6 +46,7 @@ const BOARDS: [Board; 8] = [
         qemu: "qemu-system-arm",
         machine: "netduinoplus2",
         resume_check: true,
+        uart: true,
     },
     Board {
         feature: "microbit",
@@ -48,6 +56,7 @@ const BOARDS: [Board; 8] = [
         qemu: "qemu-system-arm",
         machine: "microbit",
         resume_check: false,
+        uart: false,
     },
     Board {
         feature: "mps2-an500",
@@ -57,6 +66,7 @@ const BOARDS: [Board; 8] = [
         qemu: "qemu-system-arm",
         machine: "mps2-an500",
         resume_check: true,
+        uart: false,
     },
     Board {
         feature: "mps2-an505",
@@ -66,6 +76,7 @@ const BOARDS: [Board; 8] = [
         qemu: "qemu-system-arm",
         machine: "mps2-an505",
         resume_check: true,
+        uart: false,
     },
     Board {
         feature: "sifive-e",
@@ -75,6 +86,7 @@ const BOARDS: [Board; 8] = [
         qemu: "qemu-system-riscv32",
         machine: "sifive_e",
         resume_check: false,
+        uart: false,
     },
     // 8-bit optimizer state on the M4F and on both 16 KiB parts.
     Board {
@@ -85,6 +97,7 @@ const BOARDS: [Board; 8] = [
         qemu: "qemu-system-arm",
         machine: "netduinoplus2",
         resume_check: true,
+        uart: true,
     },
     Board {
         feature: "microbit",
@@ -94,6 +107,7 @@ const BOARDS: [Board; 8] = [
         qemu: "qemu-system-arm",
         machine: "microbit",
         resume_check: false,
+        uart: false,
     },
     Board {
         feature: "sifive-e",
@@ -103,11 +117,12 @@ const BOARDS: [Board; 8] = [
         qemu: "qemu-system-riscv32",
         machine: "sifive_e",
         resume_check: false,
+        uart: false,
     },
 ];
 
-/// The QEMU board clippy lints the firmware for: with [`REAL_BOARD`] (Arm, 128 KiB, RTT), every
-/// `cfg` branch (RISC-V, 16 KiB, semihosting).
+/// The QEMU board clippy lints the firmware for: with [`REAL_BOARD`] (Arm, 128 KiB, RTT) and
+/// `netduinoplus2` (the UART app under QEMU), every `cfg` branch (RISC-V, 16 KiB, semihosting).
 const CLIPPY_BOARD: &str = "sifive-e";
 
 /// `cargo build`/`clippy` arguments of the real-board build (firmware/README.md), without its
@@ -211,22 +226,55 @@ pub(crate) fn missing_packages() -> Vec<&'static str> {
     .collect()
 }
 
-/// Runs `bin` on `board` in QEMU, decodes its defmt log, prints it, and returns (exit ok, log).
-fn qemu_run(board: &Board, bin: &str, extra: &[&str]) -> (bool, String) {
-    let elf = board.elf(bin);
-    let args = [
+/// The `timeout` arguments that run `elf` on `board` in QEMU for at most two minutes, with
+/// `extra` QEMU arguments; printed with the decoder.
+fn qemu_args(board: &Board, elf: &str, extra: &[&str]) -> Vec<String> {
+    let args: Vec<String> = [
         &["120", board.qemu, "-machine", board.machine],
         &["-display", "none", "-monitor", "none", "-serial", "none"][..],
         &["-semihosting-config", "enable=on,target=native"],
         extra,
-        &["-kernel", &elf],
+        &["-kernel", elf],
     ]
-    .concat();
+    .concat()
+    .into_iter()
+    .map(String::from)
+    .collect();
     println!(
         "\n== xtask: qemu: timeout {} | {} {elf}",
         args.join(" "),
         decoder().display()
     );
+    args
+}
+
+/// Decodes the defmt stream `frames` of `elf` and prints it; returns (decoded, log).
+fn decode(elf: &str, frames: &[u8]) -> (bool, String) {
+    let mut decoder = Command::new(decoder())
+        .arg(elf)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            eprintln!("xtask: cannot run {}: {e}", decoder().display());
+            exit(1)
+        });
+    if let Some(mut stdin) = decoder.stdin.take() {
+        let _ = stdin.write_all(frames);
+    }
+    let decoded = decoder.wait_with_output().unwrap_or_else(|e| {
+        eprintln!("xtask: defmt decoder: {e}");
+        exit(1)
+    });
+    let log = String::from_utf8_lossy(&decoded.stdout).into_owned();
+    print!("{log}");
+    (decoded.status.success(), log)
+}
+
+/// Runs `bin` on `board` in QEMU, decodes its defmt log, prints it, and returns (exit ok, log).
+fn qemu_run(board: &Board, bin: &str, extra: &[&str]) -> (bool, String) {
+    let elf = board.elf(bin);
+    let args = qemu_args(board, &elf, extra);
     let start = Instant::now();
     let out = Command::new("timeout")
         .args(&args)
@@ -236,32 +284,138 @@ fn qemu_run(board: &Board, bin: &str, extra: &[&str]) -> (bool, String) {
             eprintln!("xtask: cannot run {}: {e}", board.qemu);
             exit(1)
         });
-    let mut decoder = Command::new(decoder())
-        .arg(&elf)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            eprintln!("xtask: cannot run {}: {e}", decoder().display());
-            exit(1)
-        });
-    if let Some(mut stdin) = decoder.stdin.take() {
-        use std::io::Write;
-        let _ = stdin.write_all(&out.stdout);
-    }
-    let decoded = decoder.wait_with_output().unwrap_or_else(|e| {
-        eprintln!("xtask: defmt decoder: {e}");
-        exit(1)
-    });
-    let log = String::from_utf8_lossy(&decoded.stdout).into_owned();
-    print!("{log}");
+    let (decoded, log) = decode(&elf, &out.stdout);
     println!(
         "== xtask: qemu {bin} on {}: {} ({:.0} s)",
         board.machine,
         out.status,
         start.elapsed().as_secs_f64()
     );
-    (out.status.success() && decoded.status.success(), log)
+    (out.status.success() && decoded, log)
+}
+
+/// `homeadam send-samples`: the workspace's `homeadam` in the `ci` profile (built by
+/// `cargo xtask test` before the firmware lane starts, or by [`build_sender`]).
+fn sender() -> PathBuf {
+    cache::workspace_target().join(PROFILE).join("homeadam")
+}
+
+/// Builds [`sender`], linted as the workspace's other builds into that target directory.
+fn build_sender() {
+    let args = [
+        "build",
+        "--profile",
+        PROFILE,
+        "-p",
+        "homeadam-host",
+        "--bin",
+        "homeadam",
+    ];
+    let name = "homeadam send-samples";
+    stage_retrying(name, &cache::workspace_target(), || {
+        crate::try_command(
+            name,
+            crate::lint::while_building(Command::new("cargo").args(args)),
+        )
+    });
+}
+
+/// Runs the UART app on `board` with USART2 on QEMU's second serial port, a pair of FIFOs
+/// (`pipe:`), and streams the fine-tuning set into it, twice and unpaced, with `homeadam
+/// send-samples` once the app has announced itself on USART2's TX (QEMU drops what arrives
+/// before the app enables the receiver). Fails unless the app trained on every frame sent,
+/// none was bad, no byte was lost, and it ends at `accuracy`, the held-out accuracy of the
+/// embedded run (the same samples in the same order).
+fn uart_run(board: &Board, accuracy: &str) {
+    let elf = board.elf("board");
+    let dir = board.target_dir().join("usart2");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| fail(&format!("{}: {e}", dir.display())));
+    let (input, output) = (dir.join("usart2.in"), dir.join("usart2.out"));
+    for fifo in [&input, &output] {
+        run("mkfifo", "mkfifo", &[&fifo.to_string_lossy()]);
+    }
+    let serial = format!("pipe:{}", dir.join("usart2").display());
+    // The second `-serial` (after [`qemu_args`]'s `none` for USART1) is USART2.
+    let args = qemu_args(board, &elf, &["-serial", &serial]);
+    let start = Instant::now();
+    let mut qemu = Command::new("timeout")
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| fail(&format!("cannot run {}: {e}", board.qemu)));
+    let mut stdout = qemu.stdout.take().unwrap_or_else(|| fail("QEMU's stdout"));
+    let frames = std::thread::spawn(move || {
+        let mut frames = Vec::new();
+        let _ = stdout.read_to_end(&mut frames);
+        frames
+    });
+    // Read and write: opening a FIFO so never blocks, whether or not QEMU has opened it.
+    let mut tx = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&output)
+        .unwrap_or_else(|e| fail(&format!("{}: {e}", output.display())));
+    let (ready, announced) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut byte = [0u8];
+        let _ = ready.send(tx.read_exact(&mut byte).map(|()| byte[0]));
+    });
+    if !matches!(announced.recv_timeout(Duration::from_secs(60)), Ok(Ok(0))) {
+        // SIGTERM to `timeout`, which passes it on to QEMU.
+        let _ = Command::new("kill").arg(qemu.id().to_string()).status();
+        fail(&format!(
+            "the UART app on {} never announced itself on USART2",
+            board.machine
+        ));
+    }
+    // Under `timeout`: a writer's open of a FIFO waits for a reader, and QEMU may be gone.
+    let (program, port) = (sender(), input.to_string_lossy());
+    let send = [
+        "120",
+        &program.to_string_lossy(),
+        "send-samples",
+        "--port",
+        &port,
+        "--passes",
+        "2",
+    ];
+    println!("== xtask: timeout {}", send.join(" "));
+    let sent = Command::new("timeout").args(send).output();
+    let status = qemu.wait();
+    let (decoded, log) = decode(&elf, &frames.join().unwrap_or_default());
+    println!(
+        "== xtask: qemu board on {}: {:?} ({:.0} s)",
+        board.machine,
+        status,
+        start.elapsed().as_secs_f64()
+    );
+    let sent = match sent {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Ok(out) => fail(&format!("send-samples: {}", String::from_utf8_lossy(&out.stderr))),
+        Err(e) => fail(&format!("cannot run {}: {e}", program.display())),
+    };
+    print!("{sent}");
+    let frames_sent = sent
+        .strip_prefix("sent ")
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or("?");
+    let result = log.lines().find(|l| l.starts_with("UART result:")).unwrap_or("");
+    let expected = format!(
+        "UART result: trained on {frames_sent} samples in 120 steps; bad frames 0, queue \
+         overflows 0, UART errors 0; held-out accuracy "
+    );
+    let ok = status.is_ok_and(|s| s.success()) && decoded;
+    if !ok || !result.starts_with(&expected) || !result.ends_with(&format!(" -> {accuracy} per mille; PASS"))
+    {
+        fail(&format!(
+            "the UART app on {} did not train on all {frames_sent} frames sent, lost bytes, or \
+             did not reach the embedded run's {accuracy} per mille: {result:?}",
+            board.machine
+        ));
+    }
+    println!("xtask: firmware UART app on {}: {result}", board.machine);
 }
 
 fn fail(what: &str) -> ! {
@@ -287,6 +441,14 @@ fn test_board(board: &Board) {
         ));
     }
     println!("xtask: firmware on {}: {result}", board.machine);
+    if board.uart {
+        let after = log
+            .lines()
+            .find_map(|l| l.strip_prefix("held-out accuracy after 120 steps: "))
+            .and_then(|l| l.strip_suffix(" per mille"))
+            .unwrap_or_else(|| fail("the fine-tuning run logged no accuracy after 120 steps"));
+        uart_run(board, after);
+    }
 
     let (ok, log) = qemu_run(board, "golden", &[]);
     let summary = log.lines().find(|l| l.ends_with(" failed")).unwrap_or("");
@@ -399,6 +561,7 @@ pub(crate) fn m4f_cost() -> Vec<String> {
 /// `cargo xtask firmware`: the firmware checks of `cargo xtask test` alone.
 pub(crate) fn test() {
     prepare();
+    build_sender();
     format();
     boards();
 }
@@ -409,6 +572,8 @@ pub(crate) fn boards() {
     build_decoder();
     Board::get(CLIPPY_BOARD, "").cargo("firmware clippy", "clippy", &["--", "-D", "warnings"]);
     Board::get("microbit", "q8-state").cargo("firmware clippy", "clippy", &["--", "-D", "warnings"]);
+    // The UART app's QEMU build (feature `usart2` with `qemu`).
+    Board::get("netduinoplus2", "q8-state").cargo("firmware clippy", "clippy", &["--", "-D", "warnings"]);
     let real_board = builds().join("stm32f405");
     let clippy = [&["clippy"], &REAL_BOARD[..], &["--", "-D", "warnings"]].concat();
     cargo_in("firmware clippy (stm32f405)", &real_board, &clippy);
