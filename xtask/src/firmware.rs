@@ -5,7 +5,7 @@
 //! golden test reports `N passed, 0 failed`. On the STM32F405 model the UART app runs too, fed
 //! through QEMU's serial port by `homeadam send-samples` ([`uart_run`]). The real-board build
 //! (STM32F405 through a debug probe: RTT, the chip's flash, samples over the UART) is linted and
-//! built, not run.
+//! built, not run; what it must run from RAM is checked in its ELF ([`check_ram_functions`]).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -471,6 +471,106 @@ fn test_board(board: &Board) {
     );
 }
 
+/// The functions of the real board's `board` ELF that run while its flash erases or programs:
+/// USART2's handler and the flash driver's waits (firmware/src/usart.rs, flash.rs).
+const RAM_FUNCTIONS: [&str; 3] = ["USART2", "erase_in_ram", "program_in_ram"];
+
+/// Where the STM32F405's RAM begins: every fetch below it (the flash) stalls during an erase.
+const RAM: u64 = 0x2000_0000;
+
+/// Fails unless each of [`RAM_FUNCTIONS`] is in `elf`'s RAM and neither calls anything nor
+/// branches out of RAM (`llvm-nm` and `llvm-objdump` of rustup's `llvm-tools`): a call left out
+/// of line, say the queue's `enqueue`, would run from the flash and stall the receiving during
+/// an erase.
+fn check_ram_functions(elf: &Path) {
+    run("llvm-tools", "rustup", &["component", "add", "llvm-tools"]);
+    // `address size type name` of every symbol.
+    let symbols = llvm_tool("llvm-nm", &["-S", "-n"], elf);
+    for f in RAM_FUNCTIONS {
+        let found = symbols.lines().find_map(|l| {
+            let [address, size, _, name] = l.split_whitespace().collect::<Vec<_>>()[..] else {
+                return None;
+            };
+            let hex = |h| u64::from_str_radix(h, 16).ok();
+            // The function itself, not a linker's thunk to it (`__Thumbv7ABSLongThunk_…`).
+            let named = name == f || name.starts_with("_ZN") && name.contains(f);
+            named.then_some((hex(address)?, hex(size)?))
+        });
+        let Some((address, size)) = found.filter(|&(a, _)| a >= RAM) else {
+            fail(&format!("{f} is not in the RAM of {}", elf.display()))
+        };
+        let range = [
+            format!("--start-address={address:#x}"),
+            format!("--stop-address={:#x}", address + size),
+        ];
+        let listing = llvm_tool(
+            "llvm-objdump",
+            &["-d", "--no-show-raw-insn", &range[0], &range[1]],
+            elf,
+        );
+        // An instruction: `20000004:      \tmovw\tr0, #17408`.
+        let instructions = listing.lines().filter_map(|l| {
+            let (address, instruction) = l.split_once(':')?;
+            u64::from_str_radix(address.trim(), 16).ok()?;
+            Some(instruction.trim())
+        });
+        let mut count = 0;
+        for instruction in instructions {
+            count += 1;
+            let mut words = instruction.split_whitespace();
+            let (mnemonic, operand) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+            let target = instruction
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("0x"))
+                .and_then(|t| u64::from_str_radix(t, 16).ok());
+            let leaves = match mnemonic {
+                m if m.starts_with("bl") => true,
+                "bx" => operand != "lr",
+                m if is_branch(m) => target.is_none_or(|t| t < RAM),
+                _ => false,
+            };
+            if leaves {
+                fail(&format!("{f} in RAM leaves RAM: `{instruction}`"));
+            }
+        }
+        if count == 0 {
+            fail(&format!("no instructions of {f} in {}", elf.display()));
+        }
+    }
+    println!("xtask: firmware (stm32f405): {RAM_FUNCTIONS:?} in RAM, no call or branch out of it");
+}
+
+/// The output of rustup's `llvm-tools` program `name` with `args` on `elf`.
+fn llvm_tool(name: &str, args: &[&str], elf: &Path) -> String {
+    let output = |args: &[&str]| Command::new("rustc").args(args).output().ok();
+    let (Some(sysroot), Some(host)) = (
+        output(&["--print", "sysroot"]),
+        output(&["--print", "host-tuple"]),
+    ) else {
+        fail("cannot run rustc")
+    };
+    let program = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim())
+        .join("lib/rustlib")
+        .join(String::from_utf8_lossy(&host.stdout).trim())
+        .join("bin")
+        .join(name);
+    match Command::new(&program).args(args).arg(elf).output() {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Ok(out) => fail(&format!("{name}: {}", String::from_utf8_lossy(&out.stderr))),
+        Err(e) => fail(&format!("cannot run {}: {e}", program.display())),
+    }
+}
+
+/// Whether `mnemonic` is a direct branch: `b`, `cbz`, `cbnz` or a conditional `b`, with or
+/// without a width suffix.
+fn is_branch(mnemonic: &str) -> bool {
+    const CONDITIONS: [&str; 16] = [
+        "eq", "ne", "cs", "hs", "cc", "lo", "mi", "pl", "vs", "vc", "hi", "ls", "ge", "lt", "gt", "le",
+    ];
+    let m = mnemonic.trim_end_matches(".w").trim_end_matches(".n");
+    m == "b" || m == "cbz" || m == "cbnz" || m.strip_prefix('b').is_some_and(|c| CONDITIONS.contains(&c))
+}
+
 /// The boards' Rust targets.
 pub(crate) fn targets() -> Vec<&'static str> {
     let mut targets: Vec<&str> = BOARDS.iter().map(|b| b.target).collect();
@@ -582,6 +682,7 @@ pub(crate) fn boards() {
         &real_board,
         &[&["build"], &REAL_BOARD[..]].concat(),
     );
+    check_ram_functions(&real_board.join("thumbv7em-none-eabihf/release/board"));
     for board in &BOARDS {
         test_board(board);
     }
