@@ -177,20 +177,26 @@ mod tests {
         }
     }
 
-    /// Steps `model` with one optimizer per shard (tensors `0..split` and `split..`), their
-    /// checks merged, and returns whether each step went home somewhere.
+    impl<S: StateStorage> Model<S> {
+        /// The model's tensors with the gradients `g`.
+        fn tensors<'a>(&'a mut self, g: &'a [Vec<f32>]) -> Vec<Tensor<'a, f32, f32, S>> {
+            self.params
+                .iter_mut()
+                .zip(g)
+                .zip(self.states.iter_mut().zip(self.auxes.iter_mut()))
+                .map(|((p, g), (s, aux))| Tensor::new(p, g, s, aux))
+                .collect()
+        }
+    }
+
+    /// Steps a model with one optimizer per shard (tensors `0..split` and `split..`), their
+    /// checks merged.
     fn sharded<S: StateStorage>(config: Config, steps: u64, split: usize) -> Model<S> {
         let (mut a, mut b) = (Optimizer::new(config).unwrap(), Optimizer::new(config).unwrap());
         let mut m = model::<S>(&a);
         for t in 1..=steps {
             let g = grads(t);
-            let mut tensors: Vec<_> = m
-                .params
-                .iter_mut()
-                .zip(&g)
-                .zip(m.states.iter_mut().zip(m.auxes.iter_mut()))
-                .map(|((p, g), (s, aux))| Tensor::new(p, g, s, aux))
-                .collect();
+            let mut tensors = m.tensors(&g);
             let (left, right) = tensors.split_at_mut(split);
             let mut sa = a.begin(1.0).unwrap().exact_decision();
             let mut sb = b.begin(1.0).unwrap().exact_decision();
@@ -209,19 +215,14 @@ mod tests {
         m
     }
 
+    /// Steps a model with one optimizer; returns it and its home elements over the steps.
     fn whole<S: StateStorage>(config: Config, steps: u64) -> (Model<S>, u64) {
         let mut opt = Optimizer::new(config).unwrap();
         let mut m = model::<S>(&opt);
         let mut home = 0;
         for t in 1..=steps {
             let g = grads(t);
-            let mut tensors: Vec<_> = m
-                .params
-                .iter_mut()
-                .zip(&g)
-                .zip(m.states.iter_mut().zip(m.auxes.iter_mut()))
-                .map(|((p, g), (s, aux))| Tensor::new(p, g, s, aux))
-                .collect();
+            let mut tensors = m.tensors(&g);
             home += opt.step(&mut tensors, 1.0).unwrap().home_elements;
         }
         (m, home)

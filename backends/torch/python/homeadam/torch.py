@@ -5,19 +5,21 @@ step for every parameter of every group, so that the global HomeAdam decision (A
 over the whole model, with the same bits as the Rust crates (``homeadam-core``,
 ``homeadam-candle``, the MCU firmware). CPU tensors of dtype float32, bfloat16 or float16.
 
-The defaults in each signature are read from the core when this module is imported.
+A hyper-parameter left at ``None`` takes the core's default, which each class's docstring
+states (read from the core when this module is imported).
 """
 
 from __future__ import annotations
 
-import math
-from itertools import chain
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+import sys
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
-import torch
-from torch.optim import Optimizer
+from ._optimizer import OPTIONS_DOC, Betas, Options, Params, _CoreOptimizer, _core_defaults
 
-from . import _native
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:
+    from typing_extensions import Unpack
 
 __all__ = [
     "AdaBelief",
@@ -29,813 +31,288 @@ __all__ = [
     "HomeAdamW",
     "Lion",
     "MIAdam",
+    "Options",
     "SGD",
     "SWATS",
 ]
 
-_PARAM_DTYPES: Dict[torch.dtype, str] = {
-    torch.float32: "float32",
-    torch.bfloat16: "bfloat16",
-    torch.float16: "float16",
+# What each argument is, by its Python name.
+_ARGS = {
+    "params": "the parameters, or param-group dicts (each may set lr, betas, eps, weight_decay)",
+    "lr": "η, the learning rate",
+    "betas": "(β1, β2), the moments' decay rates",
+    "eps": "ε (the srf and HomeAdam rules: a step is at most η / (2√ε))",
+    "weight_decay": "λ",
+    "tau": "τ: the home (SGDM) branch where v̂ < τ",
+    "switch": '``"global"`` (ρ over the model, Alg. 2), ``"layer"`` (each tensor) or ``"element"`` '
+    "(each element, Alg. 3); default \"global\"",
+    "rho_over": '``"all"`` (the paper) or ``"active"`` (elements with v > 0): what ρ is the minimum over',
+    "home_lr_scale": "η_h / η, the home branch's rate relative to η",
+    "tau_calibration": "``(share, every)``: τ set every ``every`` steps so that about ``share`` of the "
+    "decisions go home; None: τ as given",
+    "momentum": "μ",
+    "dampening": "the momentum's dampening",
+    "nesterov": "Nesterov momentum",
+    "weight_decouple": "decoupled weight decay",
+    "fixed_decay": "with ``weight_decouple``: θ ← θ(1 − λ) in place of θ(1 − ηλ)",
+    "rectify": "RAdam's rectification",
+    "amsgrad": "AMSGrad's running max",
+    "kappa": "κ, the multiple-integration rate",
+    "switch_step": "the last step of the integrated update",
 }
-_STATE_DTYPES: Dict[str, torch.dtype] = {name: dtype for dtype, name in _PARAM_DTYPES.items()}
-_STATE_DTYPES["q8"] = torch.uint8
 
-StateDtype = Union[torch.dtype, str]
-Params = Union[Iterable[torch.Tensor], Iterable[Dict[str, Any]]]
-Closure = Optional[Callable[[], Any]]
-
-# The keys a param group may set for itself (the core's `Group`); every other hyper-parameter
-# is the optimizer's, one value for every group.
-_GROUP_KEYS = ("lr", "betas", "eps", "weight_decay")
+_MOMENTS = "m_t = β1 m + (1 − β1) g, v_t = β2 v + (1 − β2) g², m̂ = m_t / (1 − β1ᵗ), v̂ = v_t / (1 − β2ᵗ)"
 
 
-def _core_defaults(rule: str) -> Dict[str, Any]:
-    """The hyper-parameters ``rule`` reads, with the core's defaults, under their Python names."""
-    out: Dict[str, Any] = {}
-    for name, text in _native.defaults(rule):
-        value: Any
-        if text in ("true", "false"):
-            value = text == "true"
-        else:
-            try:
-                value = int(text)
-            except ValueError:
-                try:
-                    value = float(text)
-                except ValueError:
-                    value = text
-        out[name] = value
-    if "beta1" in out:
-        out["betas"] = (float(out.pop("beta1")), float(out.pop("beta2")))
-    elif "beta2" in out:
-        out.pop("beta2")
-    share, every = out.pop("tau.home_share", None), out.pop("tau.every", None)
-    if share is not None:
-        out["tau_calibration"] = None if (share, every) == (0.0, 0) else (share, every)
-    for key in ("lr", "eps", "weight_decay", "tau", "home_lr_scale", "momentum", "dampening", "kappa"):
-        if key in out:
-            out[key] = float(out[key])
-    return out
+def _doc(formula: str, rule: str, args: Tuple[str, ...]) -> str:
+    """A class's docstring: its update, each argument with the core's default, the options."""
+    defaults = _core_defaults(rule)
+    lines = []
+    for name in ("params",) + args:
+        default = f" (default {defaults[name]!r})" if name in defaults else ""
+        lines.append(f"        {name}: {_ARGS[name]}{default}.")
+    return f"{formula}\n\n    Args:\n" + "\n".join(lines) + "\n" + OPTIONS_DOC
 
 
-def _knob_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
+class _AdamFamily(_CoreOptimizer):
+    """An Adam-like rule: lr, betas, eps and (with ``_DECAY``) weight_decay."""
 
-
-def _core_knobs(settings: Dict[str, Any]) -> List[Tuple[str, str]]:
-    """``settings`` (Python names) as the core's ``(knob, text)`` pairs."""
-    knobs: List[Tuple[str, str]] = []
-    for key, value in settings.items():
-        if key == "betas":
-            beta1, beta2 = value
-            knobs += [("beta1", _knob_text(float(beta1))), ("beta2", _knob_text(float(beta2)))]
-        elif key == "tau_calibration":
-            share, every = value if value is not None else (0.0, 0)
-            knobs += [("tau.home_share", _knob_text(float(share))), ("tau.every", _knob_text(int(every)))]
-        elif key in ("lr", "eps", "weight_decay", "tau", "home_lr_scale", "momentum", "dampening", "kappa"):
-            knobs.append((key, _knob_text(float(value))))
-        else:
-            knobs.append((key, _knob_text(value)))
-    return knobs
-
-
-def _state_dtype_name(state_dtype: StateDtype) -> str:
-    if isinstance(state_dtype, str) and state_dtype in _STATE_DTYPES:
-        return state_dtype
-    if isinstance(state_dtype, torch.dtype) and state_dtype in _PARAM_DTYPES:
-        return _PARAM_DTYPES[state_dtype]
-    raise ValueError(
-        f"state_dtype={state_dtype!r}: expected torch.float32, torch.bfloat16, torch.float16 or 'q8'"
-    )
-
-
-class _CoreOptimizer(Optimizer):
-    """A ``torch.optim.Optimizer`` whose step is the core's: see the subclasses."""
-
-    _step_supports_amp_scaling = True
+    _RULE: ClassVar[str]
+    _DECAY: ClassVar[bool]
 
     def __init__(
         self,
         params: Params,
-        rule: str,
-        settings: Dict[str, Any],
-        *,
-        state_dtype: StateDtype,
-        rounding: str,
-        seed: int,
-        finite_check: str,
-        allow_f16_state: bool,
-        threads: int,
-        max_grad_norm: Optional[float],
-        process_group: Optional[Any],
-    ) -> None:
-        if not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads={threads!r}: expected an int >= 1")
-        if max_grad_norm is not None and not (math.isfinite(max_grad_norm) and max_grad_norm > 0):
-            raise ValueError(f"max_grad_norm={max_grad_norm!r}: expected a finite float > 0, or None")
-        if process_group is not None and rule == "swats":
-            raise ValueError(
-                "process_group: SWATS cannot step a sharded model (its switch test reads every tensor's "
-                "dot products in the model's order)"
-            )
-        self.max_grad_norm = max_grad_norm
-        self.process_group = process_group
-        self._rule = rule
-        self._state_dtype = _state_dtype_name(state_dtype)
-        self._finite_check = finite_check
-        self._allow_f16_state = allow_f16_state
-        self.threads = threads
-        defaults = dict(settings, rounding=rounding, seed=seed)
-        self._settings = list(defaults)
-        self._native = self._make_core(defaults)
-        self._group_keys = [k for k in _GROUP_KEYS if k in defaults]
-        self.last_report: Optional[Dict[str, Any]] = None
-        super().__init__(params, defaults)
-
-    def _make_core(self, settings: Dict[str, Any]) -> _native.Core:
-        return _native.Core(
-            self._rule, _core_knobs(settings), self._finite_check, self._state_dtype, self._allow_f16_state
-        )
-
-    # -- groups -------------------------------------------------------------------------------
-
-    def add_param_group(self, param_group: Dict[str, Any]) -> None:
-        super().add_param_group(param_group)
-        try:
-            self._check_group(self.param_groups[-1])
-        except ValueError:
-            self.param_groups.pop()
-            raise
-
-    def _check_group(self, group: Dict[str, Any]) -> None:
-        """Refuses a group the core cannot step, naming the hyper-parameter."""
-        unknown = sorted(set(group) - set(self.defaults) - {"params"})
-        if unknown:
-            raise ValueError(f"{type(self).__name__} has no hyper-parameter {unknown[0]!r}")
-        self._check_hyper(group)
-        self._native.check_group(self._group_args(group, group["lr"] if group["lr"] > 0 else 1.0))
-        devices = {p.device for p in group["params"]}
-        for p in group["params"]:
-            self._check_param(p)
-        if len(devices) > 1:
-            raise ValueError(f"a param group holds tensors on {sorted(map(str, devices))}: expected one device")
-
-    def _check_hyper(self, group: Dict[str, Any]) -> None:
-        """The optimizer's hyper-parameters unchanged in ``group``, its lr a float >= 0: what a
-        step checks again, as schedulers and users write into groups."""
-        for key in self._settings:
-            value = self.defaults[key]
-            if key not in self._group_keys and group[key] != value:
-                raise ValueError(
-                    f"{key}={group[key]!r} in a param group, {value!r} in the optimizer: {key} is "
-                    f"the optimizer's, one value for every group"
-                )
-        lr = group["lr"]
-        if isinstance(lr, torch.Tensor) or not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
-            raise ValueError(f"lr={lr!r}: expected a finite float >= 0")
-
-    def _group_args(self, group: Dict[str, Any], base_lr: float) -> Tuple[Any, ...]:
-        lr = float(group["lr"])
-        lr_scale = 1.0 if lr == base_lr else lr / base_lr
-        decay, weight_decay = True, None
-        if "weight_decay" in self._group_keys:
-            wd = float(group["weight_decay"])
-            decay = wd != 0.0 or self.defaults["weight_decay"] == 0.0
-            weight_decay = None if wd == self.defaults["weight_decay"] or wd == 0.0 else wd
-        eps = None
-        if "eps" in self._group_keys and float(group["eps"]) != self.defaults["eps"]:
-            eps = float(group["eps"])
-        beta1 = beta2 = None
-        if "betas" in self._group_keys:
-            (b1, b2), (d1, d2) = group["betas"], self.defaults["betas"]
-            beta1 = None if float(b1) == d1 else float(b1)
-            beta2 = None if float(b2) == d2 else float(b2)
-        return (lr_scale, decay, weight_decay, eps, beta1, beta2)
-
-    @staticmethod
-    def _check_param(p: torch.Tensor) -> None:
-        if not isinstance(p, torch.Tensor):
-            raise ValueError(f"a parameter of type {type(p).__name__}: expected a torch.Tensor")
-        if p.dtype not in _PARAM_DTYPES:
-            raise ValueError(f"a parameter of dtype {p.dtype}: expected float32, bfloat16 or float16")
-        if p.layout != torch.strided:
-            raise ValueError(f"a parameter of layout {p.layout}: expected a dense (strided) tensor")
-        if p.device.type != "cpu":
-            raise ValueError(
-                f"a parameter on {p.device}: this build of homeadam.torch steps CPU tensors only"
-            )
-        if not p.is_contiguous():
-            raise ValueError("a non-contiguous parameter: make it contiguous (param.data = param.data.contiguous())")
-
-    # -- state --------------------------------------------------------------------------------
-
-    def _new_buffer(self, numel: int) -> torch.Tensor:
-        items = self._native.state_len(numel)
-        item_bytes = self._native.state_item_bytes()
-        if self._state_dtype == "q8":
-            return torch.zeros(items * item_bytes, dtype=torch.uint8)
-        return torch.zeros(items, dtype=_STATE_DTYPES[self._state_dtype])
-
-    def _state_of(self, p: torch.Tensor, buffer: Optional[torch.Tensor] = None, swats_lambda: float = 0.0) -> Dict[str, Any]:
-        """``self.state[p]``: the state buffer the core steps, its slots as views, SWATS's Λ."""
-        state: Dict[str, Any] = self.state[p]
-        if buffer is None and "state" in state:
-            return state
-        buffer = self._new_buffer(p.numel()) if buffer is None else buffer
-        state.clear()
-        state["state"] = buffer
-        names = self._native.state_names()
-        if self._state_dtype == "q8":
-            blocks = buffer.view(len(names), -1, self._native.state_item_bytes()) if names else buffer
-            for k, name in enumerate(names):
-                state[f"{name}_scales"] = blocks[k, :, :4].view(torch.float32).squeeze(-1)
-                state[f"{name}_codes"] = blocks[k, :, 4:]
-        else:
-            n = p.numel()
-            for k, name in enumerate(names):
-                state[name] = buffer[k * n : (k + 1) * n].view_as(p)
-        if self._rule == "swats":
-            state["swats_lambda"] = swats_lambda
-        return state
-
-    def state_dict(self) -> Dict[str, Any]:
-        """``torch.optim.Optimizer.state_dict()`` with each parameter's ``"state"`` buffer (and
-        SWATS's Λ) but not its views, plus ``"homeadam"``: the step counter and the
-        optimizer-wide state, as the core's checkpoint of no tensors (a ``uint8`` tensor)."""
-        out = super().state_dict()
-        kept = ("state", "swats_lambda")
-        out["state"] = {k: {key: v[key] for key in kept if key in v} for k, v in out["state"].items()}
-        out["homeadam"] = torch.frombuffer(bytearray(self._native.save_header()), dtype=torch.uint8)
-        return out
-
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """Loads what :meth:`state_dict` returned (hyper-parameters included, as torch's
-        optimizers do); the state keeps its saved dtype, which must be this optimizer's."""
-        header = state_dict.get("homeadam")
-        if not isinstance(header, torch.Tensor):
-            raise ValueError("not a state_dict of homeadam.torch: it has no 'homeadam' entry")
-        saved_state = state_dict["state"]
-        saved_ids = list(chain.from_iterable(g["params"] for g in state_dict["param_groups"]))
-        buffer_dtype = _STATE_DTYPES[self._state_dtype]
-        for saved in saved_state.values():
-            buffer = saved.get("state")
-            if not isinstance(buffer, torch.Tensor) or buffer.dtype != buffer_dtype:
-                found = buffer.dtype if isinstance(buffer, torch.Tensor) else None
-                raise ValueError(
-                    f"the saved state is of dtype {found}; this optimizer keeps {self._state_dtype} "
-                    f"(state_dtype={self._state_dtype!r})"
-                )
-        params = list(chain.from_iterable(g["params"] for g in self.param_groups))
-        buffers = {}
-        for saved_id, p in zip(saved_ids, params):
-            saved = saved_state.get(saved_id)
-            if saved is not None:
-                buffer = saved["state"].detach().to("cpu").clone().contiguous()
-                if buffer.numel() != self._new_buffer(p.numel()).numel():
-                    raise ValueError(f"the saved state of a parameter of {p.numel()} elements has the wrong size")
-                buffers[p] = (buffer, float(saved.get("swats_lambda", 0.0)))
-        saved_groups = state_dict["param_groups"]
-        missing = [k for k in self._settings if saved_groups and k not in saved_groups[0]]
-        if missing:
-            raise ValueError(f"the state dict was saved by another optimizer: its groups have no {missing[0]!r}")
-        # The optimizer-wide hyper-parameters come with the state, as a group's do in torch.
-        wide = {k: saved_groups[0][k] for k in self._settings if k not in self._group_keys and saved_groups}
-        native = self._make_core(dict({k: self.defaults[k] for k in self._settings}, **wide))
-        native.load_header(header.numpy().tobytes())
-        old = (self.param_groups, dict(self.defaults), self._native, self.state)
-        super().load_state_dict(state_dict)
-        self.defaults.update(wide)
-        self._native = native
-        try:
-            for group in self.param_groups:
-                self._check_group(group)
-        except ValueError:
-            self.param_groups, self.defaults, self._native, self.state = old
-            raise
-        self.state.clear()
-        for p, (buffer, swats_lambda) in buffers.items():
-            self._state_of(p, buffer, swats_lambda)
-
-    # -- export to the Rust crates --------------------------------------------------------------
-
-    def _params_in_order(self) -> List[torch.Tensor]:
-        return [p for g in self.param_groups for p in g["params"]]
-
-    def _state_args(self) -> List[Tuple[int, int, int, float]]:
-        args = []
-        item_bytes = self._native.state_item_bytes()
-        for p in self._params_in_order():
-            state = self._state_of(p)
-            buffer = state["state"]
-            items = buffer.numel() * buffer.element_size() // item_bytes
-            args.append((p.numel(), buffer.data_ptr(), items, float(state.get("swats_lambda", 0.0))))
-        return args
-
-    def export_state(self) -> bytes:
-        """The state of every parameter (in param-group order) and the optimizer-wide state, in
-        the core's checkpoint format (docs/DESIGN.md): what ``Optimizer::load_state`` of the
-        Rust crates and the MCU firmware read, for the same tensors in the same order."""
-        return bytes(self._native.export_state(self._state_args()))
-
-    def import_state(self, data: bytes) -> None:
-        """Loads a checkpoint in the core's format (from :meth:`export_state`, ``homeadam-candle``
-        or the firmware) into every parameter's state, in param-group order. Nothing changes on
-        an error."""
-        args = self._state_args()
-        lambdas = self._native.import_state(bytes(data), args)
-        if self._rule == "swats":
-            for p, lam in zip(self._params_in_order(), lambdas):
-                self.state[p]["swats_lambda"] = lam
-
-    # -- the step -----------------------------------------------------------------------------
-
-    @property
-    def step_count(self) -> int:
-        """Steps taken (skipped steps do not count)."""
-        return int(self._native.step_count)
-
-    @torch.no_grad()
-    def step(self, closure: Closure = None) -> Any:
-        """One step over every parameter with a gradient; ``closure`` re-evaluates the loss.
-
-        Under ``torch.amp.GradScaler`` the gradients are unscaled inside the step, and a step
-        with a non-finite gradient is skipped (``last_report["skipped"]``). With
-        ``max_grad_norm`` the step clips by the exact ‖g‖₂ (``last_report["grad_norm"]``)
-        through its gradient scale, without writing the gradients. With ``process_group``, the
-        non-finite skip, the norm and the global rule's ρ are taken over every process's
-        parameters (two all-reduces and, with clipping, one all-gather per step)."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        grad_scale = getattr(self, "grad_scale", None)
-        found_inf = getattr(self, "found_inf", None)
-        # Sharded, a skip must be every process's: the core's check of the gradients decides.
-        if found_inf is not None and float(found_inf) != 0.0 and self.process_group is None:
-            self.last_report = {"step": self.step_count, "skipped": True}
-            return loss
-        scale = 1.0 if grad_scale is None else float(grad_scale)
-        for group in self.param_groups:
-            self._check_hyper(group)
-        base_lr = max((float(g["lr"]) for g in self.param_groups), default=0.0)
-        self._native.set_lr(base_lr)
-        groups, tensors = [], []
-        item_bytes = self._native.state_item_bytes()
-        for index, group in enumerate(self.param_groups):
-            groups.append(self._group_args(group, base_lr if base_lr > 0 else 1.0))
-            for p in group["params"]:
-                grad = p.grad
-                if grad is None:
-                    continue
-                if p.dtype not in _PARAM_DTYPES or not p.is_cpu or not p.is_contiguous():
-                    self._check_param(p)
-                self._check_grad(p, grad)
-                state = self._state_of(p)
-                buffer = state["state"]
-                tensors.append(
-                    (
-                        p.data_ptr(),
-                        grad.data_ptr(),
-                        buffer.data_ptr(),
-                        p.numel(),
-                        buffer.numel() * buffer.element_size() // item_bytes,
-                        _PARAM_DTYPES[p.dtype],
-                        index,
-                        float(state.get("swats_lambda", 0.0)),
-                    )
-                )
-        grad_norm = None
-        if self.max_grad_norm is not None:
-            norm = self._grad_norm(tensors)
-            grad_norm = norm / scale
-            # ‖g‖₂ / c as the gradient scale clips without writing g (the scaled norm: AMP's
-            # scale is inside it).
-            if math.isfinite(grad_norm) and grad_norm > self.max_grad_norm:
-                scale = norm / self.max_grad_norm
-        reduce = self._reduce_check if self.process_group is not None else None
-        report, lambdas = self._native.step(tensors, groups, scale, self.threads, reduce)
-        if grad_norm is not None:
-            report["grad_norm"] = grad_norm
-        if self._rule == "swats":
-            params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
-            for p, lam in zip(params, lambdas):
-                self.state[p]["swats_lambda"] = lam
-        self.last_report = report
-        return loss
-
-    def _grad_norm(self, tensors: List[Tuple[Any, ...]]) -> float:
-        """‖g‖₂ over the step's gradients (every process's), exact and in any order."""
-        words = _native.grad_squares([(t[1], t[3], t[5]) for t in tensors])
-        if self.process_group is None:
-            return float(_native.norm_of([words]))
-        import torch.distributed as dist
-
-        local = torch.tensor(words, dtype=torch.int64)
-        parts = [torch.empty_like(local) for _ in range(dist.get_world_size(self.process_group))]
-        dist.all_gather(parts, local, group=self.process_group)
-        return float(_native.norm_of([p.tolist() for p in parts]))
-
-    def _reduce_check(
-        self, finite: bool, rho: float, rho_active: float, counts: List[int], tensors: int
-    ) -> Tuple[Any, ...]:
-        """Every process's check of its gradients, combined (and, min, min, sum), and the number
-        of tensors on the processes of lower rank: the model's tensors are every rank's, in
-        rank order, which keys their random draws (stochastic rounding, q8)."""
-        import torch.distributed as dist
-
-        group = self.process_group
-        mins = torch.tensor([1.0 if finite else 0.0, rho, rho_active], dtype=torch.float32)
-        dist.all_reduce(mins, op=dist.ReduceOp.MIN, group=group)
-        sums = torch.tensor(counts, dtype=torch.int64)
-        dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=group)
-        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size(group))]
-        dist.all_gather(sizes, torch.tensor([tensors], dtype=torch.int64), group=group)
-        first = sum(int(s.item()) for s in sizes[: dist.get_rank(group)])
-        return bool(mins[0].item() > 0), float(mins[1].item()), float(mins[2].item()), sums.tolist(), first
-
-    @staticmethod
-    def _check_grad(p: torch.Tensor, grad: torch.Tensor) -> None:
-        if grad.is_sparse or grad.layout != torch.strided:
-            raise ValueError("a sparse gradient: homeadam.torch steps dense gradients only")
-        if grad.dtype != p.dtype or grad.shape != p.shape:
-            raise ValueError(
-                f"a gradient of dtype {grad.dtype} and shape {tuple(grad.shape)} for a parameter of "
-                f"dtype {p.dtype} and shape {tuple(p.shape)}"
-            )
-        if grad.device != p.device:
-            raise ValueError(f"a gradient on {grad.device} for a parameter on {p.device}")
-        if not grad.is_contiguous():
-            raise ValueError("a non-contiguous gradient: expected a contiguous one")
-
-
-_COMMON_DOC = """
-    Keyword-only, for every optimizer of this module:
-        state_dtype: the state's storage: ``torch.float32`` (default), ``torch.bfloat16``,
-            ``torch.float16`` (first moments only unless ``allow_f16_state``) or ``"q8"``
-            (8-bit blocks of 256 with a scale: 2.03 bytes per parameter for two moments).
-        rounding: ``"nearest"`` or ``"stochastic"`` for bfloat16 / float16 parameters.
-        seed: the seed of stochastic rounding.
-        finite_check: ``"skip_step"`` (default): a non-finite gradient anywhere skips the step;
-            ``"trust"``: the gradients are not checked first (one read less).
-        allow_f16_state: allow float16 for a second moment.
-        threads: threads per step (the same bits for any count).
-
-    ``state[p]`` holds ``"state"``, the buffer the core steps, and each of its slots as a view
-    (``"m"``, ``"v"``…; for ``"q8"``, ``"m_codes"`` and ``"m_scales"``…). ``last_report`` is the
-    core's report of the last step (``rho``, ``home_elements``, ``skipped``…).
-"""
-
-
-def _doc(formula: str, args: str) -> str:
-    return f"{formula}\n\n    Args:\n{args}\n{_COMMON_DOC}"
-
-
-_D = {name: _core_defaults(name) for name in _native.config_names()}
-
-_PARAMS_DOC = "        params: the parameters, or param-group dicts (each may set lr, betas, eps, weight_decay).\n"
-_LR_DOC = "        lr: η, the learning rate.\n"
-_BETAS_DOC = "        betas: (β1, β2), the moments' decay rates.\n"
-_WD_DOC = "        weight_decay: λ.\n"
-_TAU_DOC = (
-    "        tau: τ, the threshold: the home (SGDM) branch where v̂ < τ.\n"
-    "        switch: what ρ is taken over: ``\"global\"`` (the whole model, Alg. 2), ``\"layer\"`` (each\n"
-    "            tensor) or ``\"element\"`` (each element, Alg. 3).\n"
-    "        rho_over: ``\"all\"`` (the paper) or ``\"active\"`` (elements with v > 0) for ρ.\n"
-    "        home_lr_scale: η_h / η, the home branch's rate relative to η.\n"
-    "        tau_calibration: ``(share, every)``: τ set every ``every`` steps so that about\n"
-    "            ``share`` of the decisions go home; ``None``: τ as given.\n"
-)
-
-
-def _home_rule(decoupled: bool, switch: str) -> str:
-    suffixes = {"global": "", "layer": "-layer", "element": "-ew"}
-    if switch not in suffixes:
-        raise ValueError(f"switch={switch!r}: expected 'global', 'layer' or 'element'")
-    return ("homeadamw" if decoupled else "homeadam") + suffixes[switch]
-
-
-class HomeAdamW(_CoreOptimizer):
-    __doc__ = _doc(
-        """HomeAdamW (Alg. 2 and 3 of Huang, Zhang and Chen, *HomeAdam*, arXiv:2603.02649).
-
-    m_t = β1 m + (1 − β1) g, v_t = β2 v + (1 − β2) g², m̂ = m_t / (1 − β1ᵗ), v̂ = v_t / (1 − β2ᵗ);
-    θ ← θ (1 − ηλ) − η m̂ / (v̂ + ε) where ρ ≥ τ (the srf branch), θ ← θ (1 − ηλ) − η_h m̂ where
-    ρ < τ (home), with ρ = min v̂ over the model, a tensor or one element (``switch``).""",
-        _PARAMS_DOC + _LR_DOC + _BETAS_DOC + "        eps: ε, which bounds a step by η / (2√ε).\n" + _WD_DOC + _TAU_DOC,
-    )
-
-    def __init__(
-        self,
-        params: Params,
-        lr: float = _D["homeadamw"]["lr"],
-        betas: Tuple[float, float] = _D["homeadamw"]["betas"],
-        eps: float = _D["homeadamw"]["eps"],
-        weight_decay: float = _D["homeadamw"]["weight_decay"],
-        *,
-        tau: float = _D["homeadamw"]["tau"],
-        switch: str = "global",
-        rho_over: str = _D["homeadamw"]["rho_over"],
-        home_lr_scale: float = _D["homeadamw"]["home_lr_scale"],
-        tau_calibration: Optional[Tuple[float, int]] = None,
-        state_dtype: StateDtype = torch.float32,
-        rounding: str = "nearest",
-        seed: int = 0,
-        finite_check: str = "skip_step",
-        allow_f16_state: bool = False,
-        threads: int = 1,
-        max_grad_norm: Optional[float] = None,
-        process_group: Optional[Any] = None,
-    ) -> None:
-        settings = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, tau=tau)
-        settings.update(home_lr_scale=home_lr_scale, tau_calibration=tau_calibration)
-        if switch != "element":
-            settings["rho_over"] = rho_over
-        elif rho_over != _D["homeadamw"]["rho_over"]:
-            raise ValueError("rho_over: the element-wise rule decides on each element's v̂, not on ρ")
-        super().__init__(
-            params, _home_rule(True, switch), settings, state_dtype=state_dtype, rounding=rounding, seed=seed,
-            finite_check=finite_check, allow_f16_state=allow_f16_state, threads=threads,
-            max_grad_norm=max_grad_norm, process_group=process_group,
-        )
-
-
-class HomeAdam(_CoreOptimizer):
-    __doc__ = _doc(
-        """HomeAdam (Alg. 2 and 3 of *HomeAdam*, without weight decay): as :class:`HomeAdamW`
-    with λ = 0.""",
-        _PARAMS_DOC + _LR_DOC + _BETAS_DOC + "        eps: ε, which bounds a step by η / (2√ε).\n" + _TAU_DOC,
-    )
-
-    def __init__(
-        self,
-        params: Params,
-        lr: float = _D["homeadam"]["lr"],
-        betas: Tuple[float, float] = _D["homeadam"]["betas"],
-        eps: float = _D["homeadam"]["eps"],
-        *,
-        tau: float = _D["homeadam"]["tau"],
-        switch: str = "global",
-        rho_over: str = _D["homeadam"]["rho_over"],
-        home_lr_scale: float = _D["homeadam"]["home_lr_scale"],
-        tau_calibration: Optional[Tuple[float, int]] = None,
-        state_dtype: StateDtype = torch.float32,
-        rounding: str = "nearest",
-        seed: int = 0,
-        finite_check: str = "skip_step",
-        allow_f16_state: bool = False,
-        threads: int = 1,
-        max_grad_norm: Optional[float] = None,
-        process_group: Optional[Any] = None,
-    ) -> None:
-        settings = dict(lr=lr, betas=betas, eps=eps, tau=tau)
-        settings.update(home_lr_scale=home_lr_scale, tau_calibration=tau_calibration)
-        if switch != "element":
-            settings["rho_over"] = rho_over
-        elif rho_over != _D["homeadam"]["rho_over"]:
-            raise ValueError("rho_over: the element-wise rule decides on each element's v̂, not on ρ")
-        super().__init__(
-            params, _home_rule(False, switch), settings, state_dtype=state_dtype, rounding=rounding, seed=seed,
-            finite_check=finite_check, allow_f16_state=allow_f16_state, threads=threads,
-            max_grad_norm=max_grad_norm, process_group=process_group,
-        )
-
-
-def _adam_like(name: str, rule: str, formula: str, decay: bool, eps_doc: str) -> type:
-    """An optimizer class of the Adam family (lr, betas, eps and, with ``decay``, weight_decay)."""
-    d = _D[rule]
-    args = _PARAMS_DOC + _LR_DOC + _BETAS_DOC + eps_doc + (_WD_DOC if decay else "")
-
-    def __init__(
-        self: _CoreOptimizer,
-        params: Params,
-        lr: float = d["lr"],
-        betas: Tuple[float, float] = d["betas"],
-        eps: float = d["eps"],
-        weight_decay: float = d.get("weight_decay", 0.0),
-        *,
-        state_dtype: StateDtype = torch.float32,
-        rounding: str = "nearest",
-        seed: int = 0,
-        finite_check: str = "skip_step",
-        allow_f16_state: bool = False,
-        threads: int = 1,
-        max_grad_norm: Optional[float] = None,
-        process_group: Optional[Any] = None,
+        lr: Optional[float] = None,
+        betas: Optional[Betas] = None,
+        eps: Optional[float] = None,
+        weight_decay: Optional[float] = None,
+        **options: Unpack[Options],
     ) -> None:
         settings: Dict[str, Any] = dict(lr=lr, betas=betas, eps=eps)
-        if decay:
+        if self._DECAY:
             settings["weight_decay"] = weight_decay
-        elif weight_decay != 0.0:
-            raise ValueError(f"weight_decay: {name} has no weight decay (λ = 0 by definition); use its W variant")
-        _CoreOptimizer.__init__(
-            self, params, rule, settings, state_dtype=state_dtype, rounding=rounding, seed=seed,
-            finite_check=finite_check, allow_f16_state=allow_f16_state, threads=threads,
-            max_grad_norm=max_grad_norm, process_group=process_group,
-        )
-
-    return type(name, (_CoreOptimizer,), {"__init__": __init__, "__doc__": _doc(formula, args), "__module__": __name__})
+        elif weight_decay:
+            raise ValueError(f"weight_decay: {type(self).__name__} has no weight decay (λ = 0); use its W variant")
+        super().__init__(params, self._RULE, settings, options)
 
 
-_ADAM_MOMENTS = "m_t = β1 m + (1 − β1) g, v_t = β2 v + (1 − β2) g², m̂ = m_t / (1 − β1ᵗ), v̂ = v_t / (1 − β2ᵗ)"
-_ADAM_EPS = "        eps: ε.\n"
-_SRF_EPS = "        eps: ε, which bounds a step by η / (2√ε).\n"
+class AdamW(_AdamFamily):
+    _RULE, _DECAY = "adamw", True
+    __doc__ = _doc(
+        f"AdamW, as ``torch.optim.AdamW``. {_MOMENTS}; θ ← θ (1 − ηλ) − η m̂ / (√v̂ + ε).",
+        "adamw",
+        ("lr", "betas", "eps", "weight_decay"),
+    )
 
-AdamW = _adam_like(
-    "AdamW", "adamw", f"AdamW (as ``torch.optim.AdamW``). {_ADAM_MOMENTS}; θ ← θ (1 − ηλ) − η m̂ / (√v̂ + ε).",
-    True, _ADAM_EPS,
-)
-Adam = _adam_like(
-    "Adam", "adam", f"Adam (as ``torch.optim.Adam``, λ coupled: g ← g + λθ). {_ADAM_MOMENTS}; θ ← θ − η m̂ / (√v̂ + ε).",
-    True, _ADAM_EPS,
-)
-AdamWSrf = _adam_like(
-    "AdamWSrf", "adamw-srf",
-    f"AdamW-srf (Alg. 1 of *HomeAdam*: square-root-free). {_ADAM_MOMENTS}; θ ← θ (1 − ηλ) − η m̂ / (v̂ + ε).",
-    True, _SRF_EPS,
-)
-AdamSrf = _adam_like(
-    "AdamSrf", "adam-srf", f"Adam-srf (Alg. 1 of *HomeAdam*, λ = 0). {_ADAM_MOMENTS}; θ ← θ − η m̂ / (v̂ + ε).",
-    False, _SRF_EPS,
-)
+
+class Adam(_AdamFamily):
+    _RULE, _DECAY = "adam", True
+    __doc__ = _doc(
+        f"Adam, as ``torch.optim.Adam`` (λ coupled: g ← g + λθ). {_MOMENTS}; θ ← θ − η m̂ / (√v̂ + ε).",
+        "adam",
+        ("lr", "betas", "eps", "weight_decay"),
+    )
+
+
+class AdamWSrf(_AdamFamily):
+    _RULE, _DECAY = "adamw-srf", True
+    __doc__ = _doc(
+        f"AdamW-srf (Alg. 1 of *HomeAdam*, square-root-free). {_MOMENTS}; θ ← θ (1 − ηλ) − η m̂ / (v̂ + ε).",
+        "adamw-srf",
+        ("lr", "betas", "eps", "weight_decay"),
+    )
+
+
+class AdamSrf(_AdamFamily):
+    _RULE, _DECAY = "adam-srf", False
+    __doc__ = _doc(
+        f"Adam-srf (Alg. 1 of *HomeAdam*, λ = 0). {_MOMENTS}; θ ← θ − η m̂ / (v̂ + ε).",
+        "adam-srf",
+        ("lr", "betas", "eps"),
+    )
+
+
+_SWITCHES = {"global": "", "layer": "-layer", "element": "-ew"}
+
+
+class _HomeFamily(_CoreOptimizer):
+    """HomeAdam(W): the Adam family's arguments and the switch's."""
+
+    _DECOUPLED: ClassVar[bool]
+
+    def __init__(
+        self,
+        params: Params,
+        lr: Optional[float] = None,
+        betas: Optional[Betas] = None,
+        eps: Optional[float] = None,
+        weight_decay: Optional[float] = None,
+        *,
+        tau: Optional[float] = None,
+        switch: str = "global",
+        rho_over: Optional[str] = None,
+        home_lr_scale: Optional[float] = None,
+        tau_calibration: Optional[Tuple[float, int]] = None,
+        **options: Unpack[Options],
+    ) -> None:
+        if switch not in _SWITCHES:
+            raise ValueError(f"switch={switch!r}: expected 'global', 'layer' or 'element'")
+        rule = ("homeadamw" if self._DECOUPLED else "homeadam") + _SWITCHES[switch]
+        settings: Dict[str, Any] = dict(lr=lr, betas=betas, eps=eps, tau=tau)
+        settings.update(home_lr_scale=home_lr_scale, tau_calibration=tau_calibration)
+        if self._DECOUPLED:
+            settings["weight_decay"] = weight_decay
+        elif weight_decay:
+            raise ValueError("weight_decay: HomeAdam has no weight decay (λ = 0, Alg. 2); use HomeAdamW")
+        if switch != "element":
+            settings["rho_over"] = rho_over
+        elif rho_over is not None:
+            raise ValueError("rho_over: the element-wise rule decides on each element's v̂, not on ρ")
+        super().__init__(params, rule, settings, options)
+
+
+_HOME = f"""{_MOMENTS};
+    θ ← θ (1 − ηλ) − η m̂ / (v̂ + ε) where ρ ≥ τ (the srf branch), θ ← θ (1 − ηλ) − η_h m̂ where
+    ρ < τ (home), with ρ = min v̂ over the model, a tensor or one element (``switch``)."""
+_HOME_ARGS = ("tau", "switch", "rho_over", "home_lr_scale", "tau_calibration")
+
+
+class HomeAdamW(_HomeFamily):
+    _DECOUPLED = True
+    __doc__ = _doc(
+        f"HomeAdamW (Alg. 2 and 3 of Huang, Zhang and Chen, *HomeAdam*, arXiv:2603.02649). {_HOME}",
+        "homeadamw",
+        ("lr", "betas", "eps", "weight_decay") + _HOME_ARGS,
+    )
+
+
+class HomeAdam(_HomeFamily):
+    _DECOUPLED = False
+    __doc__ = _doc(
+        f"HomeAdam (Alg. 2 and 3 of *HomeAdam*, λ = 0). {_HOME}",
+        "homeadam",
+        ("lr", "betas", "eps") + _HOME_ARGS,
+    )
 
 
 class SGD(_CoreOptimizer):
     __doc__ = _doc(
-        """SGD with momentum (as ``torch.optim.SGD``): g ← g + λθ, b ← μ b + (1 − dampening) g
+        """SGD with momentum, as ``torch.optim.SGD``: g ← g + λθ, b ← μ b + (1 − dampening) g
     (b = g at the first step), θ ← θ − η b (Nesterov: θ ← θ − η (g + μ b)).""",
-        _PARAMS_DOC + _LR_DOC + "        momentum: μ.\n        dampening: the dampening of the momentum.\n"
-        "        weight_decay: λ (coupled).\n        nesterov: Nesterov momentum.\n",
+        "sgd",
+        ("lr", "momentum", "dampening", "weight_decay", "nesterov"),
     )
 
     def __init__(
         self,
         params: Params,
-        lr: float = _D["sgd"]["lr"],
-        momentum: float = _D["sgd"]["momentum"],
-        dampening: float = _D["sgd"]["dampening"],
-        weight_decay: float = _D["sgd"]["weight_decay"],
-        nesterov: bool = _D["sgd"]["nesterov"],
-        *,
-        state_dtype: StateDtype = torch.float32,
-        rounding: str = "nearest",
-        seed: int = 0,
-        finite_check: str = "skip_step",
-        allow_f16_state: bool = False,
-        threads: int = 1,
-        max_grad_norm: Optional[float] = None,
-        process_group: Optional[Any] = None,
+        lr: Optional[float] = None,
+        momentum: Optional[float] = None,
+        dampening: Optional[float] = None,
+        weight_decay: Optional[float] = None,
+        nesterov: Optional[bool] = None,
+        **options: Unpack[Options],
     ) -> None:
         settings = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov)
-        super().__init__(
-            params, "sgd", settings, state_dtype=state_dtype, rounding=rounding, seed=seed,
-            finite_check=finite_check, allow_f16_state=allow_f16_state, threads=threads,
-            max_grad_norm=max_grad_norm, process_group=process_group,
-        )
+        super().__init__(params, "sgd", settings, options)
 
 
 class AdaBelief(_CoreOptimizer):
     __doc__ = _doc(
-        """AdaBelief (as ``adabelief-pytorch`` 0.2.1): s_t = β2 s + (1 − β2)(g − m_t)² + ε in
-    place of v; decoupled decay unless ``weight_decouple`` is off; RAdam's rectification with
-    ``rectify``; AMSGrad's running max of s with ``amsgrad``.""",
-        _PARAMS_DOC + _LR_DOC + _BETAS_DOC + _ADAM_EPS + _WD_DOC
-        + "        weight_decouple, fixed_decay, rectify, amsgrad: as adabelief-pytorch's.\n",
+        """AdaBelief, as ``adabelief-pytorch`` 0.2.1: s_t = β2 s + (1 − β2)(g − m_t)² + ε in place
+    of v.""",
+        "adabelief",
+        ("lr", "betas", "eps", "weight_decay", "weight_decouple", "fixed_decay", "rectify", "amsgrad"),
     )
 
     def __init__(
         self,
         params: Params,
-        lr: float = _D["adabelief"]["lr"],
-        betas: Tuple[float, float] = _D["adabelief"]["betas"],
-        eps: float = _D["adabelief"]["eps"],
-        weight_decay: float = _D["adabelief"]["weight_decay"],
+        lr: Optional[float] = None,
+        betas: Optional[Betas] = None,
+        eps: Optional[float] = None,
+        weight_decay: Optional[float] = None,
         *,
-        weight_decouple: bool = _D["adabelief"]["weight_decouple"],
-        fixed_decay: bool = _D["adabelief"]["fixed_decay"],
-        rectify: bool = _D["adabelief"]["rectify"],
-        amsgrad: bool = _D["adabelief"]["amsgrad"],
-        state_dtype: StateDtype = torch.float32,
-        rounding: str = "nearest",
-        seed: int = 0,
-        finite_check: str = "skip_step",
-        allow_f16_state: bool = False,
-        threads: int = 1,
-        max_grad_norm: Optional[float] = None,
-        process_group: Optional[Any] = None,
+        weight_decouple: Optional[bool] = None,
+        fixed_decay: Optional[bool] = None,
+        rectify: Optional[bool] = None,
+        amsgrad: Optional[bool] = None,
+        **options: Unpack[Options],
     ) -> None:
         settings: Dict[str, Any] = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         settings.update(weight_decouple=weight_decouple, rectify=rectify, amsgrad=amsgrad)
-        if weight_decouple:
+        if weight_decouple is not False:
             settings["fixed_decay"] = fixed_decay
-        super().__init__(
-            params, "adabelief", settings, state_dtype=state_dtype, rounding=rounding, seed=seed,
-            finite_check=finite_check, allow_f16_state=allow_f16_state, threads=threads,
-            max_grad_norm=max_grad_norm, process_group=process_group,
-        )
+        elif fixed_decay:
+            raise ValueError("fixed_decay: applies with weight_decouple only")
+        super().__init__(params, "adabelief", settings, options)
 
 
 class SWATS(_CoreOptimizer):
     __doc__ = _doc(
-        """SWATS (as ``pytorch-optimizer`` 4.1.0): Adam until the projected SGD rate settles,
-    then SGD with momentum at that rate.""",
-        _PARAMS_DOC + _LR_DOC + _BETAS_DOC + _ADAM_EPS + _WD_DOC
-        + "        nesterov: Nesterov momentum in the SGD phase.\n        weight_decouple: decoupled decay.\n",
+        """SWATS, as ``pytorch-optimizer`` 4.1.0: Adam until the projected SGD rate settles, then
+    SGD with momentum at that rate. Refuses a ``process_group``.""",
+        "swats",
+        ("lr", "betas", "eps", "weight_decay", "nesterov", "weight_decouple"),
     )
 
     def __init__(
         self,
         params: Params,
-        lr: float = _D["swats"]["lr"],
-        betas: Tuple[float, float] = _D["swats"]["betas"],
-        eps: float = _D["swats"]["eps"],
-        weight_decay: float = _D["swats"]["weight_decay"],
+        lr: Optional[float] = None,
+        betas: Optional[Betas] = None,
+        eps: Optional[float] = None,
+        weight_decay: Optional[float] = None,
         *,
-        nesterov: bool = _D["swats"]["nesterov"],
-        weight_decouple: bool = _D["swats"]["weight_decouple"],
-        state_dtype: StateDtype = torch.float32,
-        rounding: str = "nearest",
-        seed: int = 0,
-        finite_check: str = "skip_step",
-        allow_f16_state: bool = False,
-        threads: int = 1,
-        max_grad_norm: Optional[float] = None,
-        process_group: Optional[Any] = None,
+        nesterov: Optional[bool] = None,
+        weight_decouple: Optional[bool] = None,
+        **options: Unpack[Options],
     ) -> None:
         settings: Dict[str, Any] = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         settings.update(nesterov=nesterov, weight_decouple=weight_decouple)
-        super().__init__(
-            params, "swats", settings, state_dtype=state_dtype, rounding=rounding, seed=seed,
-            finite_check=finite_check, allow_f16_state=allow_f16_state, threads=threads,
-            max_grad_norm=max_grad_norm, process_group=process_group,
-        )
+        super().__init__(params, "swats", settings, options)
 
 
 class MIAdam(_CoreOptimizer):
     __doc__ = _doc(
-        """MIAdam (the official ``MIAdam1``): Adam whose steps t ≤ ``switch_step`` follow the
+        """MIAdam, as the official ``MIAdam1``: Adam whose steps t ≤ ``switch_step`` follow the
     multiple-integration update with rate κ.""",
-        _PARAMS_DOC + _LR_DOC + _BETAS_DOC + _ADAM_EPS + _WD_DOC
-        + "        kappa: κ.\n        switch_step: the last step of the integrated update.\n",
+        "miadam",
+        ("lr", "betas", "eps", "weight_decay", "kappa", "switch_step"),
     )
 
     def __init__(
         self,
         params: Params,
-        lr: float = _D["miadam"]["lr"],
-        betas: Tuple[float, float] = _D["miadam"]["betas"],
-        eps: float = _D["miadam"]["eps"],
-        weight_decay: float = _D["miadam"]["weight_decay"],
+        lr: Optional[float] = None,
+        betas: Optional[Betas] = None,
+        eps: Optional[float] = None,
+        weight_decay: Optional[float] = None,
         *,
-        kappa: float = _D["miadam"]["kappa"],
-        switch_step: int = _D["miadam"]["switch_step"],
-        state_dtype: StateDtype = torch.float32,
-        rounding: str = "nearest",
-        seed: int = 0,
-        finite_check: str = "skip_step",
-        allow_f16_state: bool = False,
-        threads: int = 1,
-        max_grad_norm: Optional[float] = None,
-        process_group: Optional[Any] = None,
+        kappa: Optional[float] = None,
+        switch_step: Optional[int] = None,
+        **options: Unpack[Options],
     ) -> None:
         settings: Dict[str, Any] = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         settings.update(kappa=kappa, switch_step=switch_step)
-        super().__init__(
-            params, "miadam", settings, state_dtype=state_dtype, rounding=rounding, seed=seed,
-            finite_check=finite_check, allow_f16_state=allow_f16_state, threads=threads,
-            max_grad_norm=max_grad_norm, process_group=process_group,
-        )
+        super().__init__(params, "miadam", settings, options)
 
 
 class Lion(_CoreOptimizer):
     __doc__ = _doc(
-        """Lion (Chen et al. 2023, as ``lion-pytorch`` 0.2.5): θ ← θ (1 − ηλ) − η sign(β1 m + (1 − β1) g),
-    then m ← β2 m + (1 − β2) g.""",
-        _PARAMS_DOC + _LR_DOC + _BETAS_DOC + _WD_DOC,
+        """Lion (Chen et al. 2023), as ``lion-pytorch`` 0.2.5:
+    θ ← θ (1 − ηλ) − η sign(β1 m + (1 − β1) g), then m ← β2 m + (1 − β2) g.""",
+        "lion",
+        ("lr", "betas", "weight_decay"),
     )
 
     def __init__(
         self,
         params: Params,
-        lr: float = _D["lion"]["lr"],
-        betas: Tuple[float, float] = _D["lion"]["betas"],
-        weight_decay: float = _D["lion"]["weight_decay"],
-        *,
-        state_dtype: StateDtype = torch.float32,
-        rounding: str = "nearest",
-        seed: int = 0,
-        finite_check: str = "skip_step",
-        allow_f16_state: bool = False,
-        threads: int = 1,
-        max_grad_norm: Optional[float] = None,
-        process_group: Optional[Any] = None,
+        lr: Optional[float] = None,
+        betas: Optional[Betas] = None,
+        weight_decay: Optional[float] = None,
+        **options: Unpack[Options],
     ) -> None:
-        super().__init__(
-            params, "lion", dict(lr=lr, betas=betas, weight_decay=weight_decay), state_dtype=state_dtype,
-            rounding=rounding, seed=seed, finite_check=finite_check, allow_f16_state=allow_f16_state, threads=threads,
-            max_grad_norm=max_grad_norm, process_group=process_group,
-        )
+        super().__init__(params, "lion", dict(lr=lr, betas=betas, weight_decay=weight_decay), options)
