@@ -336,7 +336,7 @@ class _CoreOptimizer(Optimizer):
         # The optimizer-wide hyper-parameters come with the state, as a group's do in torch.
         wide = {k: saved_groups[0][k] for k in self._settings if k not in self._group_keys and saved_groups}
         native = self._make_core(dict({k: self.defaults[k] for k in self._settings}, **wide))
-        native.load_header(header.numpy().tobytes())
+        native.load_header(bytes(header.tolist()))
         old = (self.param_groups, dict(self.defaults), self._native, self.state)
         super().load_state_dict(state_dict)
         self.defaults.update(wide)
