@@ -3,7 +3,7 @@
 
 use homeadam_core::backend::{Histogram, BUCKETS};
 use homeadam_core::{
-    bf16, f16, Config, Error, ExactSum, FiniteCheck, Group, Optimizer, Q8Block, ShardCheck, SliceSink,
+    bf16, f16, Config, Dtype, Error, ExactSum, FiniteCheck, Group, Optimizer, Q8Block, ShardCheck, SliceSink,
     StateStorage, Step, StepReport, Storage, Tensor, TensorAux, TensorState, TensorStateMut, Updates,
 };
 use pyo3::exceptions::PyValueError;
@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::raw::{
-    check_disjoint, check_gradient, check_state, slice, slice_mut, ParamDtype, RawTensor, StateDtype, Visit,
+    check_disjoint, check_elements, check_state, slice, slice_mut, state_bytes, ParamDtype, RawTensor, Visit,
 };
 
 fn value_error(e: impl std::fmt::Display) -> PyErr {
@@ -44,7 +44,7 @@ pub fn config_names() -> Vec<&'static str> {
 }
 
 /// One tensor as `homeadam.torch` passes it: θ's, g's and the state's addresses, θ's length,
-/// the state's length, θ's dtype name, the index of its group and its SWATS Λ.
+/// the state's bytes, θ's dtype ([`Dtype::from_name`]), the index of its group and its SWATS Λ.
 type TensorArgs = (usize, usize, usize, usize, usize, String, usize, f32);
 
 /// One parameter group: η's scale, whether λ applies, and λ, ε, β1, β2 where they differ from
@@ -55,7 +55,7 @@ type GroupArgs = (f64, bool, Option<f64>, Option<f64>, Option<f64>, Option<f64>)
 #[pyclass(module = "homeadam._native")]
 pub struct Core {
     opt: Optimizer,
-    state_dtype: StateDtype,
+    state_dtype: Dtype,
     /// θ's and the state's address and θ's length of each tensor of the last step: the global
     /// rule's bound is only valid for the same model.
     last_model: Vec<(usize, usize, usize)>,
@@ -68,7 +68,7 @@ pub struct Core {
 impl Core {
     /// A validated config: the rule's config name, `(knob, value as text)` pairs
     /// (`Config::set_knob`), the finite check (`skip_step` or `trust`), the state dtype
-    /// (`float32`, `bfloat16`, `float16` or `q8`) and whether f16 may hold a second moment.
+    /// ([`Dtype::from_name`]) and whether f16 may hold a second moment.
     #[new]
     fn new(
         rule: &str,
@@ -99,14 +99,12 @@ impl Core {
             }
         };
         config.allow_f16_state = allow_f16_state;
-        let state_dtype = StateDtype::from_name(state_dtype).ok_or_else(|| {
+        let state_dtype = Dtype::from_name(state_dtype).ok_or_else(|| {
             value_error(format!(
-                "state_dtype = {state_dtype:?}: expected float32, bfloat16, float16 or q8"
+                "state_dtype = {state_dtype:?}: expected f32, bf16, f16 or q8"
             ))
         })?;
-        config
-            .check_state_dtype(state_dtype.core())
-            .map_err(value_error)?;
+        config.check_state_dtype(state_dtype).map_err(value_error)?;
         let opt = Optimizer::new(config).map_err(value_error)?;
         Ok(Core {
             opt,
@@ -129,14 +127,9 @@ impl Core {
             .map_err(value_error)
     }
 
-    /// Items of state a tensor of `numel` parameters needs (q8: blocks of 260 bytes).
-    fn state_len(&self, numel: usize) -> usize {
-        self.state_dtype.state_len(self.opt.config().state_slots(), numel)
-    }
-
-    /// Bytes of one item of state.
-    fn state_item_bytes(&self) -> usize {
-        self.state_dtype.item_bytes()
+    /// Bytes of state a tensor of `numel` parameters needs.
+    fn state_bytes(&self, numel: usize) -> usize {
+        state_bytes(self.state_dtype, self.opt.config().state_slots(), numel)
     }
 
     /// The names of the state slots (`m`, `v`, …), in the buffer's order.
@@ -172,14 +165,11 @@ impl Core {
         let slots = self.opt.config().state_slots();
         let mut raw = Vec::with_capacity(tensors.len());
         let mut auxes = Vec::with_capacity(tensors.len());
-        for (k, (param, grad, state, numel, state_len, dtype, group, swats_lambda)) in
+        for (k, (param, grad, state, numel, state_bytes, dtype, group, swats_lambda)) in
             tensors.into_iter().enumerate()
         {
-            let dtype = ParamDtype::from_name(&dtype).ok_or_else(|| {
-                value_error(format!(
-                    "tensor {k}: dtype {dtype:?} is not float32, bfloat16 or float16"
-                ))
-            })?;
+            let dtype = ParamDtype::from_name(&dtype)
+                .ok_or_else(|| value_error(format!("tensor {k}: dtype {dtype:?} is not f32, bf16 or f16")))?;
             let group = *groups
                 .get(group)
                 .ok_or_else(|| value_error(format!("tensor {k}: group {group} of {}", groups.len())))?;
@@ -188,7 +178,7 @@ impl Core {
                 grad,
                 state,
                 numel,
-                state_len,
+                state_bytes,
                 dtype,
                 state_dtype: self.state_dtype,
                 group: to_group(group),
@@ -239,7 +229,7 @@ impl Core {
     }
 
     /// The core's checkpoint (docs/DESIGN.md's format) of the step counter, the model-wide
-    /// state and these tensors' state: `(θ's length, the state's address and length, Λ)`.
+    /// state and these tensors' state: `(θ's length, the state's address and bytes, Λ)`.
     fn export_state<'py>(
         &self,
         py: Python<'py>,
@@ -250,10 +240,10 @@ impl Core {
         // SAFETY: the state buffers of live tensors, checked by `lent_state`, read only.
         let bytes = unsafe {
             match self.state_dtype {
-                StateDtype::Float(ParamDtype::F32) => save::<f32>(&self.opt, &parts, &auxes),
-                StateDtype::Float(ParamDtype::Bf16) => save::<bf16>(&self.opt, &parts, &auxes),
-                StateDtype::Float(ParamDtype::F16) => save::<f16>(&self.opt, &parts, &auxes),
-                StateDtype::Q8 => save::<Q8Block>(&self.opt, &parts, &auxes),
+                Dtype::F32 => save::<f32>(&self.opt, &parts, &auxes),
+                Dtype::BF16 => save::<bf16>(&self.opt, &parts, &auxes),
+                Dtype::F16 => save::<f16>(&self.opt, &parts, &auxes),
+                Dtype::Q8 => save::<Q8Block>(&self.opt, &parts, &auxes),
             }
         }
         .map_err(value_error)?;
@@ -270,10 +260,10 @@ impl Core {
         // SAFETY: the state buffers of live tensors, checked by `lent_state`, written here only.
         unsafe {
             match self.state_dtype {
-                StateDtype::Float(ParamDtype::F32) => load::<f32>(opt, bytes, &parts, &mut auxes),
-                StateDtype::Float(ParamDtype::Bf16) => load::<bf16>(opt, bytes, &parts, &mut auxes),
-                StateDtype::Float(ParamDtype::F16) => load::<f16>(opt, bytes, &parts, &mut auxes),
-                StateDtype::Q8 => load::<Q8Block>(opt, bytes, &parts, &mut auxes),
+                Dtype::F32 => load::<f32>(opt, bytes, &parts, &mut auxes),
+                Dtype::BF16 => load::<bf16>(opt, bytes, &parts, &mut auxes),
+                Dtype::F16 => load::<f16>(opt, bytes, &parts, &mut auxes),
+                Dtype::Q8 => load::<Q8Block>(opt, bytes, &parts, &mut auxes),
             }
         }
         .map_err(value_error)?;
@@ -298,19 +288,19 @@ impl Core {
 }
 
 impl Core {
-    /// `(θ's length, state address, state length, Λ)` checked as a step's state buffers are:
-    /// `(θ's length, address, length)` of each.
+    /// `(θ's length, state address, state bytes, Λ)` checked as a step's state buffers are:
+    /// `(θ's length, address, bytes)` of each.
     fn lent_state(&self, tensors: &[(usize, usize, usize, f32)]) -> PyResult<Vec<(usize, usize, usize)>> {
         let slots = self.opt.config().state_slots();
         let mut raw = Vec::with_capacity(tensors.len());
-        for (k, &(numel, state, state_len, _)) in tensors.iter().enumerate() {
-            check_state(k, state, state_len, self.state_dtype, slots, numel).map_err(value_error)?;
+        for (k, &(numel, state, bytes, _)) in tensors.iter().enumerate() {
+            check_state(k, state, bytes, self.state_dtype, slots, numel).map_err(value_error)?;
             raw.push(RawTensor {
                 param: 0,
                 grad: 0,
                 state,
                 numel: 0,
-                state_len,
+                state_bytes: bytes,
                 dtype: ParamDtype::F32,
                 state_dtype: self.state_dtype,
                 group: Group::DEFAULT,
@@ -319,7 +309,7 @@ impl Core {
         check_disjoint(&raw).map_err(value_error)?;
         Ok(tensors
             .iter()
-            .map(|&(numel, state, len, _)| (numel, state, len))
+            .map(|&(numel, state, bytes, _)| (numel, state, bytes))
             .collect())
     }
 }
@@ -423,19 +413,16 @@ fn reduce_check(reduce: &Bound<'_, PyAny>, local: ShardCheck, tensors: usize) ->
     Ok((model, first))
 }
 
-/// Σ g² over these gradients (`(address, length, dtype name)`), exactly, as the words of the
+/// Σ g² over these gradients (`(address, length, dtype)`), exactly, as the words of the
 /// core's [`ExactSum`] (as `i64`, for a tensor): summed across processes limb by limb or
 /// gathered, they give the model's sum in any order.
 #[pyfunction]
 pub fn grad_squares(grads: Vec<(usize, usize, String)>) -> PyResult<Vec<i64>> {
     let mut sum = ExactSum::new();
     for (k, (at, numel, dtype)) in grads.into_iter().enumerate() {
-        let dtype = ParamDtype::from_name(&dtype).ok_or_else(|| {
-            value_error(format!(
-                "gradient {k}: dtype {dtype:?} is not float32, bfloat16 or float16"
-            ))
-        })?;
-        check_gradient(k, at, numel, dtype).map_err(value_error)?;
+        let dtype = ParamDtype::from_name(&dtype)
+            .ok_or_else(|| value_error(format!("gradient {k}: dtype {dtype:?} is not f32, bf16 or f16")))?;
+        check_elements(k, "gradient", at, numel, dtype).map_err(value_error)?;
         // SAFETY: a live contiguous CPU tensor of this dtype and length, held by the caller and
         // only read here; address and alignment checked.
         unsafe {
@@ -473,7 +460,7 @@ fn aux_of(swats_lambda: f32) -> TensorAux {
     }
 }
 
-/// The checkpoint of `parts` (θ's length, the state's address and length) and their `auxes`.
+/// The checkpoint of `parts` (θ's length, the state's address and bytes) and their `auxes`.
 ///
 /// # Safety
 /// Each part is the state buffer of a live tensor of type `S`, disjoint from the others.
@@ -485,9 +472,9 @@ unsafe fn save<S: StateStorage>(
     let states: Vec<TensorState<'_, S>> = parts
         .iter()
         .zip(auxes)
-        .map(|(&(numel, at, len), aux)| TensorState {
+        .map(|(&(numel, at, bytes), aux)| TensorState {
             numel,
-            state: slice::<S>(at, len),
+            state: slice::<S>(at, bytes / core::mem::size_of::<S>()),
             aux,
         })
         .collect();
@@ -509,9 +496,9 @@ unsafe fn load<S: StateStorage>(
     let mut states: Vec<TensorStateMut<'_, S>> = parts
         .iter()
         .zip(auxes.iter_mut())
-        .map(|(&(numel, at, len), aux)| TensorStateMut {
+        .map(|(&(numel, at, bytes), aux)| TensorStateMut {
             numel,
-            state: slice_mut::<S>(at, len),
+            state: slice_mut::<S>(at, bytes / core::mem::size_of::<S>()),
             aux,
         })
         .collect();

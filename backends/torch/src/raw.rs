@@ -9,76 +9,54 @@
 //! parameter twice, or a state buffer shared by two parameters, would make two `&mut` slices
 //! of one memory).
 
-use homeadam_core::{bf16, f16, Error, Group, Q8Block, StateStorage, Storage, Tensor, TensorAux};
+use homeadam_core::{bf16, f16, Dtype, Error, Group, Q8Block, StateStorage, Storage, Tensor, TensorAux};
 
-/// The storage of θ and g (they always share one dtype in PyTorch).
+/// The storage of θ and g (they share one dtype in PyTorch): a core [`Dtype`] that holds
+/// elements, as a type of its own so that lending a tensor needs no arm for q8.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParamDtype {
-    /// `torch.float32`.
+    /// [`Dtype::F32`].
     F32,
-    /// `torch.bfloat16`.
+    /// [`Dtype::BF16`].
     Bf16,
-    /// `torch.float16`.
+    /// [`Dtype::F16`].
     F16,
 }
 
-/// The storage of the optimizer state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StateDtype {
-    /// One of the parameter dtypes.
-    Float(ParamDtype),
-    /// [`Q8Block`]s: a `torch.uint8` buffer of 260 bytes per block.
-    Q8,
-}
-
 impl ParamDtype {
-    /// The dtype of a name as `homeadam.torch` writes it (`str(torch.float32)` less `torch.`).
+    /// The dtype of a core dtype name ([`Dtype::from_name`]); `None` for q8, which holds state
+    /// only.
     pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "float32" => Some(ParamDtype::F32),
-            "bfloat16" => Some(ParamDtype::Bf16),
-            "float16" => Some(ParamDtype::F16),
-            _ => None,
+        match Dtype::from_name(name)? {
+            Dtype::F32 => Some(ParamDtype::F32),
+            Dtype::BF16 => Some(ParamDtype::Bf16),
+            Dtype::F16 => Some(ParamDtype::F16),
+            Dtype::Q8 => None,
+        }
+    }
+
+    /// The core's dtype.
+    pub fn core(self) -> Dtype {
+        match self {
+            ParamDtype::F32 => Dtype::F32,
+            ParamDtype::Bf16 => Dtype::BF16,
+            ParamDtype::F16 => Dtype::F16,
         }
     }
 }
 
-impl StateDtype {
-    /// A [`ParamDtype`] name, or `q8`.
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "q8" => Some(StateDtype::Q8),
-            _ => ParamDtype::from_name(name).map(StateDtype::Float),
-        }
-    }
+/// Bytes of the state of a tensor of `numel` parameters: `slots` slots of
+/// [`Dtype::slot_bytes`] each.
+pub fn state_bytes(dtype: Dtype, slots: usize, numel: usize) -> usize {
+    slots.saturating_mul(dtype.slot_bytes(numel))
+}
 
-    /// The core's state length, in items of this dtype, of a tensor of `numel` parameters with
-    /// `slots` slots.
-    pub fn state_len(self, slots: usize, numel: usize) -> usize {
-        match self {
-            StateDtype::Float(_) => slots * numel,
-            StateDtype::Q8 => slots * Q8Block::slot_len(numel),
-        }
-    }
-
-    /// Bytes of one item.
-    pub fn item_bytes(self) -> usize {
-        match self {
-            StateDtype::Float(ParamDtype::F32) => 4,
-            StateDtype::Float(_) => 2,
-            StateDtype::Q8 => core::mem::size_of::<Q8Block>(),
-        }
-    }
-
-    /// The core's dtype, as checkpoints record it.
-    pub fn core(self) -> homeadam_core::Dtype {
-        use homeadam_core::Dtype;
-        match self {
-            StateDtype::Float(ParamDtype::F32) => Dtype::F32,
-            StateDtype::Float(ParamDtype::Bf16) => Dtype::BF16,
-            StateDtype::Float(ParamDtype::F16) => Dtype::F16,
-            StateDtype::Q8 => Dtype::Q8,
-        }
+/// The alignment an item of `dtype` needs in memory: an element's size, or a [`Q8Block`]'s
+/// alignment.
+fn alignment(dtype: Dtype) -> usize {
+    match dtype {
+        Dtype::Q8 => core::mem::align_of::<Q8Block>(),
+        _ => dtype.size(),
     }
 }
 
@@ -89,16 +67,16 @@ pub struct RawTensor {
     pub param: usize,
     /// g's first element.
     pub grad: usize,
-    /// The state buffer's first item.
+    /// The state buffer's first byte.
     pub state: usize,
     /// Elements of θ (and of g).
     pub numel: usize,
-    /// Items of the state buffer.
-    pub state_len: usize,
+    /// Bytes of the state buffer.
+    pub state_bytes: usize,
     /// θ's and g's dtype.
     pub dtype: ParamDtype,
     /// The state's dtype.
-    pub state_dtype: StateDtype,
+    pub state_dtype: Dtype,
     /// The tensor's parameter group.
     pub group: Group,
 }
@@ -109,31 +87,21 @@ pub trait Visit {
     fn visit<P: Storage, S: StateStorage>(&mut self, tensor: &mut Tensor<'_, P, P, S>) -> Result<(), Error>;
 }
 
-fn byte_range(at: usize, items: usize, item_bytes: usize) -> Result<(usize, usize), String> {
-    items
-        .checked_mul(item_bytes)
-        .and_then(|bytes| at.checked_add(bytes))
+fn byte_range(at: usize, bytes: usize) -> Result<(usize, usize), String> {
+    at.checked_add(bytes)
         .map(|end| (at, end))
         .ok_or_else(|| "a tensor's byte range overflows the address space".to_string())
 }
 
 impl RawTensor {
-    fn param_bytes(&self) -> usize {
-        match self.dtype {
-            ParamDtype::F32 => 4,
-            _ => 2,
-        }
-    }
-
     /// Checks addresses, alignment and lengths against the state dtype and the rule's `slots`.
     pub fn check(&self, index: usize, slots: usize) -> Result<(), String> {
-        let align = self.param_bytes();
-        check_address(index, "parameter", self.param, align, self.numel)?;
-        check_address(index, "gradient", self.grad, align, self.numel)?;
+        check_elements(index, "parameter", self.param, self.numel, self.dtype)?;
+        check_elements(index, "gradient", self.grad, self.numel, self.dtype)?;
         check_state(
             index,
             self.state,
-            self.state_len,
+            self.state_bytes,
             self.state_dtype,
             slots,
             self.numel,
@@ -142,10 +110,11 @@ impl RawTensor {
 
     /// The byte ranges a step writes (θ, state) and reads (g).
     fn ranges(&self) -> Result<[(usize, usize); 3], String> {
+        let elements = self.numel.saturating_mul(self.dtype.core().size());
         Ok([
-            byte_range(self.param, self.numel, self.param_bytes())?,
-            byte_range(self.grad, self.numel, self.param_bytes())?,
-            byte_range(self.state, self.state_len, self.state_dtype.item_bytes())?,
+            byte_range(self.param, elements)?,
+            byte_range(self.grad, elements)?,
+            byte_range(self.state, self.state_bytes)?,
         ])
     }
 
@@ -169,10 +138,10 @@ impl RawTensor {
         visitor: &mut V,
     ) -> Result<(), Error> {
         match self.state_dtype {
-            StateDtype::Float(ParamDtype::F32) => self.lend_typed::<P, f32, V>(aux, visitor),
-            StateDtype::Float(ParamDtype::Bf16) => self.lend_typed::<P, bf16, V>(aux, visitor),
-            StateDtype::Float(ParamDtype::F16) => self.lend_typed::<P, f16, V>(aux, visitor),
-            StateDtype::Q8 => self.lend_typed::<P, Q8Block, V>(aux, visitor),
+            Dtype::F32 => self.lend_typed::<P, f32, V>(aux, visitor),
+            Dtype::BF16 => self.lend_typed::<P, bf16, V>(aux, visitor),
+            Dtype::F16 => self.lend_typed::<P, f16, V>(aux, visitor),
+            Dtype::Q8 => self.lend_typed::<P, Q8Block, V>(aux, visitor),
         }
     }
 
@@ -183,7 +152,7 @@ impl RawTensor {
     ) -> Result<(), Error> {
         let param = slice_mut::<P>(self.param, self.numel);
         let grad = slice::<P>(self.grad, self.numel);
-        let state = slice_mut::<S>(self.state, self.state_len);
+        let state = slice_mut::<S>(self.state, self.state_bytes / core::mem::size_of::<S>());
         visitor.visit(&mut Tensor::new(param, grad, state, aux).in_group(self.group))
     }
 }
@@ -198,40 +167,33 @@ fn check_address(index: usize, what: &str, at: usize, alignment: usize, items: u
     Ok(())
 }
 
-/// Refuses a gradient whose address is null or misaligned for `dtype`.
-pub fn check_gradient(index: usize, at: usize, numel: usize, dtype: ParamDtype) -> Result<(), String> {
-    let tensor = RawTensor {
-        param: at,
-        grad: at,
-        state: 0,
-        numel,
-        state_len: 0,
-        dtype,
-        state_dtype: StateDtype::Float(dtype),
-        group: Group::DEFAULT,
-    };
-    check_address(index, "gradient", at, tensor.param_bytes(), numel)
+/// Refuses the address of a tensor's parameter or gradient (`what`) that is null or misaligned
+/// for `dtype`.
+pub fn check_elements(
+    index: usize,
+    what: &str,
+    at: usize,
+    numel: usize,
+    dtype: ParamDtype,
+) -> Result<(), String> {
+    check_address(index, what, at, dtype.core().size(), numel)
 }
 
-/// Refuses a state buffer that is misaligned or not the length the rule's `slots` need for
-/// `numel` parameters.
+/// Refuses a state buffer that is misaligned or not the size the rule's `slots` need for
+/// `numel` parameters ([`state_bytes`]).
 pub fn check_state(
     index: usize,
     at: usize,
-    len: usize,
-    dtype: StateDtype,
+    bytes: usize,
+    dtype: Dtype,
     slots: usize,
     numel: usize,
 ) -> Result<(), String> {
-    let alignment = match dtype {
-        StateDtype::Float(ParamDtype::F32) | StateDtype::Q8 => 4,
-        StateDtype::Float(_) => 2,
-    };
-    check_address(index, "state", at, alignment, len)?;
-    let expected = dtype.state_len(slots, numel);
-    if len != expected {
+    check_address(index, "state", at, alignment(dtype), bytes)?;
+    let expected = state_bytes(dtype, slots, numel);
+    if bytes != expected {
         return Err(format!(
-            "tensor {index}: its state holds {len} items, the rule needs {expected} for {numel} parameters"
+            "tensor {index}: its state holds {bytes} bytes, the rule needs {expected} for {numel} parameters"
         ));
     }
     Ok(())
@@ -302,9 +264,9 @@ mod tests {
             grad,
             state,
             numel,
-            state_len: 2 * numel,
+            state_bytes: 2 * 4 * numel,
             dtype: ParamDtype::F32,
-            state_dtype: StateDtype::Float(ParamDtype::F32),
+            state_dtype: Dtype::F32,
             group: Group::DEFAULT,
         }
     }
@@ -342,7 +304,7 @@ mod tests {
         let wide = RawTensor {
             grad: 0x0800,
             numel: 0x400,
-            state_len: 0x800,
+            state_bytes: 0x2000,
             ..tensor(0x10000, 0, 0x20000, 0)
         };
         assert!(check_disjoint(&[a, c, long, wide])
@@ -362,16 +324,16 @@ mod tests {
             .check(0, 2)
             .unwrap_err()
             .contains("null"));
-        assert!(ok.check(0, 3).unwrap_err().contains("needs 48"));
+        assert!(ok.check(0, 3).unwrap_err().contains("needs 192"));
         let empty = tensor(0, 0, 0, 0);
         assert_eq!(empty.check(0, 2), Ok(()));
     }
 
     #[test]
-    fn q8_state_is_counted_in_blocks() {
-        let q8 = StateDtype::from_name("q8").unwrap();
-        assert_eq!(q8.state_len(2, 600), 6);
-        assert_eq!(q8.item_bytes(), 260);
-        assert_eq!(StateDtype::from_name("float64"), None);
+    fn q8_state_is_counted_in_blocks_and_holds_no_parameters() {
+        assert_eq!(state_bytes(Dtype::Q8, 2, 600), 2 * 3 * 260);
+        assert_eq!(alignment(Dtype::Q8), 4);
+        assert_eq!(ParamDtype::from_name("q8"), None);
+        assert_eq!(ParamDtype::from_name("bf16"), Some(ParamDtype::Bf16));
     }
 }

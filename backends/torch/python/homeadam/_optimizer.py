@@ -19,10 +19,12 @@ from torch.optim import Optimizer
 from . import _native
 
 
+# The core's dtype names (`homeadam_core::Dtype`) of PyTorch's dtypes, and the buffer dtype of
+# each state dtype (q8 blocks are bytes).
 _PARAM_DTYPES: Dict[torch.dtype, str] = {
-    torch.float32: "float32",
-    torch.bfloat16: "bfloat16",
-    torch.float16: "float16",
+    torch.float32: "f32",
+    torch.bfloat16: "bf16",
+    torch.float16: "f16",
 }
 _STATE_DTYPES: Dict[str, torch.dtype] = {name: dtype for dtype, name in _PARAM_DTYPES.items()}
 _STATE_DTYPES["q8"] = torch.uint8
@@ -265,11 +267,8 @@ class _CoreOptimizer(Optimizer):
     # -- state --------------------------------------------------------------------------------
 
     def _new_buffer(self, numel: int) -> torch.Tensor:
-        items = self._native.state_len(numel)
-        item_bytes = self._native.state_item_bytes()
-        if self._state_dtype == "q8":
-            return torch.zeros(items * item_bytes, dtype=torch.uint8)
-        return torch.zeros(items, dtype=_STATE_DTYPES[self._state_dtype])
+        dtype = _STATE_DTYPES[self._state_dtype]
+        return torch.zeros(self._native.state_bytes(numel) // dtype.itemsize, dtype=dtype)
 
     def _state_of(self, p: torch.Tensor, buffer: Optional[torch.Tensor] = None, swats_lambda: float = 0.0) -> Dict[str, Any]:
         """``self.state[p]``: the state buffer the core steps, its slots as views, SWATS's Λ."""
@@ -281,10 +280,12 @@ class _CoreOptimizer(Optimizer):
         state["state"] = buffer
         names = self._native.state_names()
         if self._state_dtype == "q8":
-            blocks = buffer.view(len(names), -1, self._native.state_item_bytes()) if names else buffer
+            # A block is its f32 scale, then its codes (`homeadam_core::Q8Block`).
+            blocks = buffer.view(len(names), -1, _native.Q8_BLOCK_BYTES) if names else buffer
+            scale = torch.float32.itemsize
             for k, name in enumerate(names):
-                state[f"{name}_scales"] = blocks[k, :, :4].view(torch.float32).squeeze(-1)
-                state[f"{name}_codes"] = blocks[k, :, 4:]
+                state[f"{name}_scales"] = blocks[k, :, :scale].view(torch.float32).squeeze(-1)
+                state[f"{name}_codes"] = blocks[k, :, scale:]
         else:
             n = p.numel()
             for k, name in enumerate(names):
@@ -326,7 +327,7 @@ class _CoreOptimizer(Optimizer):
             saved = saved_state.get(saved_id)
             if saved is not None:
                 buffer = saved["state"].detach().to("cpu").clone().contiguous()
-                if buffer.numel() != self._new_buffer(p.numel()).numel():
+                if buffer.nbytes != self._native.state_bytes(p.numel()):
                     raise ValueError(f"the saved state of a parameter of {p.numel()} elements has the wrong size")
                 buffers[p] = (buffer, float(saved.get("swats_lambda", 0.0)))
         saved_groups = state_dict["param_groups"]
@@ -358,12 +359,10 @@ class _CoreOptimizer(Optimizer):
 
     def _state_args(self) -> List[Tuple[int, int, int, float]]:
         args = []
-        item_bytes = self._native.state_item_bytes()
         for p in self._params_in_order():
             state = self._state_of(p)
             buffer = state["state"]
-            items = buffer.numel() * buffer.element_size() // item_bytes
-            args.append((p.numel(), buffer.data_ptr(), items, float(state.get("swats_lambda", 0.0))))
+            args.append((p.numel(), buffer.data_ptr(), buffer.nbytes, float(state.get("swats_lambda", 0.0))))
         return args
 
     def export_state(self) -> bytes:
@@ -415,7 +414,6 @@ class _CoreOptimizer(Optimizer):
         base_lr = max((float(g["lr"]) for g in self.param_groups), default=0.0)
         self._native.set_lr(base_lr)
         groups, tensors = [], []
-        item_bytes = self._native.state_item_bytes()
         for index, group in enumerate(self.param_groups):
             groups.append(self._group_args(group, base_lr if base_lr > 0 else 1.0))
             for p in group["params"]:
@@ -433,7 +431,7 @@ class _CoreOptimizer(Optimizer):
                         grad.data_ptr(),
                         buffer.data_ptr(),
                         p.numel(),
-                        buffer.numel() * buffer.element_size() // item_bytes,
+                        buffer.nbytes,
                         _PARAM_DTYPES[p.dtype],
                         index,
                         float(state.get("swats_lambda", 0.0)),
