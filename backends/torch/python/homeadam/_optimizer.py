@@ -4,6 +4,7 @@ the checks of the tensors handed to the core, param groups, state, the step."""
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 from itertools import chain
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
@@ -87,7 +88,8 @@ _GROUP_KEYS = ("lr", "betas", "eps", "weight_decay")
 
 
 def _core_defaults(rule: str) -> Dict[str, Any]:
-    """The hyper-parameters ``rule`` reads, with the core's defaults, under their Python names."""
+    """The hyper-parameters ``rule`` reads, with the core's defaults, under their Python names
+    (a real knob's text always has a point or an exponent, a count's none)."""
     out: Dict[str, Any] = {}
     for name, text in _native.defaults(rule):
         value: Any
@@ -109,17 +111,18 @@ def _core_defaults(rule: str) -> Dict[str, Any]:
     share, every = out.pop("tau.home_share", None), out.pop("tau.every", None)
     if share is not None:
         out["tau_calibration"] = None if (share, every) == (0.0, 0) else (share, every)
-    for key in ("lr", "eps", "weight_decay", "tau", "home_lr_scale", "momentum", "dampening", "kappa"):
-        if key in out:
-            out[key] = float(out[key])
     return out
 
 
 def _knob_text(value: Any) -> str:
+    """``value`` as ``Knob``'s text: a flag, a whole number, a real (any number, NumPy's and 0-d
+    tensors included, as its shortest round-trip text) or a name."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if not isinstance(value, str) and hasattr(value, "__float__"):
+        return repr(float(value))
     return str(value)
 
 
@@ -129,12 +132,10 @@ def _core_knobs(settings: Dict[str, Any]) -> List[Tuple[str, str]]:
     for key, value in settings.items():
         if key == "betas":
             beta1, beta2 = value
-            knobs += [("beta1", _knob_text(float(beta1))), ("beta2", _knob_text(float(beta2)))]
+            knobs += [("beta1", _knob_text(beta1)), ("beta2", _knob_text(beta2))]
         elif key == "tau_calibration":
             share, every = value if value is not None else (0.0, 0)
-            knobs += [("tau.home_share", _knob_text(float(share))), ("tau.every", _knob_text(int(every)))]
-        elif key in ("lr", "eps", "weight_decay", "tau", "home_lr_scale", "momentum", "dampening", "kappa"):
-            knobs.append((key, _knob_text(float(value))))
+            knobs += [("tau.home_share", _knob_text(share)), ("tau.every", _knob_text(int(every)))]
         else:
             knobs.append((key, _knob_text(value)))
     return knobs
@@ -210,7 +211,7 @@ class _CoreOptimizer(Optimizer):
         if unknown:
             raise ValueError(f"{type(self).__name__} has no hyper-parameter {unknown[0]!r}")
         self._check_hyper(group)
-        self._native.check_group(self._group_args(group, group["lr"] if group["lr"] > 0 else 1.0))
+        self._native.check_group(self._group_args(group, group["lr"]))
         devices = {p.device for p in group["params"]}
         for p in group["params"]:
             self._check_param(p)
@@ -232,6 +233,8 @@ class _CoreOptimizer(Optimizer):
             raise ValueError(f"lr={lr!r}: expected a finite float >= 0")
 
     def _group_args(self, group: Dict[str, Any], base_lr: float) -> Tuple[Any, ...]:
+        """The core's group of ``group`` at η = ``base_lr``, which is at least the group's lr (so
+        0 only where the group's is too)."""
         lr = float(group["lr"])
         lr_scale = 1.0 if lr == base_lr else lr / base_lr
         decay, weight_decay = True, None
@@ -397,7 +400,8 @@ class _CoreOptimizer(Optimizer):
         ``max_grad_norm`` the step clips by the exact ‖g‖₂ (``last_report["grad_norm"]``)
         through its gradient scale, without writing the gradients. With ``process_group``, the
         non-finite skip, the norm and the global rule's ρ are taken over every process's
-        parameters (two all-reduces and, with clipping, one all-gather per step)."""
+        parameters (two all-reduces and an all-gather per step, one more all-gather with
+        clipping)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -413,9 +417,9 @@ class _CoreOptimizer(Optimizer):
             self._check_hyper(group)
         base_lr = max((float(g["lr"]) for g in self.param_groups), default=0.0)
         self._native.set_lr(base_lr)
-        groups, tensors = [], []
+        groups, tensors, stepped = [], [], []
         for index, group in enumerate(self.param_groups):
-            groups.append(self._group_args(group, base_lr if base_lr > 0 else 1.0))
+            groups.append(self._group_args(group, base_lr))
             for p in group["params"]:
                 grad = p.grad
                 if grad is None:
@@ -425,6 +429,7 @@ class _CoreOptimizer(Optimizer):
                 self._check_grad(p, grad)
                 state = self._state_of(p)
                 buffer = state["state"]
+                stepped.append(p)
                 tensors.append(
                     (
                         p.data_ptr(),
@@ -450,8 +455,7 @@ class _CoreOptimizer(Optimizer):
         if grad_norm is not None:
             report["grad_norm"] = grad_norm
         if self._rule == "swats":
-            params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
-            for p, lam in zip(params, lambdas):
+            for p, lam in zip(stepped, lambdas):
                 self.state[p]["swats_lambda"] = lam
         self.last_report = report
         return loss
