@@ -3,9 +3,10 @@
 //! - `cargo xtask test`: every check of the project, as CI runs it (`.ci/run` calls this). It
 //!   installs what it needs (rustfmt, clippy, the no_std targets of the firmware's boards, the
 //!   aarch64 target, QEMU and the cross linker, the CUDA wheels, PyTorch for
-//!   `host/benches/torch_train.py`), builds in the cache of [`cache`], lints the workspace as it
-//!   builds every test once in the `ci` profile ([`lint`]; optimized, overflow checks and debug
-//!   assertions on), runs the CUDA host's build, the CUDA tests, the firmware's and the aarch64
+//!   `host/benches/torch_train.py` and the PyTorch package), builds in the cache of [`cache`],
+//!   lints the workspace as it builds every test once in the `ci` profile ([`lint`]; optimized,
+//!   overflow checks and debug assertions on), tests the PyTorch package ([`torch_package`]),
+//!   runs the CUDA host's build, the CUDA tests, the firmware's and the aarch64
 //!   checks as background [`lanes`], stops at the first failing check with its name, and ends
 //!   with the [`stages`] table.
 //! - `cargo xtask bench`: the core's step benchmarks, PyTorch's fused AdamW on the same sizes in
@@ -370,8 +371,9 @@ fn count(line: &str, what: &str) -> u64 {
 
 const USAGE: &str =
     "usage: cargo xtask <test|bench [FILTER]|setup|firmware|fuzz [SECONDS]|build-cuda|gpu-bundle [--before REV]>
-  test        fmt, clippy, no_std builds, every test (the ci profile), the CUDA host build, the
-              firmware in QEMU, aarch64 under QEMU; ends with a stage-time table
+  test        fmt, clippy, no_std builds, every test (the ci profile), the PyTorch package
+              (pip install, mypy, pytest), the CUDA host build, the firmware in QEMU, aarch64
+              under QEMU; ends with a stage-time table
   bench       step benchmarks next to PyTorch fused AdamW, as a table; every rule × layout over
               the plain AdamW loop, and the rows slower than BENCHMARKS.md records; the core's
               build time against candle-core's; the M4F's instruction counts; FILTER (a criterion
