@@ -145,7 +145,7 @@ def test_export_then_the_core_continues_to_the_same_bits() -> None:
     opt = ht.HomeAdamW(first.parameters(), lr=1e-2, switch="element", tau=1e-6)
     train(first, opt, range(50))
     data = opt.export_state()
-    assert data[:8] == b"HOMEADAM"[:8] or len(data) > 8
+    assert data[:8] == b"HOMEADAM"
     second = net(seed=3)
     second.load_state_dict(first.state_dict())
     fresh = ht.HomeAdamW(second.parameters(), lr=1e-2, switch="element", tau=1e-6)
