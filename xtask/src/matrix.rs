@@ -119,11 +119,7 @@ pub(crate) fn matrix() -> String {
     for simd in simds {
         let rows: Vec<&Measured> = measured.iter().filter(|m| m.simd == simd).collect();
         let noise = noise(&rows);
-        let mut cells = Cells::new();
-        for m in &rows {
-            let row = cells.entry((m.rule.clone(), m.check.clone())).or_default();
-            row.insert(m.layout.clone(), m.ratio());
-        }
+        let cells = cells_of(&rows);
         text.push_str(&table(simd, &rows, &cells, noise));
         text.push_str(&goals(&cells));
         regressions.extend(slower(simd, &cells, &recorded(&benchmarks, simd), noise));
@@ -136,6 +132,16 @@ pub(crate) fn matrix() -> String {
         ),
     });
     text
+}
+
+/// The measured rows as cells: each (rule, check)'s ratio per layout.
+fn cells_of(rows: &[&Measured]) -> Cells {
+    let mut cells = Cells::new();
+    for m in rows {
+        let row = cells.entry((m.rule.clone(), m.check.clone())).or_default();
+        row.insert(m.layout.clone(), m.ratio());
+    }
+    cells
 }
 
 /// The cells of `now` slower than the same cells of `before` by more than `noise`, named.
@@ -249,11 +255,7 @@ mod tests {
                    avx512\tlion\tskip\tbf16/bf16/bf16\t0.600\t0.660\n";
         let measured = parse(tsv);
         let rows: Vec<&Measured> = measured.iter().collect();
-        let mut cells = Cells::new();
-        for m in &rows {
-            let row = cells.entry((m.rule.clone(), m.check.clone())).or_default();
-            row.insert(m.layout.clone(), m.ratio());
-        }
+        let cells = cells_of(&rows);
         let text = table("avx512", &rows, &cells, noise(&rows));
         let back = recorded(&format!("# Benchmarks\n{text}\nMore text.\n"), "avx512");
         let cell = |rule: &str, check: &str, layout: &str| back[&(rule.into(), check.into())][layout];
