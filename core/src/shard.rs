@@ -44,26 +44,17 @@ pub struct ShardCheck {
 }
 
 impl ShardCheck {
-    /// The check of both shards together: finite if both are, the smaller ρ's (exact), the
-    /// counts summed (exact).
+    /// The check of both shards together: finite if both are, the smaller ρ's (exact; never
+    /// NaN, which the first pass does not count), the counts summed (exact).
     pub fn merge(&self, other: &ShardCheck) -> ShardCheck {
         let mut decisions = self.decisions;
         decisions.merge(&other.decisions);
         ShardCheck {
             finite: self.finite && other.finite,
-            rho: min(self.rho, other.rho),
-            rho_active: min(self.rho_active, other.rho_active),
+            rho: self.rho.min(other.rho),
+            rho_active: self.rho_active.min(other.rho_active),
             decisions,
         }
-    }
-}
-
-/// The smaller of two ρ's (never NaN: the first pass does not count NaN).
-fn min(a: f32, b: f32) -> f32 {
-    if b < a {
-        b
-    } else {
-        a
     }
 }
 
@@ -117,10 +108,8 @@ impl<F: RuleSet> Updates<'_, F> {
         tensors: &mut [Tensor<'_, P, G, S>],
         first: u64,
     ) -> Result<(), Error> {
-        self.step.key_index = Some(first);
-        let result = self.step.update_with::<false, P, G, S>(tensors, Isa::detect());
-        self.step.key_index = None;
-        result
+        self.step
+            .update_with::<false, P, G, S>(tensors, Isa::detect(), Some(first))
     }
 }
 

@@ -116,7 +116,9 @@ impl Optimizer {
         step.check(tensors)?;
         let mut updates = step.decide()?;
         let isa = if REFERENCE { Isa::Portable } else { Isa::detect() };
-        updates.step.update_with::<REFERENCE, P, G, S>(tensors, isa)?;
+        updates
+            .step
+            .update_with::<REFERENCE, P, G, S>(tensors, isa, None)?;
         updates.finish()
     }
 
@@ -206,7 +208,6 @@ impl Optimizer {
             next_swats_lr: None,
             #[cfg(feature = "std")]
             threads: 1,
-            key_index: None,
             rules: PhantomData,
         })
     }
@@ -251,9 +252,6 @@ pub struct Step<'o, F: RuleSet = All> {
     pub(crate) next_swats_lr: Option<f64>,
     #[cfg(feature = "std")]
     pub(crate) threads: usize,
-    /// The model-wide index that keys the next tensor's random draws, where it is not the
-    /// tensor's place in this step ([`Updates::update_as`]).
-    pub(crate) key_index: Option<u64>,
     pub(crate) rules: PhantomData<F>,
 }
 
@@ -619,11 +617,14 @@ impl<'o, F: RuleSet> Step<'o, F> {
     }
 
     /// `REFERENCE` is a const so that a program calling only the fast path links only the
-    /// fast drivers (flash matters on microcontrollers).
+    /// fast drivers (flash matters on microcontrollers). `first_key` is the model-wide index
+    /// that keys the first tensor's random draws (`None`: its place in this step,
+    /// [`Updates::update_as`] gives another).
     pub(crate) fn update_with<const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage>(
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
         isa: Isa,
+        first_key: Option<u64>,
     ) -> Result<(), Error> {
         if self.updated + tensors.len() > self.checked {
             return Err(Error::StepOrder("update of a tensor that was not checked"));
@@ -640,10 +641,10 @@ impl<'o, F: RuleSet> Step<'o, F> {
             return Ok(());
         }
         let swats_sgd = self.opt.swats_sgd_lr.is_some();
-        let first_updated = self.updated;
+        let first_key = first_key.unwrap_or(self.updated as u64);
         let (mut group, mut scalars) = (Group::DEFAULT, self.scalars);
-        for tensor in tensors.iter_mut() {
-            let index = self.updated as u64;
+        for (k, tensor) in tensors.iter_mut().enumerate() {
+            let index = self.updated;
             self.updated += 1;
             if tensor.group != group {
                 group = tensor.group;
@@ -656,10 +657,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
                 // Adam(W)-srf, and every rule that ignores the branch.
                 None => branch::SRF,
             };
-            let key_index = self
-                .key_index
-                .map_or(index, |first| first + (index - first_updated as u64));
-            let key = tensor_key(config.seed, self.t, key_index);
+            let key = tensor_key(config.seed, self.t, first_key + k as u64);
             let run = Run::<REFERENCE> {
                 rounding: config.rounding,
                 key,
@@ -707,7 +705,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
                 self.next = S::stored_min(result.v_min).map(|u| {
                     // Ties keep the earlier tensor: its check proves home sooner.
                     if u < next.u {
-                        (next.u, next.tensor, next.at) = (u, index as usize, result.v_min_at);
+                        (next.u, next.tensor, next.at) = (u, index, result.v_min_at);
                     }
                     next.tensors += 1;
                     next.numel += tensor.param.len();
@@ -746,7 +744,8 @@ impl<F: RuleSet> Updates<'_, F> {
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
     ) -> Result<(), Error> {
-        self.step.update_with::<false, P, G, S>(tensors, Isa::detect())
+        self.step
+            .update_with::<false, P, G, S>(tensors, Isa::detect(), None)
     }
 
     /// [`Updates::update`] through the scalar reference.
@@ -754,7 +753,8 @@ impl<F: RuleSet> Updates<'_, F> {
         &mut self,
         tensors: &mut [Tensor<'_, P, G, S>],
     ) -> Result<(), Error> {
-        self.step.update_with::<true, P, G, S>(tensors, Isa::Portable)
+        self.step
+            .update_with::<true, P, G, S>(tensors, Isa::Portable, None)
     }
 
     /// [`Updates::update`] with the instruction set `simd` ([`Simd::Portable`]: no explicit SIMD,
@@ -766,7 +766,7 @@ impl<F: RuleSet> Updates<'_, F> {
         simd: Simd,
     ) -> Result<(), Error> {
         let isa = Isa::of(simd).ok_or(Error::SimdUnavailable(simd))?;
-        self.step.update_with::<false, P, G, S>(tensors, isa)
+        self.step.update_with::<false, P, G, S>(tensors, isa, None)
     }
 
     /// Ends the step: counts it (unless skipped) and reports it. Refused, with the step not
