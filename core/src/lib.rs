@@ -19,6 +19,7 @@ mod exact;
 mod external;
 mod format;
 mod kernel;
+mod knobs;
 mod lines;
 mod math;
 mod optimizer;

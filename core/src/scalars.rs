@@ -18,60 +18,88 @@ pub fn powi_by_squaring(base: f64, mut exp: u64) -> f64 {
     result
 }
 
-/// The scalars of step t, all `f32` (C layout, passed as is to GPU kernels).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct StepScalars {
-    /// η.
-    pub lr: f32,
-    /// β1.
-    pub beta1: f32,
-    /// 1 − β1.
-    pub one_minus_beta1: f32,
-    /// β2.
-    pub beta2: f32,
-    /// 1 − β2.
-    pub one_minus_beta2: f32,
-    /// ε.
-    pub eps: f32,
-    /// λ (coupled L2: g ← g + λθ).
-    pub weight_decay: f32,
-    /// Decoupled decay factor: 1 − ηλ (or 1 − λ with `fixed_decay`); 1 when not decoupled.
-    pub decay: f32,
-    /// bc2 = 1 − β2^t.
-    pub bc2: f32,
-    /// √bc2.
-    pub sqrt_bc2: f32,
-    /// η / bc1 with bc1 = 1 − β1^t.
-    pub lr_over_bc1: f32,
-    /// τ (the calibrated τ of the step where τ is calibrated).
-    pub tau: f32,
-    /// μ (SGD) or β1 (SWATS SGD phase).
-    pub momentum: f32,
-    /// 1 − dampening.
-    pub one_minus_dampening: f32,
-    /// 1 / grad_scale.
-    pub inv_grad_scale: f32,
-    /// MIAdam κ.
-    pub kappa: f32,
-    /// MIAdam η² / bc1 (official `MIAdam1`); 0 for the other rules.
-    pub lr2_over_bc1: f32,
-    /// AdaBelief rectified step: η · r_t / bc1 (RAdam), or η / bc1 when degenerated to SGD.
-    pub rect_lr: f32,
-    /// SWATS Adam-phase step: η √bc2 / bc1; 0 for the other rules.
-    pub swats_step: f32,
-    /// SWATS SGD-phase learning rate.
-    pub swats_lr: f32,
-    /// 1 on step 1, else 0 (SGD momentum starts with b₁ = d).
-    pub first_step: u32,
-    /// 1 when MIAdam is in its integration phase (t ≤ switch_step).
-    pub mi_phase: u32,
-    /// AdaBelief rectification: 0 off, 1 rectified step (N_sma ≥ 5), 2 SGD-like step.
-    pub rect_mode: u32,
-    /// HomeAdam(W)'s home step: η_h / bc1 with η_h = η · `home_lr_scale`.
-    pub home_lr_over_bc1: f32,
+use crate::knobs::knob_table;
+
+/// Generates [`StepScalars`] from its shared fields, listed here, and the per-step knobs of
+/// the knob table ([`crate::config`]'s table, the lines marked `step`): each a copy of the
+/// config's value as `f32`, under the knob's name, after the shared fields.
+macro_rules! step_scalars {
+    (@ [$($knobs:tt)*]) => {
+        scalars_struct! {
+            /// η.
+            lr: f32 "float",
+            /// 1 − β1.
+            one_minus_beta1: f32 "float",
+            /// 1 − β2.
+            one_minus_beta2: f32 "float",
+            /// Decoupled decay factor: 1 − ηλ (or 1 − λ with `fixed_decay`); 1 when not decoupled.
+            decay: f32 "float",
+            /// bc2 = 1 − β2^t.
+            bc2: f32 "float",
+            /// √bc2.
+            sqrt_bc2: f32 "float",
+            /// η / bc1 with bc1 = 1 − β1^t.
+            lr_over_bc1: f32 "float",
+            /// μ (SGD) or β1 (SWATS SGD phase).
+            momentum: f32 "float",
+            /// 1 − dampening.
+            one_minus_dampening: f32 "float",
+            /// 1 / grad_scale.
+            inv_grad_scale: f32 "float",
+            /// MIAdam η² / bc1 (official `MIAdam1`); 0 for the other rules.
+            lr2_over_bc1: f32 "float",
+            /// AdaBelief rectified step: η · r_t / bc1 (RAdam), or η / bc1 when degenerated to SGD.
+            rect_lr: f32 "float",
+            /// SWATS Adam-phase step: η √bc2 / bc1; 0 for the other rules.
+            swats_step: f32 "float",
+            /// SWATS SGD-phase learning rate.
+            swats_lr: f32 "float",
+            /// 1 on step 1, else 0 (SGD momentum starts with b₁ = d).
+            first_step: u32 "ha_u32",
+            /// 1 when MIAdam is in its integration phase (t ≤ switch_step).
+            mi_phase: u32 "ha_u32",
+            /// AdaBelief rectification: 0 off, 1 rectified step (N_sma ≥ 5), 2 SGD-like step.
+            rect_mode: u32 "ha_u32",
+            /// HomeAdam(W)'s home step: η_h / bc1 with η_h = η · `home_lr_scale`.
+            home_lr_over_bc1: f32 "float",
+            $($knobs)*
+        }
+
+    };
+    (@ [$($knobs:tt)*] $(#[$doc:meta])* $field:ident: $ty:ty = $default:expr, valid $valid:tt,
+        $(knob $knob:tt,)* json $json:tt, step; $($rest:tt)*) => {
+        step_scalars!(@ [$($knobs)* $(#[$doc])* $field: f32 "float",] $($rest)*);
+    };
+    (@ [$($knobs:tt)*] $(#[$doc:meta])* $field:ident: $ty:ty = $default:expr, valid $valid:tt,
+        $(knob $knob:tt,)* json $json:tt, config; $($rest:tt)*) => {
+        step_scalars!(@ [$($knobs)*] $($rest)*);
+    };
+    (defaults $d:ident; $($lines:tt)*) => {
+        step_scalars!(@ [] $($lines)*);
+    };
 }
+
+/// The struct of [`step_scalars`]'s fields, and their C twins' layout.
+macro_rules! scalars_struct {
+    ($($(#[$doc:meta])* $field:ident: $ty:ident $c:literal,)*) => {
+        /// The scalars of step t, all 4-byte (C layout, passed as is to GPU kernels, whose
+        /// `HaScalars` is generated from [`StepScalars::FIELDS`]).
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq)]
+        #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+        pub struct StepScalars {
+            $($(#[$doc])* pub $field: $ty,)*
+        }
+
+        impl StepScalars {
+            /// Each field as `(name, C type, byte offset)`, in order: the C twin's layout.
+            pub const FIELDS: [(&'static str, &'static str, usize); [$($c),*].len()] =
+                [$((stringify!($field), $c, core::mem::offset_of!(StepScalars, $field))),*];
+        }
+    };
+}
+
+knob_table!(step_scalars);
 
 #[cfg(test)]
 mod tests {

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
 use homeadam_candle::OptimConfig;
-use homeadam_core::{Config, Dtype};
+use homeadam_core::{Config, Dtype, Knob};
 use homeadam_replay::HyperParams;
 use serde::Deserialize;
 
@@ -283,7 +283,7 @@ impl TryFrom<RawOptimizerPreset> for OptimizerPreset {
 
     fn try_from(raw: RawOptimizerPreset) -> Result<Self> {
         let hyper = HyperParams::from_keys(raw.hyper)?;
-        if hyper.lr.is_none() {
+        if hyper.get("lr").is_none() {
             bail!("missing field `lr` (every preset states its learning rate)");
         }
         let state_dtype = match raw.state_dtype.as_deref() {
@@ -397,7 +397,7 @@ impl Preset {
         if let Some(e) = preset
             .optimizers
             .get("miadam")
-            .filter(|e| e.hyper.switch_step.is_some())
+            .filter(|e| e.hyper.get("switch_step").is_some())
         {
             bail!(
                 "preset {experiment}.json: miadam's switch_step belongs in the protocol's \
@@ -424,7 +424,7 @@ impl Preset {
         let mut hyper = p.hyper.clone();
         if name == "miadam" {
             let switch = self.protocol.miadam_switch.value;
-            hyper.switch_step = Some(switch.switch_step(steps_per_epoch));
+            hyper.set("switch_step", Knob::Count(switch.switch_step(steps_per_epoch)))?;
         }
         hyper
             .config(p.rule.as_deref().unwrap_or(name))
@@ -630,8 +630,8 @@ mod tests {
         let entry = |text: &str| serde_json::from_str::<OptimizerPreset>(text).map_err(|e| e.to_string());
         let ok = entry(r#"{"lr": 0.1, "momentum": 0.9, "source": "ours"}"#).unwrap();
         assert_eq!(
-            (ok.hyper.lr, ok.hyper.momentum, ok.source.as_str()),
-            (Some(0.1), Some(0.9), "ours")
+            (ok.hyper.get("lr"), ok.hyper.get("momentum"), ok.source.as_str()),
+            (Some(Knob::Real(0.1)), Some(Knob::Real(0.9)), "ours")
         );
         for (text, needle) in [
             (r#"{"lr": 0.1, "momentun": 0.9, "source": "ours"}"#, "momentun"),

@@ -1,51 +1,33 @@
 //! The optional hyper-parameter keys of a JSON config, shared by `homeadam replay`'s config and
 //! the host's presets, and how they overlay [`Config::named`].
 
+use std::collections::BTreeMap;
+use std::mem;
+
 use anyhow::{anyhow, bail, Context, Result};
-use homeadam_core::{Config, RhoOver, TauCalibration};
+use homeadam_core::{Config, Knob, Rule, TauCalibration};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// Hyper-parameters as JSON keys, in the paper's symbols; an absent key keeps the value of
 /// [`Config::named`]. A key the rule does not read is refused by [`Config::validate`].
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+///
+/// The keys are those of the core's knob table ([`Config::JSON_KEYS`], each setting one knob,
+/// in [`HyperParams::knobs`]) and three that set knobs in another form: `betas`, `tau` and
+/// `home_lr`.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct HyperParams {
-    /// η.
-    pub lr: Option<f64>,
     /// (β1, β2).
     pub betas: Option<[f64; 2]>,
-    /// ε.
-    pub eps: Option<f64>,
-    /// λ.
-    pub weight_decay: Option<f64>,
     /// τ, the HomeAdam(W) threshold on min v̂: a number, or `{"home_share": q, "every": N}`
     /// to calibrate it ([`homeadam_core::calibration`]).
     pub tau: Option<Tau>,
-    /// Global / per-layer HomeAdam(W): `"all"` (the paper) or `"active"`, the elements ρ is
-    /// taken over.
-    pub rho_over: Option<String>,
     /// HomeAdam(W): η_h, the home branch's learning rate at the configured `lr` (default `lr`);
     /// schedules scale it with η.
     pub home_lr: Option<f64>,
-    /// μ, SGD momentum.
-    pub momentum: Option<f64>,
-    /// SGD dampening.
-    pub dampening: Option<f64>,
-    /// Nesterov momentum (SGD, SWATS).
-    pub nesterov: Option<bool>,
-    /// AdaBelief / SWATS: decoupled λ.
-    pub weight_decouple: Option<bool>,
-    /// AdaBelief / SWATS: θ ← θ(1 − λ) instead of θ(1 − ηλ).
-    pub fixed_decay: Option<bool>,
-    /// AdaBelief: RAdam's rectification.
-    pub rectify: Option<bool>,
-    /// AdaBelief: AMSGrad's running max of s.
-    pub amsgrad: Option<bool>,
-    /// MIAdam: κ.
-    pub kappa: Option<f64>,
-    /// MIAdam: the last step t of the integrated update.
-    pub switch_step: Option<u64>,
+    /// The keys of [`Config::JSON_KEYS`] present, with their values (`lr`, `eps`, `momentum`,
+    /// ...).
+    pub knobs: BTreeMap<&'static str, Knob>,
 }
 
 /// τ as a config gives it.
@@ -68,44 +50,74 @@ pub struct Calibration {
     pub every: u32,
 }
 
+/// The keys that set knobs in a form of their own.
+const OWN_FORMS: [&str; 3] = ["betas", "tau", "home_lr"];
+
 impl HyperParams {
     /// Parses the keys of a JSON object that its owner did not take (e.g. a `#[serde(flatten)]`
     /// map); an unknown key or a value of the wrong type is an error naming the key.
     pub fn from_keys(keys: Map<String, Value>) -> Result<Self> {
-        serde_json::from_value(Value::Object(keys.clone())).map_err(|e| {
-            // serde names an unknown key, but not the key of a value of the wrong type.
-            let parses_alone = |k: &String, v: &Value| {
-                let one = Map::from_iter([(k.clone(), v.clone())]);
-                serde_json::from_value::<HyperParams>(Value::Object(one)).is_ok()
-            };
-            match keys.iter().find(|(k, v)| !parses_alone(k, v)) {
-                Some((k, _)) if !e.to_string().contains(k.as_str()) => anyhow!("{k}: {e}"),
-                _ => anyhow!(e),
+        let mut h = HyperParams::default();
+        // A null is an absent key, as serde reads an `Option`.
+        for (key, value) in keys.into_iter().filter(|(_, v)| !v.is_null()) {
+            let typed = |e: serde_json::Error| anyhow!("{key}: {e}");
+            match key.as_str() {
+                "betas" => h.betas = Some(serde_json::from_value(value).map_err(typed)?),
+                "tau" => h.tau = Some(serde_json::from_value(value).map_err(typed)?),
+                "home_lr" => h.home_lr = Some(serde_json::from_value(value).map_err(typed)?),
+                _ => {
+                    let (key, name) = Config::JSON_KEYS
+                        .iter()
+                        .find(|(k, _)| *k == key)
+                        .ok_or_else(|| unknown(&key))?;
+                    h.knobs.insert(key, knob(key, name, &value)?);
+                }
             }
-        })
+        }
+        Ok(h)
     }
 
-    /// Writes every present key into `c`; a `rho_over` name or a `home_lr` that cannot be a
-    /// ratio to η is an error.
+    /// The value of the key `key` ([`Config::JSON_KEYS`]), if present.
+    pub fn get(&self, key: &str) -> Option<Knob> {
+        self.knobs.get(key).copied()
+    }
+
+    /// Sets the key `key` ([`Config::JSON_KEYS`]) to `value`; an error for another key or a
+    /// value of another kind than its knob's.
+    pub fn set(&mut self, key: &str, value: Knob) -> Result<()> {
+        let (key, name) = Config::JSON_KEYS
+            .iter()
+            .find(|(k, _)| *k == key)
+            .ok_or_else(|| unknown(key))?;
+        match Config::new(Rule::Sgd).knob(name) {
+            Some(like) if mem::discriminant(&like) == mem::discriminant(&value) => {
+                self.knobs.insert(key, value);
+                Ok(())
+            }
+            _ => bail!("{key}: {value} is not a value of this key"),
+        }
+    }
+
+    /// Writes every present key into `c`; a `home_lr` that cannot be a ratio to η is an error.
     pub fn overlay(&self, c: &mut Config) -> Result<()> {
-        let set = |dst: &mut f64, v: Option<f64>| *dst = v.unwrap_or(*dst);
-        set(&mut c.lr, self.lr);
+        for (key, value) in &self.knobs {
+            let (_, name) = Config::JSON_KEYS
+                .iter()
+                .find(|(k, _)| k == key)
+                .expect("a JSON key");
+            c.set_knob(name, &value.to_string())
+                .ok_or_else(|| anyhow!("{key}: {value} is not a value of this key"))?;
+        }
         if let Some([b1, b2]) = self.betas {
             c.beta1 = b1;
             c.beta2 = b2;
         }
-        set(&mut c.eps, self.eps);
-        set(&mut c.weight_decay, self.weight_decay);
         match self.tau {
             Some(Tau::Fixed(tau)) => c.tau = tau,
             Some(Tau::Calibrated(Calibration { home_share, every })) => {
                 c.tau_calibration = Some(TauCalibration { home_share, every });
             }
             None => {}
-        }
-        if let Some(name) = &self.rho_over {
-            c.rho_over = RhoOver::from_name(name)
-                .ok_or_else(|| anyhow!("rho_over: {name:?} is not one of {}", RhoOver::NAMES.join(", ")))?;
         }
         if let Some(home_lr) = self.home_lr {
             if !(c.lr > 0.0 && c.lr.is_finite()) {
@@ -116,15 +128,6 @@ impl HyperParams {
             }
             c.home_lr_scale = home_lr / c.lr;
         }
-        set(&mut c.momentum, self.momentum);
-        set(&mut c.dampening, self.dampening);
-        set(&mut c.kappa, self.kappa);
-        c.nesterov = self.nesterov.unwrap_or(c.nesterov);
-        c.weight_decouple = self.weight_decouple.unwrap_or(c.weight_decouple);
-        c.fixed_decay = self.fixed_decay.unwrap_or(c.fixed_decay);
-        c.rectify = self.rectify.unwrap_or(c.rectify);
-        c.amsgrad = self.amsgrad.unwrap_or(c.amsgrad);
-        c.switch_step = self.switch_step.unwrap_or(c.switch_step);
         Ok(())
     }
 
@@ -140,12 +143,70 @@ impl HyperParams {
     }
 }
 
+/// The error of an unknown key, listing the known ones.
+fn unknown(key: &str) -> anyhow::Error {
+    let known: Vec<&str> = Config::JSON_KEYS
+        .iter()
+        .map(|(k, _)| *k)
+        .chain(OWN_FORMS)
+        .collect();
+    anyhow!("unknown key `{key}` (known: {})", known.join(", "))
+}
+
+/// The JSON `value` of `key` as a value of the core's knob `name`: of the knob's kind, and for
+/// a knob of named values one of its names.
+fn knob(key: &str, name: &str, value: &Value) -> Result<Knob> {
+    let like = Config::new(Rule::Sgd).knob(name).expect("a knob of the table");
+    let wrong = |kind: &str| anyhow!("{key}: invalid type: {value}, expected {kind}");
+    Ok(match like {
+        Knob::Real(_) => Knob::Real(value.as_f64().ok_or_else(|| wrong("a number"))?),
+        Knob::Flag(_) => Knob::Flag(value.as_bool().ok_or_else(|| wrong("a boolean"))?),
+        Knob::Count(_) => Knob::Count(value.as_u64().ok_or_else(|| wrong("a whole number >= 0"))?),
+        Knob::Choice(_) => {
+            let text = value.as_str().ok_or_else(|| wrong("a string"))?;
+            let mut choices = Config::choices(name);
+            match choices.find(|&c| c == text) {
+                Some(choice) => Knob::Choice(choice),
+                None => {
+                    let names: Vec<&str> = Config::choices(name).collect();
+                    bail!("{key}: {text:?} is not one of {}", names.join(", "))
+                }
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    use homeadam_core::RhoOver;
+
     use super::*;
 
     fn keys(text: &str) -> Map<String, Value> {
         serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn every_key_of_the_core_table_sets_its_knob() {
+        for &(key, name) in Config::JSON_KEYS {
+            let mut c = Config::new(Rule::Sgd);
+            let value = match c.knob(name).unwrap() {
+                Knob::Real(_) => Value::from(0.25),
+                Knob::Flag(b) => Value::from(!b),
+                Knob::Count(_) => Value::from(7),
+                Knob::Choice(_) => Value::from(Config::choices(name).last().unwrap()),
+            };
+            let h = HyperParams::from_keys(Map::from_iter([(key.to_string(), value.clone())])).unwrap();
+            h.overlay(&mut c).unwrap();
+            let text = value.as_str().map_or(value.to_string(), str::to_string);
+            assert_eq!(c.knob(name).unwrap().to_string(), text, "{key}");
+        }
+        let own: Vec<&str> = Config::JSON_KEYS
+            .iter()
+            .map(|(k, _)| *k)
+            .filter(|k| OWN_FORMS.contains(k))
+            .collect();
+        assert!(own.is_empty(), "{own:?}");
     }
 
     #[test]
@@ -177,10 +238,8 @@ mod tests {
             err.contains("unknown rule \"nadam\"") && err.contains("sgdm"),
             "{err}"
         );
-        let amsgrad = HyperParams {
-            amsgrad: Some(true),
-            ..HyperParams::default()
-        };
+        let mut amsgrad = HyperParams::default();
+        amsgrad.set("amsgrad", Knob::Flag(true)).unwrap();
         let err = format!("{:#}", amsgrad.config("adamw").unwrap_err());
         assert!(err.contains("amsgrad"), "{err}");
     }

@@ -10,6 +10,7 @@
 
 #if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
 #include <math.h>
+#include <stddef.h>
 #define __host__
 #define __device__
 #define __constant__
@@ -18,9 +19,9 @@
 #define HA_FN __host__ __device__ static inline
 
 // The metadata shared with Rust (rule ids and their slot counts, flag bits HA_NESTEROV ...
-// HA_SWITCH_*, HA_CHUNK, HA_BUCKETS, the struct sizes HA_SIZE_*, the kernel lists) is defined
-// once, in src/kernels.rs, which hands it to NVRTC and g++; a build of one file alone reads the
-// generated copy.
+// HA_SWITCH_*, HA_CHUNK, HA_BUCKETS, the struct sizes HA_SIZE_*, HaScalars's fields, the kernel
+// lists) is defined once, in src/kernels.rs, which hands it to NVRTC and g++; a build of one
+// file alone reads the generated copy.
 #ifndef HA_METADATA
 #include "homeadam_defs.h"
 #endif
@@ -34,15 +35,16 @@ typedef unsigned char ha_u8;
 struct ha_f16 { ha_u16 bits; };
 struct ha_bf16 { ha_u16 bits; };
 
-// The core's StepScalars (repr(C), same field order): a step has one per parameter group.
-struct HaScalars {
-    float lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, decay, bc2,
-        sqrt_bc2, lr_over_bc1, tau, momentum, one_minus_dampening, inv_grad_scale, kappa,
-        lr2_over_bc1, rect_lr, swats_step, swats_lr;
-    ha_u32 first_step, mi_phase, rect_mode;
-    float home_lr_over_bc1;
-};
+// The core's StepScalars (repr(C)), its fields generated from the core's StepScalars::FIELDS: a
+// step has one per parameter group.
+struct HaScalars { HA_SCALARS_FIELDS };
 static_assert(sizeof(HaScalars) == HA_SIZE_SCALARS, "HaScalars is the core's StepScalars (repr(C))");
+#if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+#define HA_SCALAR_OFFSET(field, offset) \
+    static_assert(offsetof(HaScalars, field) == offset, "HaScalars." #field " sits where StepScalars has it");
+HA_SCALARS_OFFSETS(HA_SCALAR_OFFSET)
+#undef HA_SCALAR_OFFSET
+#endif
 
 // The bits of +∞: no value yet in a min over f32 bits.
 #define HA_INF_BITS 0x7f800000u

@@ -25,7 +25,9 @@
 //! size, slot-key salt, hash multipliers and code maps (`HA_Q8_BLOCK`, `HA_Q8_SALT`,
 //! `HA_Q8_HASH_MUL0/1`, `HA_Q8_UNSIGNED`,
 //! `HA_Q8_SIGNED`: the core's [`q8`] constants and tables, as `f32` bits), the sizes of the
-//! structs the host shares with the kernels (`HA_SIZE_*`, asserted by the C sources), the format of
+//! structs the host shares with the kernels (`HA_SIZE_*`, asserted by the C sources), the fields
+//! of `HaScalars` and their offsets (`HA_SCALARS_FIELDS`, `HA_SCALARS_OFFSETS`, from the core's
+//! [`StepScalars::FIELDS`]), the format of
 //! [`ExactSum`] (`HA_EXACT_*`, from the core's constants), each
 //! update kernel's state slots, ρ slot, second-moment slots (on q8's unsigned map) and C element
 //! function (from the core's kernel table) and the kernel lists
@@ -174,6 +176,12 @@ pub fn defines() -> Vec<(String, String)> {
         d.push((format!("HA_{name}"), format!("{bits}u")));
     }
     d.push(("HA_SWITCH_SHIFT".into(), flags::SWITCH_SHIFT.to_string()));
+    // HaScalars, the core's StepScalars field by field, and each field's offset, which the C
+    // sources built by g++ assert.
+    let fields = StepScalars::FIELDS.map(|(name, c, _)| format!("{c} {name};"));
+    d.push(("HA_SCALARS_FIELDS".into(), fields.join(" ")));
+    let offsets = StepScalars::FIELDS.map(|(name, _, offset)| format!("X({name}, {offset})"));
+    d.push(("HA_SCALARS_OFFSETS(X)".into(), offsets.join(" ")));
     d.push(("HA_BUCKETS".into(), format!("{BUCKETS}u")));
     // The sizes of the structs the host shares with the kernels, which the C sources assert.
     for (name, size) in [

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use anyhow::{bail, Context, Result};
-use homeadam_core::Config;
+use homeadam_core::{Config, Knob as CoreKnob};
 use homeadam_replay::{Calibration, HyperParams, Tau};
 use serde::{Deserialize, Serialize};
 
@@ -41,7 +41,8 @@ impl Knob {
         Knob::HomeLr,
     ];
 
-    /// The preset key (and column) of the knob.
+    /// The preset key (and column) of the knob: for η, ε and λ the key of the core's knob
+    /// table ([`Config::JSON_KEYS`]), for the others one of the forms τ and η_h are written in.
     pub fn name(self) -> &'static str {
         match self {
             Knob::Lr => "lr",
@@ -88,9 +89,10 @@ impl Knob {
     /// The knob's value in `c`.
     pub fn value_in(self, c: &Config) -> f64 {
         match self {
-            Knob::Lr => c.lr,
-            Knob::Eps => c.eps,
-            Knob::WeightDecay => c.weight_decay,
+            Knob::Lr | Knob::Eps | Knob::WeightDecay => match c.knob(self.name()) {
+                Some(CoreKnob::Real(x)) => x,
+                _ => f64::NAN,
+            },
             Knob::Tau => c.tau,
             Knob::HomeShare => c.tau_calibration.map_or(f64::NAN, |t| t.home_share),
             Knob::HomeLr => c.lr * c.home_lr_scale,
@@ -260,9 +262,9 @@ pub fn apply(entry: &OptimizerPreset, trial: &Trial) -> OptimizerPreset {
     let mut hyper: HyperParams = entry.hyper.clone();
     for (&knob, &value) in &trial.knobs {
         match knob {
-            Knob::Lr => hyper.lr = Some(value),
-            Knob::Eps => hyper.eps = Some(value),
-            Knob::WeightDecay => hyper.weight_decay = Some(value),
+            Knob::Lr | Knob::Eps | Knob::WeightDecay => hyper
+                .set(knob.name(), CoreKnob::Real(value))
+                .expect("the plain knobs are real keys of the core's knob table"),
             Knob::Tau => hyper.tau = Some(Tau::Fixed(value)),
             Knob::HomeShare => {
                 let every = match hyper.tau {
@@ -286,6 +288,22 @@ pub fn apply(entry: &OptimizerPreset, trial: &Trial) -> OptimizerPreset {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn knob_names_are_keys_of_the_core_table_or_the_forms_of_tau_and_home_lr() {
+        let c = Config::new(homeadam_core::Rule::HomeAdamW(homeadam_core::Switch::Global));
+        for knob in Knob::ALL {
+            let table = Config::JSON_KEYS.iter().find(|(key, _)| *key == knob.name());
+            match knob {
+                Knob::Lr | Knob::Eps | Knob::WeightDecay => {
+                    let (_, name) = table.unwrap_or_else(|| panic!("{knob} is no key of the table"));
+                    assert!(matches!(c.knob(name), Some(CoreKnob::Real(_))), "{knob}");
+                    assert_eq!(c.knob(name), Some(CoreKnob::Real(knob.value_in(&c))));
+                }
+                Knob::Tau | Knob::HomeShare | Knob::HomeLr => assert!(table.is_none(), "{knob}"),
+            }
+        }
+    }
 
     fn space() -> SearchSpace {
         serde_json::from_str(

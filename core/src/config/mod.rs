@@ -1,15 +1,24 @@
-//! Rules, hyper-parameters and their validation.
+//! Rules, hyper-parameters and their validation. The hyper-parameters are the lines of the
+//! knob table ([`crate::knobs`]); this module generates the config from it.
+
+mod knob;
 
 use crate::calibration::TauCalibration;
 use crate::error::Error;
 use crate::kernel::Options;
+use crate::knobs::knob_table;
 use crate::reduce::RhoOver;
 use crate::rounding::Rounding;
-use crate::rules::spec::{reads, Decay, Kernels, LastSlot};
+use crate::rules::spec::{reads, Kernels, LastSlot};
 use crate::rules::{adabelief, ElementKernel, Rule, Switch, ALL_RULES};
 use crate::scalars::{powi_by_squaring, StepScalars};
 use crate::storage::Dtype;
 use crate::tensor::Group;
+use knob::{
+    always, calibration, check, check_calibration, closed_unit, decays, decouple_choice, eps, positive, read,
+    rounding, rounding_name, scale, unit, KnobSpec, EPS_RANGE, TAU_HINT, UNIT, UP_TO_LARGEST,
+};
+pub use knob::{Knob, LARGEST_KNOB};
 
 /// The config name of SGD with momentum.
 const SGDM: &str = "sgdm";
@@ -32,103 +41,184 @@ pub enum FiniteCheck {
     Trust,
 }
 
-/// Hyper-parameters of a rule, in the paper's symbols. Start from [`Config::new`], which sets
-/// the peer packages' defaults, then set fields; [`crate::Optimizer::new`] validates.
-#[derive(Clone, Copy, Debug, PartialEq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct Config {
-    /// The rule.
-    pub rule: Rule,
-    /// η, the learning rate (≥ 0). The srf and HomeAdam rules step by η · m̂ / (v̂ + ε), at most
-    /// η / (2√ε) per element: Adam's η is far too large for them with a small ε (see
-    /// "Choosing hyper-parameters" on the crate's front page).
-    pub lr: f64,
-    /// β1 ∈ [0, 1).
-    pub beta1: f64,
-    /// β2 ∈ [0, 1).
-    pub beta2: f64,
-    /// ε ≥ 0. For the srf and HomeAdam rules it bounds the step: η / (2√ε) at |g| = √ε.
-    pub eps: f64,
-    /// λ ≥ 0: coupled L2 for SGD, Adam, MIAdam (and SWATS / AdaBelief unless decoupled);
-    /// decoupled for AdamW, AdamW-srf, HomeAdamW.
-    pub weight_decay: f64,
-    /// τ > 0, the HomeAdam threshold: the home (SGDM) step where v̂ < τ — on ρ = min v̂ over
-    /// the model (global), over a tensor (per layer), or per element. ρ is 0 whenever an element
-    /// has never had a non-zero gradient, which sends the global rule home at every step.
-    pub tau: f64,
-    /// Global and per-layer HomeAdam(W): the elements ρ is taken over ([`RhoOver::All`], the
-    /// paper, by default).
-    pub rho_over: RhoOver,
-    /// HomeAdam(W): τ set from a histogram of the decision values instead of `tau`, so that
-    /// about a share q of decisions goes home ([`crate::calibration`]); `None`: τ = `tau`.
-    pub tau_calibration: Option<TauCalibration>,
-    /// HomeAdam(W): η_h / η, the home branch's learning rate relative to η (1: the paper).
-    /// The home step is θ(1 − ηλ) − η_h m̂: with one η the branches differ by 1 / (v̂ + ε),
-    /// 10³–10⁶ in practice. A ratio, so that schedules and group scales move η_h with η.
-    pub home_lr_scale: f64,
-    /// μ, SGD momentum.
-    pub momentum: f64,
-    /// SGD dampening ∈ [0, 1].
-    pub dampening: f64,
-    /// Nesterov momentum (SGD, and SWATS's SGD phase).
-    pub nesterov: bool,
-    /// AdaBelief / SWATS: decoupled weight decay.
-    pub weight_decouple: bool,
-    /// AdaBelief / SWATS with `weight_decouple`: θ ← θ(1 − λ) instead of θ(1 − ηλ).
-    pub fixed_decay: bool,
-    /// AdaBelief: RAdam's rectification.
-    pub rectify: bool,
-    /// AdaBelief: AMSGrad's running max of s.
-    pub amsgrad: bool,
-    /// MIAdam: κ, the multiple-integration rate.
-    pub kappa: f64,
-    /// MIAdam: steps t ≤ switch_step use the integrated update.
-    pub switch_step: u64,
-    /// How parameter stores round.
-    pub rounding: Rounding,
-    /// Seed of stochastic rounding.
-    pub seed: u64,
-    /// Allow f16 storage for the second moment (refused by default, DESIGN §3).
-    pub allow_f16_state: bool,
-    /// What a non-finite gradient does.
-    pub finite_check: FiniteCheck,
+/// Generates [`Config`], its defaults ([`Config::new`]), its range checks, its JSON keys and
+/// [`KNOBS`] from the knob table's lines.
+macro_rules! config_from_table {
+    (
+        defaults $d:ident;
+        $($(#[$doc:meta])* $field:ident: $ty:ty = $default:expr, valid $valid:tt,
+            $(knob $knob:tt,)* json $json:tt, $step:ident;)*
+    ) => {
+        /// Hyper-parameters of a rule, in the paper's symbols. Start from [`Config::new`], which
+        /// sets the peer packages' defaults, then set fields; [`crate::Optimizer::new`]
+        /// validates.
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+        pub struct Config {
+            /// The rule.
+            pub rule: Rule,
+            $($(#[$doc])* pub $field: $ty,)*
+        }
+
+        impl Config {
+            /// The rule with the defaults of its peer package (PyTorch, adabelief-pytorch 0.2.1,
+            /// pytorch-optimizer 4.1.0, official MIAdam, lion-pytorch 0.2.5: the rule's
+            /// [`crate::rules::spec::Defaults`]); for the paper's rules, Adam(W)'s defaults but
+            /// ε = 1e-3 ([`crate::rules::homeadam::SRF_EPS`] says why), and τ = 1e-12 (the
+            /// paper's CIFAR-10 HomeAdam setting).
+            pub const fn new(rule: Rule) -> Self {
+                let $d = rule.spec().defaults;
+                Config {
+                    rule,
+                    $($field: $default,)*
+                }
+            }
+
+            /// The knobs a JSON config sets by a key of their own, as `(key, knob)` with the
+            /// knob's name in [`Config::knobs`]; the others (β1 and β2 as `betas`, τ and its
+            /// calibration as `tau`, the home scale as `home_lr`) are set in their own forms.
+            pub const JSON_KEYS: &'static [(&'static str, &'static str)] = &{
+                const ALL: [Option<(&str, &str)>; [$(stringify!($field)),*].len()] =
+                    [$(json_key!($json $(, $knob)*)),*];
+                const N: usize = count_some(&ALL);
+                let mut keys = [("", ""); N];
+                let (mut k, mut n) = (0, 0);
+                while k < ALL.len() {
+                    if let Some(key) = ALL[k] {
+                        keys[n] = key;
+                        n += 1;
+                    }
+                    k += 1;
+                }
+                keys
+            };
+
+            /// The table's range checks, in its order.
+            fn check_ranges(&self) -> Result<(), Error> {
+                $(valid!(self, $field, $valid);)*
+                Ok(())
+            }
+
+            /// `s` with the per-step knobs (the table's lines marked `step`) copied in.
+            fn with_knob_scalars(&self, mut s: StepScalars) -> StepScalars {
+                $(knob_scalar!($step, s, self, $field);)*
+                s
+            }
+        }
+
+        /// Every knob, in the order [`Config::knobs`] lists them.
+        const KNOBS: &[KnobSpec] = &[$($(knob_spec!($field, $knob),)*)*];
+
+        /// Each line's field and whether it is a per-step scalar.
+        #[cfg(test)]
+        const LINES: &[(&str, bool)] = &[$((stringify!($field), per_step!($step))),*];
+    };
+}
+
+/// A line's range check ([`crate::knobs`]).
+macro_rules! valid {
+    ($c:ident, $field:ident, -) => {};
+    ($c:ident, $field:ident, ($expected:expr, $ok:expr, if $when:expr)) => {
+        if $when($c) {
+            check($c.$field, stringify!($field), $expected, $ok)?;
+        }
+    };
+    ($c:ident, $field:ident, ($expected:expr, $ok:expr)) => {
+        check($c.$field, stringify!($field), $expected, $ok)?;
+    };
+    ($c:ident, $field:ident, [$check:expr]) => {
+        $check($c)?;
+    };
+}
+
+/// A line's knob ([`crate::knobs`]) as a [`KnobSpec`].
+macro_rules! knob_spec {
+    ($field:ident, ($name:literal, real, $reads:expr, $hint:expr)) => {
+        knob_spec!(
+            $field,
+            (
+                $name,
+                (|c| Knob::Real(c.$field), |c, k| c.$field = k.real()),
+                $reads,
+                $hint
+            )
+        )
+    };
+    ($field:ident, ($name:literal, flag, $reads:expr, $hint:expr)) => {
+        knob_spec!(
+            $field,
+            (
+                $name,
+                (|c| Knob::Flag(c.$field), |c, k| c.$field = k.flag()),
+                $reads,
+                $hint
+            )
+        )
+    };
+    ($field:ident, ($name:literal, count, $reads:expr, $hint:expr)) => {
+        knob_spec!(
+            $field,
+            (
+                $name,
+                (|c| Knob::Count(c.$field), |c, k| c.$field = k.count()),
+                $reads,
+                $hint
+            )
+        )
+    };
+    ($field:ident, ($name:literal, ($get:expr, $set:expr), $reads:expr, $hint:expr)) => {
+        KnobSpec {
+            name: $name,
+            get: $get,
+            set: $set,
+            reads: $reads,
+            hint: $hint,
+        }
+    };
+}
+
+/// A line's per-step copy ([`crate::knobs`]): `step` lines only.
+macro_rules! knob_scalar {
+    (step, $s:ident, $c:ident, $field:ident) => {
+        $s.$field = $c.$field as f32;
+    };
+    (config, $s:ident, $c:ident, $field:ident) => {};
+}
+
+/// Whether a line is a per-step scalar ([`crate::knobs`]).
+#[cfg(test)]
+macro_rules! per_step {
+    (step) => {
+        true
+    };
+    (config) => {
+        false
+    };
+}
+
+/// A line's JSON key ([`crate::knobs`]) and the name of the knob it sets.
+macro_rules! json_key {
+    (- $(, $knob:tt)*) => {
+        None
+    };
+    ($key:literal, ($name:literal, $($rest:tt)*)) => {
+        Some(($key, $name))
+    };
+}
+
+knob_table!(config_from_table);
+
+/// How many of `items` are `Some`.
+const fn count_some(items: &[Option<(&str, &str)>]) -> usize {
+    let (mut k, mut n) = (0, 0);
+    while k < items.len() {
+        n += items[k].is_some() as usize;
+        k += 1;
+    }
+    n
 }
 
 impl Config {
-    /// The rule with the defaults of its peer package (PyTorch, adabelief-pytorch 0.2.1,
-    /// pytorch-optimizer 4.1.0, official MIAdam, lion-pytorch 0.2.5: the rule's
-    /// [`crate::rules::spec::Defaults`]); for the paper's rules, Adam(W)'s defaults but
-    /// ε = 1e-3 ([`crate::rules::homeadam::SRF_EPS`] says why), and τ = 1e-12 (the paper's
-    /// CIFAR-10 HomeAdam setting).
-    pub const fn new(rule: Rule) -> Self {
-        let d = rule.spec().defaults;
-        Config {
-            rule,
-            lr: d.lr,
-            beta1: 0.9,
-            beta2: d.beta2,
-            eps: d.eps,
-            weight_decay: d.weight_decay,
-            tau: 1e-12,
-            rho_over: RhoOver::All,
-            tau_calibration: None,
-            home_lr_scale: 1.0,
-            momentum: 0.0,
-            dampening: 0.0,
-            nesterov: false,
-            weight_decouple: d.weight_decouple,
-            fixed_decay: false,
-            rectify: true,
-            amsgrad: false,
-            kappa: 0.0,
-            switch_step: 0,
-            rounding: Rounding::Nearest,
-            seed: 0,
-            allow_f16_state: false,
-            finite_check: FiniteCheck::SkipStep,
-        }
-    }
-
     /// The config of a config name ([`Config::NAMES`]): a rule name ([`Rule::from_name`])
     /// with its defaults, or `sgdm`, which is `sgd` with momentum μ = 0.9.
     pub fn named(name: &str) -> Option<Self> {
@@ -304,29 +394,7 @@ impl Config {
     /// κ, ε, τ and the home scale at most [`LARGEST_KNOB`], so that their products
     /// (η / bc1 · home scale, η / (2√ε), η² / bc1, η · μ) stay inside `f32`'s range.
     pub fn validate(&self) -> Result<(), Error> {
-        let unit = "a finite value in [0, 1)";
-        let scale = |x: f64| (0.0..=LARGEST_KNOB).contains(&x);
-        check(self.lr, "lr", UP_TO_LARGEST, scale)?;
-        check(self.beta1, "beta1", unit, |x| (0.0..1.0).contains(&x))?;
-        check(self.beta2, "beta2", unit, |x| (0.0..1.0).contains(&x))?;
-        check(self.eps, "eps", EPS_RANGE, |x| {
-            (f32::MIN_POSITIVE as f64..=LARGEST_KNOB).contains(&x)
-        })?;
-        check(self.weight_decay, "weight_decay", UP_TO_LARGEST, scale)?;
-        check(self.momentum, "momentum", UP_TO_LARGEST, scale)?;
-        check(self.dampening, "dampening", "a finite value in [0, 1]", |x| {
-            (0.0..=1.0).contains(&x)
-        })?;
-        check(self.kappa, "kappa", UP_TO_LARGEST, scale)?;
-        if reads(self, reads::HOME) {
-            check(self.tau, "tau", "a finite value in (0, 1e6]", |x| {
-                x > 0.0 && scale(x)
-            })?;
-            check(self.home_lr_scale, "home_lr_scale", UP_TO_LARGEST, scale)?;
-            if let Some(c) = self.tau_calibration {
-                c.validate()?;
-            }
-        }
+        self.check_ranges()?;
         if self.rule.decoupled_decay(self.weight_decouple) {
             let shrink = if self.fixed_decay {
                 self.weight_decay
@@ -341,7 +409,10 @@ impl Config {
                 });
             }
         }
-        if reads(self, reads::MOMENTUM) && self.nesterov && (self.momentum == 0.0 || self.dampening != 0.0) {
+        if read::<{ reads::MOMENTUM }>(self)
+            && self.nesterov
+            && (self.momentum == 0.0 || self.dampening != 0.0)
+        {
             return Err(Error::InvalidHyper {
                 name: "nesterov",
                 value: self.dampening,
@@ -355,7 +426,7 @@ impl Config {
     /// it would be silently ignored.
     fn check_knobs(&self) -> Result<(), Error> {
         let default = Config::new(self.rule);
-        for knob in &KNOBS {
+        for knob in KNOBS {
             if !(knob.reads)(self) && !(knob.get)(self).same((knob.get)(&default)) {
                 return Err(Error::NotForRule {
                     name: knob.name,
@@ -386,300 +457,24 @@ impl Config {
         (knob.set)(self, value);
         Some(())
     }
-}
 
-/// The largest value of η, λ, μ, κ, ε, τ and the home scale ([`Config::validate`]).
-pub const LARGEST_KNOB: f64 = 1e6;
-/// The range of a knob bounded by [`LARGEST_KNOB`], as errors state it.
-const UP_TO_LARGEST: &str = "a finite value in [0, 1e6]";
-/// The range of ε, as errors state it.
-const EPS_RANGE: &str = "a finite value in [1.2e-38, 1e6]: the smallest normal f32 or more, as \
-                         the update divides by v̂ + ε, which is 0 where a gradient has been 0";
-
-/// A hyper-parameter's value, as [`Config::knobs`] lists it. Its `Display` is exact: a real
-/// is written as the shortest text that parses back to the same bits (`0.999`, `1e-8`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Knob {
-    /// A real number.
-    Real(f64),
-    /// A switch.
-    Flag(bool),
-    /// A whole number.
-    Count(u64),
-    /// One of a knob's named values.
-    Choice(&'static str),
-}
-
-impl Knob {
-    /// The value of `text` (as [`Knob`]'s `Display` writes it) of the same kind as `self`.
-    pub fn parse_like(self, text: &str) -> Option<Knob> {
-        match self {
-            Knob::Real(_) => text.parse().ok().map(Knob::Real),
-            Knob::Flag(_) => text.parse().ok().map(Knob::Flag),
-            Knob::Count(_) => text.parse().ok().map(Knob::Count),
-            Knob::Choice(_) => Some(Knob::Choice(
-                ROUNDING
-                    .into_iter()
-                    .chain(RhoOver::NAMES)
-                    .find(|&name| name == text)?,
-            )),
-        }
+    /// The value of the knob `name` ([`Config::knobs`]), whether or not the rule reads it;
+    /// `None` for an unknown name.
+    pub fn knob(&self, name: &str) -> Option<Knob> {
+        KNOBS
+            .iter()
+            .find(|knob| knob.name == name)
+            .map(|knob| (knob.get)(self))
     }
 
-    fn real(self) -> f64 {
-        match self {
-            Knob::Real(x) => x,
-            _ => f64::NAN,
-        }
-    }
-
-    fn flag(self) -> bool {
-        matches!(self, Knob::Flag(true))
-    }
-
-    fn count(self) -> u64 {
-        match self {
-            Knob::Count(n) => n,
-            _ => 0,
-        }
-    }
-
-    fn choice<T>(self, of: impl Fn(&str) -> Option<T>) -> Option<T> {
-        match self {
-            Knob::Choice(name) => of(name),
-            _ => None,
-        }
-    }
-
-    /// Whether two values are the same bits (NaN equals itself, 0 differs from −0).
-    pub fn same(self, other: Knob) -> bool {
-        match (self, other) {
-            (Knob::Real(a), Knob::Real(b)) => a.to_bits() == b.to_bits(),
-            (a, b) => a == b,
-        }
-    }
-}
-
-impl core::fmt::Display for Knob {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Knob::Real(x) => write!(f, "{x:?}"),
-            Knob::Flag(b) => write!(f, "{b}"),
-            Knob::Count(n) => write!(f, "{n}"),
-            Knob::Choice(name) => f.write_str(name),
-        }
-    }
-}
-
-/// The config names of [`Rounding`]'s values.
-const ROUNDING: [&str; 2] = ["nearest", "stochastic"];
-
-/// One knob: how to read and set it on a config, whether the config's rule reads it, and
-/// why not where it does not. A table of functions in flash, so that validation on a
-/// microcontroller costs no stack for it.
-struct KnobSpec {
-    name: &'static str,
-    get: fn(&Config) -> Knob,
-    set: fn(&mut Config, Knob),
-    reads: fn(&Config) -> bool,
-    hint: &'static str,
-}
-
-/// Whether the rule reads the knobs of `bits` ([`reads`]), from its spec.
-const fn reads(c: &Config, bits: u32) -> bool {
-    c.rule.spec().reads & bits != 0
-}
-
-/// Whether the rule chooses how λ applies (AdaBelief, SWATS).
-fn decouple_choice(c: &Config) -> bool {
-    matches!(c.rule.spec().decay, Decay::Chosen)
-}
-
-/// Every knob, in the order [`Config::knobs`] lists them.
-const KNOBS: [KnobSpec; 21] = [
-    KnobSpec {
-        name: "lr",
-        get: |c| Knob::Real(c.lr),
-        set: |c, k| c.lr = k.real(),
-        reads: |_| true,
-        hint: "",
-    },
-    KnobSpec {
-        name: "beta1",
-        get: |c| Knob::Real(c.beta1),
-        set: |c, k| c.beta1 = k.real(),
-        reads: |c| reads(c, reads::BETA1),
-        hint: "the rule keeps no first moment with β1 (SGD's momentum is μ)",
-    },
-    KnobSpec {
-        name: "beta2",
-        get: |c| Knob::Real(c.beta2),
-        set: |c, k| c.beta2 = k.real(),
-        reads: |c| reads(c, reads::BETA2),
-        hint: "the rule keeps no moment with β2",
-    },
-    KnobSpec {
-        name: "eps",
-        get: |c| Knob::Real(c.eps),
-        set: |c, k| c.eps = k.real(),
-        reads: |c| reads(c, reads::EPS),
-        hint: "the rule divides by no second moment",
-    },
-    KnobSpec {
-        name: "weight_decay",
-        get: |c| Knob::Real(c.weight_decay),
-        set: |c, k| c.weight_decay = k.real(),
-        reads: |c| !matches!(c.rule.spec().decay, Decay::None),
-        hint: "λ = 0 by definition (Alg. 1/2); use the W variant for weight decay",
-    },
-    KnobSpec {
-        name: "tau",
-        get: |c| Knob::Real(c.tau),
-        set: |c, k| c.tau = k.real(),
-        reads: |c| reads(c, reads::HOME),
-        hint: "τ is the HomeAdam(W) threshold",
-    },
-    KnobSpec {
-        name: "rho_over",
-        get: |c| Knob::Choice(c.rho_over.name()),
-        set: |c, k| c.rho_over = k.choice(RhoOver::from_name).unwrap_or(c.rho_over),
-        reads: |c| reads(c, reads::RHO_OVER),
-        hint: "ρ decides the global and per-layer HomeAdam(W) rules only",
-    },
-    KnobSpec {
-        name: "tau.home_share",
-        get: |c| Knob::Real(c.tau_calibration.map_or(0.0, |t| t.home_share)),
-        set: |c, k| c.tau_calibration = calibration(c, Some(k.real()), None),
-        reads: |c| reads(c, reads::HOME),
-        hint: "τ is the HomeAdam(W) threshold",
-    },
-    KnobSpec {
-        name: "tau.every",
-        get: |c| Knob::Count(c.tau_calibration.map_or(0, |t| t.every as u64)),
-        set: |c, k| c.tau_calibration = calibration(c, None, Some(k.count())),
-        reads: |c| reads(c, reads::HOME),
-        hint: "τ is the HomeAdam(W) threshold",
-    },
-    KnobSpec {
-        name: "home_lr_scale",
-        get: |c| Knob::Real(c.home_lr_scale),
-        set: |c, k| c.home_lr_scale = k.real(),
-        reads: |c| reads(c, reads::HOME),
-        hint: "the home branch is HomeAdam(W)'s",
-    },
-    KnobSpec {
-        name: "momentum",
-        get: |c| Knob::Real(c.momentum),
-        set: |c, k| c.momentum = k.real(),
-        reads: |c| reads(c, reads::MOMENTUM),
-        hint: "momentum is SGD's (Adam-like rules use beta1)",
-    },
-    KnobSpec {
-        name: "dampening",
-        get: |c| Knob::Real(c.dampening),
-        set: |c, k| c.dampening = k.real(),
-        reads: |c| reads(c, reads::MOMENTUM),
-        hint: "dampening is SGD's",
-    },
-    KnobSpec {
-        name: "nesterov",
-        get: |c| Knob::Flag(c.nesterov),
-        set: |c, k| c.nesterov = k.flag(),
-        reads: |c| reads(c, reads::NESTEROV),
-        hint: "Nesterov momentum is SGD's and SWATS's",
-    },
-    KnobSpec {
-        name: "weight_decouple",
-        get: |c| Knob::Flag(c.weight_decouple),
-        set: |c, k| c.weight_decouple = k.flag(),
-        reads: decouple_choice,
-        hint: "the rule fixes how λ applies (the W variants decouple it)",
-    },
-    KnobSpec {
-        name: "fixed_decay",
-        get: |c| Knob::Flag(c.fixed_decay),
-        set: |c, k| c.fixed_decay = k.flag(),
-        reads: |c| decouple_choice(c) && c.weight_decouple,
-        hint: "fixed_decay applies to AdaBelief / SWATS with weight_decouple",
-    },
-    KnobSpec {
-        name: "rectify",
-        get: |c| Knob::Flag(c.rectify),
-        set: |c, k| c.rectify = k.flag(),
-        reads: |c| reads(c, reads::ADABELIEF),
-        hint: "rectification is AdaBelief's",
-    },
-    KnobSpec {
-        name: "amsgrad",
-        get: |c| Knob::Flag(c.amsgrad),
-        set: |c, k| c.amsgrad = k.flag(),
-        reads: |c| reads(c, reads::ADABELIEF),
-        hint: "AMSGrad is offered for AdaBelief only",
-    },
-    KnobSpec {
-        name: "kappa",
-        get: |c| Knob::Real(c.kappa),
-        set: |c, k| c.kappa = k.real(),
-        reads: |c| reads(c, reads::MIADAM),
-        hint: "κ is MIAdam's",
-    },
-    KnobSpec {
-        name: "switch_step",
-        get: |c| Knob::Count(c.switch_step),
-        set: |c, k| c.switch_step = k.count(),
-        reads: |c| reads(c, reads::MIADAM),
-        hint: "the switch step is MIAdam's",
-    },
-    KnobSpec {
-        name: "rounding",
-        get: |c| {
-            Knob::Choice(match c.rounding {
-                Rounding::Nearest => ROUNDING[0],
-                Rounding::Stochastic => ROUNDING[1],
-            })
-        },
-        set: |c, k| {
-            c.rounding = match k.choice(|name| ROUNDING.iter().position(|&r| r == name)) {
-                Some(1) => Rounding::Stochastic,
-                _ => Rounding::Nearest,
-            }
-        },
-        reads: |_| true,
-        hint: "",
-    },
-    KnobSpec {
-        name: "seed",
-        get: |c| Knob::Count(c.seed),
-        set: |c, k| c.seed = k.count(),
-        reads: |_| true,
-        hint: "",
-    },
-];
-
-/// `c`'s τ calibration with its share or period replaced (the other from `c`, or defaults
-/// that validation refuses until both are set).
-fn calibration(c: &Config, share: Option<f64>, every: Option<u64>) -> Option<TauCalibration> {
-    let old = c.tau_calibration;
-    let home_share = share.or(old.map(|o| o.home_share)).unwrap_or(0.0);
-    let every = every.map_or(old.map_or(0, |o| o.every), |e| {
-        u32::try_from(e).unwrap_or(u32::MAX)
-    });
-    (home_share != 0.0 || every != 0).then_some(TauCalibration { home_share, every })
-}
-
-fn check(
-    value: f64,
-    name: &'static str,
-    expected: &'static str,
-    ok: impl Fn(f64) -> bool,
-) -> Result<(), Error> {
-    if value.is_finite() && ok(value) {
-        Ok(())
-    } else {
-        Err(Error::InvalidHyper {
-            name,
-            value,
-            expected,
+    /// The names the knob `name` takes, for a knob of named values ([`Knob::Choice`]); none
+    /// for the others.
+    pub fn choices(name: &str) -> impl Iterator<Item = &'static str> + '_ {
+        Knob::CHOICES.into_iter().filter(move |&choice| {
+            let mut c = Config::new(Rule::Sgd);
+            c.knob(name).is_some_and(|k| matches!(k, Knob::Choice(_)))
+                && c.set_knob(name, choice).is_some()
+                && c.knob(name) == Some(Knob::Choice(choice))
         })
     }
 }
@@ -713,23 +508,17 @@ impl StepScalars {
         } else {
             (0, 0.0)
         };
-        StepScalars {
+        config.with_knob_scalars(StepScalars {
             lr: lr as f32,
-            beta1: beta1 as f32,
             one_minus_beta1: (1.0 - beta1) as f32,
-            beta2: beta2 as f32,
             one_minus_beta2: (1.0 - beta2) as f32,
-            eps: config.eps as f32,
-            weight_decay: config.weight_decay as f32,
             decay: decay as f32,
             bc2: bc2 as f32,
             sqrt_bc2: sqrt_bc2 as f32,
             lr_over_bc1: (lr / bc1) as f32,
-            tau: config.tau as f32,
             momentum: momentum as f32,
             one_minus_dampening: (1.0 - dampening) as f32,
             inv_grad_scale: (1.0 / grad_scale) as f32,
-            kappa: config.kappa as f32,
             // Each in software on cores without a double-precision FPU: for the rules that read it.
             lr2_over_bc1: if config.rule.spec().reads & reads::MIADAM != 0 {
                 (lr * lr / bc1) as f32
@@ -747,7 +536,8 @@ impl StepScalars {
             mi_phase: (t <= config.switch_step) as u32,
             rect_mode,
             home_lr_over_bc1: (lr * config.home_lr_scale / bc1) as f32,
-        }
+            ..StepScalars::default()
+        })
     }
 
     /// The scalars of step `t` for a tensor of `group`: [`StepScalars::new`] of
@@ -767,6 +557,51 @@ impl StepScalars {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_generated_pieces_agree() {
+        let names: Vec<&str> = KNOBS.iter().map(|k| k.name).collect();
+        for (k, name) in names.iter().enumerate() {
+            assert!(!names[..k].contains(name), "knob {name} twice");
+        }
+        for (k, (key, name)) in Config::JSON_KEYS.iter().enumerate() {
+            assert!(names.contains(name), "JSON key {key}: no knob {name}");
+            assert!(
+                Config::JSON_KEYS[..k].iter().all(|(other, _)| other != key),
+                "{key}"
+            );
+        }
+        // Every per-step knob is a field of the scalars, holding the config's value.
+        let mut c = Config::new(Rule::MiAdam);
+        for (k, (field, _)) in LINES.iter().enumerate() {
+            let value = Knob::Real(0.5 / (k + 2) as f64).to_string();
+            c.set_knob(field, &value);
+        }
+        let s = StepScalars::new(&c, 3, 1.0, None);
+        // SAFETY: StepScalars is repr(C) plain data, read as bytes it is made of.
+        let bytes = unsafe {
+            core::slice::from_raw_parts(&s as *const StepScalars as *const u8, size_of::<StepScalars>())
+        };
+        let steps: Vec<&str> = LINES.iter().filter(|(_, step)| *step).map(|(f, _)| *f).collect();
+        assert!(steps.contains(&"eps") && !steps.contains(&"lr"), "{steps:?}");
+        for field in steps {
+            let (_, c_type, offset) = StepScalars::FIELDS
+                .into_iter()
+                .find(|(name, _, _)| *name == field)
+                .unwrap_or_else(|| panic!("{field} is no field of StepScalars"));
+            assert_eq!(c_type, "float");
+            let got = f32::from_ne_bytes(bytes[offset..offset + 4].try_into().unwrap());
+            let Some(Knob::Real(want)) = c.knob(field) else {
+                panic!("{field} is no real knob")
+            };
+            assert_eq!(got, want as f32, "{field}");
+        }
+        // The scalars' fields tile the struct in order, 4 bytes each.
+        for (k, (name, _, offset)) in StepScalars::FIELDS.into_iter().enumerate() {
+            assert_eq!(offset, 4 * k, "{name}");
+        }
+        assert_eq!(size_of::<StepScalars>(), 4 * StepScalars::FIELDS.len());
+    }
 
     #[test]
     fn range_texts_state_the_largest_knob() {
