@@ -1,18 +1,22 @@
 //! A convolution's bias, `y = x + b` with `b` (`[C]`) added to every value of channel `c` of
-//! `x` (`[N, C, H, W]`), alone or followed by a ReLU: candle's broadcast add (and ReLU) on the
-//! CPU, one op on CUDA.
+//! `x` (`[N, C, H, W]`), alone or followed by a ReLU, as one op for f32 (candle's composition
+//! for another dtype, the f64 references of the tests).
 //!
-//! Composed, the bias is a reshape, a broadcast and an add, whose backward pass reduces the
-//! gradient over the batch, height and width one axis at a time and adds each result into a
-//! zero-filled buffer. On CUDA the forward pass is one kernel, and the backward pass passes
-//! `∂L/∂y` on as `∂L/∂x` (with the ReLU, where `x + b ≥ 0`, one kernel) and sums
-//! `∂L/∂b_c = Σ_{n,h,w} ∂L/∂x` per channel in a fixed order, over chunks of images and then the
-//! chunks (`host/kernels/channel_bias.cu`). With the ReLU fused, the sum `x + b` is no node of
-//! candle's graph, so its gradient is not added into a zero-filled buffer either.
+//! Composed of candle's ops, the bias is a reshape, a broadcast and an add, whose backward pass
+//! reduces the gradient over the batch, height and width one axis at a time and adds each
+//! result into a zero-filled buffer. Here the forward pass is one pass over the values, and the
+//! backward pass passes `∂L/∂y` on as `∂L/∂x` (with the ReLU, where `x + b ≥ 0`, one pass) and
+//! sums `∂L/∂b_c = Σ_{n,h,w} ∂L/∂x` per channel in a fixed order: on the CPU each image's plane
+//! and then the images ([`super::cpu::elementwise::channel_sums`]), on CUDA over chunks of
+//! images and then the chunks (`host/kernels/channel_bias.cu`). With the ReLU fused, the sum
+//! `x + b` is no node of candle's graph, so its gradient is not added into a zero-filled buffer
+//! either.
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor};
 
+use super::cpu::elementwise::{channel_sums, per_channel};
+use super::cpu::values;
 use super::param_grads::param_grad;
 
 /// `x + b` over the channels of an NCHW tensor.
@@ -33,11 +37,17 @@ fn with_bias(x: &Tensor, b: &Tensor, relu: bool) -> Result<Tensor> {
         "channel bias: {:?} for an input of {c} channels",
         b.dims()
     );
-    if x.device().is_cuda() {
-        return Ok(x.contiguous()?.apply_op2(b, Forward { relu })?);
+    if x.dtype() != DType::F32 {
+        let y = x.broadcast_add(&b.reshape((1, c, 1, 1))?)?;
+        return Ok(if relu { y.relu()? } else { y });
     }
-    let y = x.broadcast_add(&b.reshape((1, c, 1, 1))?)?;
-    Ok(if relu { y.relu()? } else { y })
+    Ok(x.contiguous()?.apply_op2(&b.contiguous()?, Forward { relu })?)
+}
+
+/// The values per channel and image of an NCHW layout.
+fn plane(layout: &Layout) -> candle_core::Result<usize> {
+    let (_, _, h, w) = layout.shape().dims4()?;
+    Ok(h * w)
 }
 
 /// `(x, b) → x + b`, or `max(x + b, 0)` with `relu`.
@@ -62,12 +72,21 @@ impl CustomOp2 for Forward {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        x: &CpuStorage,
+        x_layout: &Layout,
+        b: &CpuStorage,
+        b_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused channel bias")
+        let _span = crate::models::host_time::span(self.name());
+        let (xs, b) = (
+            values(x, x_layout, self.name())?,
+            values(b, b_layout, self.name())?,
+        );
+        let y = match self.relu {
+            true => per_channel(xs, b, xs, plane(x_layout)?, |x, b, _| (x + b).max(0.0)),
+            false => per_channel(xs, b, xs, plane(x_layout)?, |x, b, _| x + b),
+        };
+        Ok((CpuStorage::F32(y), x_layout.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -112,14 +131,34 @@ impl CustomOp3 for ReluBackward {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        x: &CpuStorage,
+        x_layout: &Layout,
+        b: &CpuStorage,
+        b_layout: &Layout,
+        dy: &CpuStorage,
+        dy_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused channel bias")
+        let _span = crate::models::host_time::span(self.name());
+        if dy_layout.shape() != x_layout.shape() {
+            candle_core::bail!(
+                "channel bias: a gradient {:?} for {:?}",
+                dy_layout.dims(),
+                x_layout.dims()
+            );
+        }
+        let (x, b) = (
+            values(x, x_layout, self.name())?,
+            values(b, b_layout, self.name())?,
+        );
+        let dy = values(dy, dy_layout, self.name())?;
+        let dx = per_channel(
+            x,
+            b,
+            dy,
+            plane(x_layout)?,
+            |x, b, dy| if x + b >= 0.0 { dy } else { 0.0 },
+        );
+        Ok((CpuStorage::F32(dx), x_layout.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -147,8 +186,11 @@ impl CustomOp1 for ChannelSum {
         "homeadam-channel-sum"
     }
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused channel bias")
+    fn cpu_fwd(&self, g: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
+        let (_, channels, _, _) = layout.shape().dims4()?;
+        let sums = channel_sums(values(g, layout, self.name())?, channels, plane(layout)?);
+        Ok((CpuStorage::F32(sums), Shape::from(channels)))
     }
 
     #[cfg(feature = "cuda")]

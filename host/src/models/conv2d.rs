@@ -1,16 +1,18 @@
-//! 2-D convolution `y = x ⋆ w` (NCHW, one group, no dilation): candle's on the CPU, cuDNN's on
-//! CUDA.
+//! 2-D convolution `y = x ⋆ w` (NCHW, one group, no dilation): one candle op whose backward
+//! pass computes the input gradient (`∂L/∂x = ∂L/∂y ⋆ᵀ w`) and the filter gradient
+//! (`∂L/∂w = x ⋆ ∂L/∂y`) with two more, in place of candle's transposed-convolution kernel and
+//! im2col product.
 //!
-//! On CUDA the convolution is a candle op whose backward pass calls cuDNN's backward-data
-//! (`∂L/∂x = ∂L/∂y ⋆ᵀ w`) and backward-filter (`∂L/∂w = x ⋆ ∂L/∂y`) in place of candle's
-//! transposed-convolution kernel and im2col product. Its math is FMA only (no TF32, as PyTorch
-//! with TF32 off), its algorithms deterministic only, so that a seed gives the same bits run
-//! after run; each is cuDNN's first heuristic choice among those (as PyTorch's default), chosen
-//! once per geometry and kept with its descriptors, and one workspace per CUDA stream grows to
-//! the largest need. The CPU keeps candle's convolution, so CPU runs are unchanged.
+//! Tensors of another dtype than f32 (the f64 references of the tests) take candle's
+//! convolution. On the CPU the passes are matrix products over unfolded images ([`super::cpu::conv`]), the
+//! same bits for any thread count. On CUDA they are cuDNN's forward, backward-data and
+//! backward-filter calls: FMA only (no TF32, as PyTorch with TF32 off), deterministic
+//! algorithms only, so that a seed gives the same bits run after run; each is cuDNN's first
+//! heuristic choice among those (as PyTorch's default), chosen once per geometry and kept with
+//! its descriptors, and one workspace per CUDA stream grows to the largest need.
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 
 use super::param_grads::param_grad;
 
@@ -91,15 +93,15 @@ impl Geometry {
 
 /// `x ⋆ w` with `stride` and `padding` on both axes, on `x`'s device (see the module).
 pub fn conv2d(x: &Tensor, w: &Tensor, stride: usize, padding: usize) -> Result<Tensor> {
-    if x.device().is_cuda() {
-        let geometry = Geometry::new(x.dims(), w.dims(), stride, padding)?;
-        let op = Conv {
-            geometry,
-            pass: Pass::Forward,
-        };
-        return Ok(x.contiguous()?.apply_op2(&w.contiguous()?, op)?);
+    let geometry = Geometry::new(x.dims(), w.dims(), stride, padding)?;
+    if x.dtype() != DType::F32 {
+        return Ok(x.conv2d(w, padding, stride, 1, 1)?);
     }
-    Ok(x.conv2d(w, padding, stride, 1, 1)?)
+    let op = Conv {
+        geometry,
+        pass: Pass::Forward,
+    };
+    Ok(x.contiguous()?.apply_op2(&w.contiguous()?, op)?)
 }
 
 /// Which of cuDNN's three calls an op makes, and so what its two arguments are.
@@ -123,24 +125,22 @@ pub(crate) struct Conv {
 impl CustomOp2 for Conv {
     fn name(&self) -> &'static str {
         match self.pass {
-            Pass::Forward if self.geometry.flipped => "homeadam-cudnn-conv2d-input-gradient",
-            Pass::Forward => "homeadam-cudnn-conv2d",
-            Pass::Data => "homeadam-cudnn-conv2d-backward-data",
-            Pass::Filter => "homeadam-cudnn-conv2d-backward-filter",
+            Pass::Forward if self.geometry.flipped => "homeadam-conv2d-input-gradient",
+            Pass::Forward => "homeadam-conv2d",
+            Pass::Data => "homeadam-conv2d-backward-data",
+            Pass::Filter => "homeadam-conv2d-backward-filter",
         }
     }
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        a: &CpuStorage,
+        a_layout: &Layout,
+        b: &CpuStorage,
+        b_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!(
-            "cuDNN's convolution ({:?} pass) runs on CUDA tensors only (the CPU uses candle's)",
-            self.pass
-        )
+        let _span = crate::models::host_time::span(self.name());
+        super::cpu::conv::run(self, (a, a_layout), (b, b_layout))
     }
 
     #[cfg(feature = "cuda")]
@@ -166,6 +166,9 @@ impl CustomOp2 for Conv {
         let with = |geometry, pass| Conv { geometry, pass };
         let dx = match self.geometry.input_gradient_as_forward() {
             _ if !x.track_op() => None,
+            Some(_) if !x.device().is_cuda() => {
+                Some(grad.apply_op2_no_bwd(w, &with(self.geometry, Pass::Data))?)
+            }
             Some(g) => Some(grad.apply_op2_no_bwd(w, &with(g, Pass::Forward))?),
             None => Some(grad.apply_op2_no_bwd(w, &with(self.geometry, Pass::Data))?),
         };
@@ -294,13 +297,14 @@ mod tests {
     }
 
     #[test]
-    fn the_op_refuses_cpu_tensors() {
+    fn the_flipped_pass_is_cudas_only() {
+        let g = Geometry::new(&[1, 1, 3, 3], &[1, 1, 3, 3], 1, 1).unwrap();
         let x = Tensor::zeros((1, 1, 3, 3), candle_core::DType::F32, &Device::Cpu).unwrap();
         let op = Conv {
-            geometry: Geometry::new(&[1, 1, 3, 3], &[1, 1, 3, 3], 1, 1).unwrap(),
+            geometry: g.input_gradient_as_forward().unwrap(),
             pass: Pass::Forward,
         };
         let err = x.apply_op2(&x, op).unwrap_err().to_string();
-        assert!(err.contains("CUDA tensors only"), "{err}");
+        assert!(err.contains("CUDA's input gradient"), "{err}");
     }
 }

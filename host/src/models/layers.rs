@@ -219,9 +219,9 @@ impl Conv2d {
 /// 2-D batch normalisation (PyTorch `nn.BatchNorm2d`: eps 1e-5, momentum 0.1, affine).
 ///
 /// Training mode normalises with the batch statistics (biased variance) and updates the running
-/// statistics with the unbiased variance, as PyTorch does; evaluation mode uses the running
-/// statistics. The running statistics are buffers, updated in place with `Var::set` from
-/// detached values, so they never enter the autograd graph.
+/// statistics with the unbiased variance, as PyTorch does, in one op (`models::cpu::batch_norm`,
+/// cuDNN's on CUDA); evaluation mode uses the running statistics. The running statistics are
+/// buffers, updated in place from detached values, so they never enter the autograd graph.
 pub(crate) struct BatchNorm2d {
     weight: Var,
     bias: Var,
@@ -266,53 +266,27 @@ impl BatchNorm2d {
             "batch norm: training needs more than one value per channel (input {:?})",
             x.dims()
         );
-        #[cfg(feature = "cuda")]
-        if train && x.device().is_cuda() {
-            return super::cudnn::batch_norm::train(
-                x,
-                self.weight.as_tensor(),
-                self.bias.as_tensor(),
-                (&self.running_mean, &self.running_var),
-                (BN_EPS, BN_MOMENTUM),
-                relu,
-            );
+        let (weight, bias) = (self.weight.as_tensor(), self.bias.as_tensor());
+        if train {
+            let running = (&self.running_mean, &self.running_var);
+            let constants = (BN_EPS, BN_MOMENTUM);
+            #[cfg(feature = "cuda")]
+            if x.device().is_cuda() {
+                return super::cudnn::batch_norm::train(x, weight, bias, running, constants, relu);
+            }
+            return super::cpu::batch_norm::train(x, weight, bias, running, constants, relu);
         }
         let shape = (1, c, 1, 1);
-        let (centred, var) = if train {
-            let mean = x.mean_keepdim((0, 2, 3))?;
-            let centred = x.broadcast_sub(&mean)?;
-            let var = centred.sqr()?.mean_keepdim((0, 2, 3))?;
-            let unbiased = count as f64 / (count - 1) as f64;
-            self.update_running(
-                &mean.detach().flatten_all()?,
-                &var.detach().flatten_all()?,
-                unbiased,
-            )?;
-            (centred, var)
-        } else {
-            let mean = self.running_mean.as_detached_tensor().reshape(shape)?;
-            let var = self.running_var.as_detached_tensor().reshape(shape)?;
-            (x.broadcast_sub(&mean)?, var)
-        };
-        let normed = centred.broadcast_div(&(var + BN_EPS)?.sqrt()?)?;
-        let weight = self.weight.as_tensor().reshape(shape)?;
-        let bias = self.bias.as_tensor().reshape(shape)?;
-        let y = normed.broadcast_mul(&weight)?.broadcast_add(&bias)?;
+        let mean = self.running_mean.as_detached_tensor().reshape(shape)?;
+        let var = self.running_var.as_detached_tensor().reshape(shape)?;
+        let normed = x.broadcast_sub(&mean)?.broadcast_div(&(var + BN_EPS)?.sqrt()?)?;
+        let y = normed
+            .broadcast_mul(&weight.reshape(shape)?)?
+            .broadcast_add(&bias.reshape(shape)?)?;
         if relu {
             return super::relu::relu(&y);
         }
         Ok(y)
-    }
-
-    /// The running statistics' update from a batch's mean and variance (`[c]`), the variance
-    /// scaled by `var_scale` (`m/(m − 1)` for a biased one): `r ← (1 − momentum) r + momentum · s`.
-    fn update_running(&self, mean: &Tensor, var: &Tensor, var_scale: f64) -> Result<()> {
-        let rm = ((self.running_mean.as_detached_tensor() * (1.0 - BN_MOMENTUM))? + (mean * BN_MOMENTUM)?)?;
-        let rv = ((self.running_var.as_detached_tensor() * (1.0 - BN_MOMENTUM))?
-            + (var * (BN_MOMENTUM * var_scale))?)?;
-        self.running_mean.set(&rm)?;
-        self.running_var.set(&rv)?;
-        Ok(())
     }
 }
 

@@ -13,6 +13,9 @@
 
 use anyhow::{ensure, Result};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+use super::cpu::values;
 
 /// A pooling window: size `k`, stride `s`, padding `p`, over an input `[n, c, h, w]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,34 +90,25 @@ struct Forward(Pool);
 #[derive(Clone, Copy)]
 struct Backward(Pool);
 
-fn f32_contiguous<'a>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<&'a [f32]> {
-    let CpuStorage::F32(values) = s else {
-        candle_core::bail!("max_pool2d: f32 tensors only");
-    };
-    let Some((start, end)) = l.contiguous_offsets() else {
-        candle_core::bail!("max_pool2d: an argument is not contiguous");
-    };
-    Ok(&values[start..end])
-}
-
 impl CustomOp1 for Forward {
     fn name(&self) -> &'static str {
         "homeadam-max-pool2d"
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         let pool = self.0;
-        let x = f32_contiguous(s, l)?;
+        let x = values(s, l, "max_pool2d")?;
         let [n, c, h, w] = pool.dims;
         let (oh, ow) = pool.out();
-        let mut y = Vec::with_capacity(n * c * oh * ow);
-        for plane in x.chunks_exact(h * w) {
-            for i in 0..oh {
-                for j in 0..ow {
-                    y.push(plane[pool.winner(plane, i, j)]);
+        let mut y = vec![0.0; n * c * oh * ow];
+        y.par_chunks_mut(oh * ow)
+            .zip(x.par_chunks(h * w))
+            .for_each(|(out, plane)| {
+                for (at, y) in out.iter_mut().enumerate() {
+                    *y = plane[pool.winner(plane, at / ow, at % ow)];
                 }
-            }
-        }
+            });
         Ok((CpuStorage::F32(y), Shape::from((n, c, oh, ow))))
     }
 
@@ -145,24 +139,23 @@ impl CustomOp2 for Backward {
         gs: &CpuStorage,
         gl: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         let pool = self.0;
-        let (x, g) = (f32_contiguous(xs, xl)?, f32_contiguous(gs, gl)?);
+        let (x, g) = (values(xs, xl, "max_pool2d")?, values(gs, gl, "max_pool2d")?);
         let [n, c, h, w] = pool.dims;
         let (oh, ow) = pool.out();
         let mut dx = vec![0.0f32; x.len()];
-        for ((plane, grads), dplane) in x
-            .chunks_exact(h * w)
-            .zip(g.chunks_exact(oh * ow))
-            .zip(dx.chunks_exact_mut(h * w))
-        {
-            // Each winner found once, its gradients added in increasing output order: the
-            // order in which CUDA's per-element gather adds them.
-            for i in 0..oh {
-                for j in 0..ow {
-                    dplane[pool.winner(plane, i, j)] += grads[i * ow + j];
+        dx.par_chunks_mut(h * w)
+            .zip(x.par_chunks(h * w).zip(g.par_chunks(oh * ow)))
+            .for_each(|(dplane, (plane, grads))| {
+                // Each winner found once, its gradients added in increasing output order: the
+                // order in which CUDA's per-element gather adds them.
+                for i in 0..oh {
+                    for j in 0..ow {
+                        dplane[pool.winner(plane, i, j)] += grads[i * ow + j];
+                    }
                 }
-            }
-        }
+            });
         Ok((CpuStorage::F32(dx), Shape::from((n, c, h, w))))
     }
 

@@ -19,6 +19,7 @@ use crate::rng::Rng;
 pub mod channel_bias;
 pub mod cnn;
 pub mod conv2d;
+mod cpu;
 pub mod cross_entropy;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;

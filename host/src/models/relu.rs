@@ -1,20 +1,24 @@
-//! `max(x, 0)` and `max(a + b, 0)`: candle's ops on the CPU, one op each on CUDA whose backward
-//! pass is one kernel (candle's ReLU backward pass is five: zeros, a comparison, a conversion, a
-//! product and the add into the gradient). Both pass the gradient where the ReLU's input is
-//! ≥ 0, as candle's CPU backward pass does.
+//! `max(x, 0)` and `max(a + b, 0)`, one op each whose backward pass is one pass over memory
+//! (candle's ReLU backward pass is five: zeros, a comparison, a conversion, a product and the
+//! add into the gradient). Both pass the gradient where the ReLU's input is ≥ 0, as candle's
+//! CPU backward pass does. Another dtype than f32 (the f64 references of the tests) takes
+//! candle's ops.
 //!
 //! The ReLU of a sum is a residual block's output. Fused, the sum is no node of candle's graph,
 //! so candle's backward pass has one gradient fewer to add into a zero-filled buffer.
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor};
+
+use super::cpu::elementwise::{map2, map3};
+use super::cpu::{same_shape_values, values};
 
 /// `max(x, 0)` elementwise.
 pub fn relu(x: &Tensor) -> Result<Tensor> {
-    if x.device().is_cuda() {
-        return Ok(x.contiguous()?.apply_op1(Forward)?);
+    if x.dtype() != DType::F32 {
+        return Ok(x.relu()?);
     }
-    Ok(x.relu()?)
+    Ok(x.contiguous()?.apply_op1(Forward)?)
 }
 
 /// `max(a + b, 0)` elementwise, for `a` and `b` of one shape.
@@ -25,10 +29,10 @@ pub fn relu_of_sum(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         a.dims(),
         b.dims()
     );
-    if a.device().is_cuda() {
-        return Ok(a.contiguous()?.apply_op2(&b.contiguous()?, SumForward)?);
+    if a.dtype() != DType::F32 {
+        return Ok((a + b)?.relu()?);
     }
-    Ok((a + b)?.relu()?)
+    Ok(a.contiguous()?.apply_op2(&b.contiguous()?, SumForward)?)
 }
 
 /// `x → max(x, 0)`.
@@ -48,8 +52,13 @@ impl CustomOp1 for Forward {
         "homeadam-relu"
     }
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused ReLU")
+    fn cpu_fwd(&self, x: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
+        let x = values(x, layout, self.name())?;
+        Ok((
+            CpuStorage::F32(map2(x, x, |x, _| x.max(0.0))),
+            layout.shape().clone(),
+        ))
     }
 
     #[cfg(feature = "cuda")]
@@ -74,12 +83,15 @@ impl CustomOp2 for Backward {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        x: &CpuStorage,
+        x_layout: &Layout,
+        dy: &CpuStorage,
+        dy_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused ReLU")
+        let _span = crate::models::host_time::span(self.name());
+        let [x, dy] = same_shape_values(self.name(), [(x, x_layout), (dy, dy_layout)])?;
+        let dx = map2(x, dy, |x, dy| if x >= 0.0 { dy } else { 0.0 });
+        Ok((CpuStorage::F32(dx), x_layout.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -102,12 +114,17 @@ impl CustomOp2 for SumForward {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        a: &CpuStorage,
+        a_layout: &Layout,
+        b: &CpuStorage,
+        b_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused ReLU of a sum")
+        let _span = crate::models::host_time::span(self.name());
+        let [a, b] = same_shape_values(self.name(), [(a, a_layout), (b, b_layout)])?;
+        Ok((
+            CpuStorage::F32(map2(a, b, |a, b| (a + b).max(0.0))),
+            a_layout.shape().clone(),
+        ))
     }
 
     #[cfg(feature = "cuda")]
@@ -141,14 +158,17 @@ impl CustomOp3 for SumBackward {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        a: &CpuStorage,
+        a_layout: &Layout,
+        b: &CpuStorage,
+        b_layout: &Layout,
+        dy: &CpuStorage,
+        dy_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused ReLU of a sum")
+        let _span = crate::models::host_time::span(self.name());
+        let [a, b, dy] = same_shape_values(self.name(), [(a, a_layout), (b, b_layout), (dy, dy_layout)])?;
+        let d = map3(a, b, dy, |a, b, dy| if a + b >= 0.0 { dy } else { 0.0 });
+        Ok((CpuStorage::F32(d), a_layout.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]

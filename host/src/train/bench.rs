@@ -123,9 +123,10 @@ pub struct BenchResult {
     pub phases: Phases,
     /// Seconds per phase on the host's clock: from the phase's first call to its return.
     pub host_phases: Phases,
-    /// Host time inside the models' own CUDA ops over the timed steps, by phase and op (none
-    /// on the CPU).
+    /// Host time inside the models' own ops over the timed steps, by phase and op.
     pub host_ops: Vec<OpTime>,
+    /// The threads of the CPU's ops (rayon's pool; `RAYON_NUM_THREADS` sets it).
+    pub threads: usize,
 }
 
 /// What a benchmark trains: the network, its synthetic data, the experiment's preset.
@@ -298,11 +299,13 @@ pub fn bench_train(o: &BenchOptions, device: &Device) -> Result<BenchResult> {
         phases,
         host_phases: host,
         host_ops,
+        threads: rayon::current_num_threads(),
     })
 }
 
 impl BenchResult {
-    /// A few lines for the terminal; on a GPU, also the host's time per phase and in our ops.
+    /// A few lines for the terminal; where the models' own ops ran, also the host's time per
+    /// phase and in those ops.
     pub fn summary(&self) -> String {
         let phases = self.phases.named();
         let total = phases.iter().map(|&(_, s)| s).sum::<f64>().max(f64::MIN_POSITIVE);
@@ -315,10 +318,11 @@ impl BenchResult {
         };
         let per_step: Vec<String> = phases.iter().map(|&(n, s)| format!("{n} {}", share(s))).collect();
         let mut text = format!(
-            "{} on {}, {} × {} {} per step, {} parameters, {}: {:.0} {}/s ({:.2} ms/step)\n\
+            "{} on {} ({} threads), {} × {} {} per step, {} parameters, {}: {:.0} {}/s ({:.2} ms/step)\n\
              per step: {}",
             self.experiment,
             self.device,
+            self.threads,
             self.batch_size,
             self.units_per_step / self.batch_size.max(1),
             self.unit,
@@ -452,7 +456,12 @@ mod tests {
             for phases in [r.phases, r.host_phases] {
                 assert!(phases.named().iter().all(|&(_, s)| s > 0.0), "{r:?}");
             }
-            assert!(r.host_ops.is_empty(), "the CPU runs none of our CUDA ops: {r:?}");
+            let convolves = r.host_ops.iter().any(|t| t.op == "homeadam-conv2d");
+            assert_eq!(
+                convolves,
+                unit == "images",
+                "the CPU runs our convolutions: {r:?}"
+            );
             assert!(r.summary().contains("homeadamw"));
         }
     }
@@ -470,6 +479,8 @@ mod tests {
     #[test]
     fn the_host_summary_splits_each_phase_into_our_ops_and_the_rest() {
         let mut r = bench_train(&options(Experiment::Cifar10Vgg16, "adamw"), &Device::Cpu).unwrap();
+        assert!(r.summary().contains("  backward: our ops"), "{}", r.summary());
+        r.host_ops.clear();
         assert!(!r.summary().contains("on the host"), "{}", r.summary());
         r.host_phases.backward = 0.010;
         r.host_ops = vec![

@@ -1,0 +1,320 @@
+//! The three passes of [`Conv`] on the CPU, as matrix products over unfolded images.
+//!
+//! With `P` the output's pixels per image and `K = C·kh·kw` a filter's weights, the images
+//! unfold into columns (`im2col`: `X̂[(c, i, j), (n, p)]` is the input value under weight
+//! `(c, i, j)` of the window of output pixel `p` of image `n`, zero in the padding), and
+//! - forward: `Y = W X̂` (`[O, K] · [K, N·P]`),
+//! - input gradient: `∂X̂ = Wᵀ ∂Y`, folded back (`col2im`: each input value sums the columns'
+//!   entries it was copied to, in the order of the filter's weights),
+//! - filter gradient: `∂W = ∂Y X̂ᵀ`, summed over fixed groups of images and then over the groups
+//!   in order.
+//!
+//! The images are unfolded a chunk at a time, so that the unfolded matrix stays within
+//! [`UNFOLDED_VALUES`]; the chunks and groups depend on the shapes only, so the bits do not
+//! depend on the thread count.
+
+use std::cell::RefCell;
+
+use candle_core::{CpuStorage, Layout, Shape};
+use rayon::prelude::*;
+
+use super::{matmul, values, Matrix};
+use crate::models::conv2d::{Conv, Geometry, Pass};
+
+/// The most values of the unfolded images held at once by a forward or input-gradient pass:
+/// 32 MiB of f32, below what candle's convolution held for the whole batch.
+const UNFOLDED_VALUES: usize = 8 << 20;
+
+/// The images of one partial sum of the filter gradient: enough partial sums to keep the cores
+/// of a desktop CPU busy on a batch of 64, few enough that adding them up costs little.
+const IMAGES_PER_PARTIAL_SUM: usize = 8;
+
+/// The op's pass on CPU storage: `(x, w) → y`, `(∂L/∂y, w) → ∂L/∂x` or `(x, ∂L/∂y) → ∂L/∂w`.
+pub(crate) fn run(
+    op: &Conv,
+    (a, a_layout): (&CpuStorage, &Layout),
+    (b, b_layout): (&CpuStorage, &Layout),
+) -> candle_core::Result<(CpuStorage, Shape)> {
+    let g = &op.geometry;
+    if g.flipped {
+        candle_core::bail!("the flipped convolution is CUDA's input gradient; the CPU runs the data pass");
+    }
+    let (a, b) = (values(a, a_layout, "conv2d")?, values(b, b_layout, "conv2d")?);
+    let (a_dims, b_dims, out) = match op.pass {
+        Pass::Forward => (g.input, g.filter, g.output()),
+        Pass::Data => (g.output(), g.filter, g.input),
+        Pass::Filter => (g.input, g.output(), g.filter),
+    };
+    if a_layout.dims() != a_dims || b_layout.dims() != b_dims {
+        candle_core::bail!(
+            "conv2d ({:?} pass): arguments {:?} and {:?} for the geometry {g:?}",
+            op.pass,
+            a_layout.dims(),
+            b_layout.dims()
+        );
+    }
+    let result = match op.pass {
+        Pass::Forward => forward(g, a, b),
+        Pass::Data => input_gradient(g, a, b),
+        Pass::Filter => filter_gradient(g, a, b),
+    };
+    Ok((CpuStorage::F32(result), Shape::from_dims(&out)))
+}
+
+/// The sizes the passes share.
+struct Sizes {
+    /// Images.
+    n: usize,
+    /// Input channels.
+    c: usize,
+    /// Input pixels per channel.
+    hw: usize,
+    /// Output channels.
+    o: usize,
+    /// Weights per output channel, `C·kh·kw`.
+    k: usize,
+    /// Output pixels per channel.
+    p: usize,
+}
+
+impl Sizes {
+    fn of(g: &Geometry) -> Sizes {
+        let [n, c, h, w] = g.input;
+        let [o, _, kh, kw] = g.filter;
+        let [_, _, ho, wo] = g.output();
+        Sizes {
+            n,
+            c,
+            hw: h * w,
+            o,
+            k: c * kh * kw,
+            p: ho * wo,
+        }
+    }
+
+    /// The images unfolded at once: as many as fit [`UNFOLDED_VALUES`], at least one.
+    fn chunk(&self) -> usize {
+        (UNFOLDED_VALUES / (self.k * self.p).max(1)).clamp(1, self.n.max(1))
+    }
+}
+
+thread_local! {
+    /// The calling thread's unfolded images and matrix product, kept from one call to the
+    /// next: allocating and zeroing them anew cost as much as unfolding the images.
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// `f` with the calling thread's two scratch buffers, or two new ones where this thread is
+/// already using them (a rayon worker that took up another task while it waited).
+fn with_scratch<T>(f: impl FnOnce(&mut Vec<f32>, &mut Vec<f32>) -> T) -> T {
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut buffers) => {
+            let (a, b) = &mut *buffers;
+            f(a, b)
+        }
+        Err(_) => f(&mut Vec::new(), &mut Vec::new()),
+    })
+}
+
+/// `y = w ⋆ x`.
+fn forward(g: &Geometry, x: &[f32], w: &[f32]) -> Vec<f32> {
+    with_scratch(|unfolded, product| forward_with(g, x, w, unfolded, product))
+}
+
+fn forward_with(
+    g: &Geometry,
+    x: &[f32],
+    w: &[f32],
+    unfolded: &mut Vec<f32>,
+    product: &mut Vec<f32>,
+) -> Vec<f32> {
+    let s = Sizes::of(g);
+    let mut y = vec![0.0; s.n * s.o * s.p];
+    for (images, y) in x
+        .chunks(s.chunk() * s.c * s.hw)
+        .zip(y.chunks_mut(s.chunk() * s.o * s.p))
+    {
+        let b = images.len() / (s.c * s.hw);
+        im2col(g, images, resized(unfolded, s.k * b * s.p));
+        let weights = Matrix::row_major(w, s.o, s.k);
+        let columns = Matrix::row_major(unfolded, s.k, b * s.p);
+        if b == 1 {
+            matmul(y, weights, columns, false);
+        } else {
+            matmul(resized(product, s.o * b * s.p), weights, columns, false);
+            images_from_rows(product, y, s.o, s.p);
+        }
+    }
+    y
+}
+
+/// `∂L/∂x` from `∂L/∂y` (`dy`).
+fn input_gradient(g: &Geometry, dy: &[f32], w: &[f32]) -> Vec<f32> {
+    with_scratch(|rows, unfolded| input_gradient_with(g, dy, w, rows, unfolded))
+}
+
+fn input_gradient_with(
+    g: &Geometry,
+    dy: &[f32],
+    w: &[f32],
+    rows: &mut Vec<f32>,
+    unfolded: &mut Vec<f32>,
+) -> Vec<f32> {
+    let s = Sizes::of(g);
+    let mut dx = vec![0.0; s.n * s.c * s.hw];
+    for (dy, dx) in dy
+        .chunks(s.chunk() * s.o * s.p)
+        .zip(dx.chunks_mut(s.chunk() * s.c * s.hw))
+    {
+        let b = dy.len() / (s.o * s.p);
+        let dy = if b == 1 {
+            dy
+        } else {
+            rows_from_images(dy, resized(rows, dy.len()), s.o, s.p);
+            &rows[..]
+        };
+        let weights = Matrix::row_major(w, s.o, s.k).t();
+        matmul(
+            resized(unfolded, s.k * b * s.p),
+            weights,
+            Matrix::row_major(dy, s.o, b * s.p),
+            false,
+        );
+        col2im(g, unfolded, dx);
+    }
+    dx
+}
+
+/// `∂L/∂w` from the input `x` and `∂L/∂y` (`dy`).
+fn filter_gradient(g: &Geometry, x: &[f32], dy: &[f32]) -> Vec<f32> {
+    let s = Sizes::of(g);
+    let group = IMAGES_PER_PARTIAL_SUM;
+    let partial_sums: Vec<Vec<f32>> = x
+        .par_chunks(group * s.c * s.hw)
+        .zip(dy.par_chunks(group * s.o * s.p))
+        .map(|(x, dy)| {
+            with_scratch(|unfolded, rows| {
+                let b = x.len() / (s.c * s.hw);
+                im2col(g, x, resized(unfolded, s.k * b * s.p));
+                rows_from_images(dy, resized(rows, dy.len()), s.o, s.p);
+                let mut dw = vec![0.0; s.o * s.k];
+                matmul(
+                    &mut dw,
+                    Matrix::row_major(rows, s.o, b * s.p),
+                    Matrix::row_major(unfolded, s.k, b * s.p).t(),
+                    false,
+                );
+                dw
+            })
+        })
+        .collect();
+    let mut sums = partial_sums.into_iter();
+    let mut dw = sums.next().unwrap_or_else(|| vec![0.0; s.o * s.k]);
+    for partial in sums {
+        dw.iter_mut().zip(&partial).for_each(|(d, p)| *d += p);
+    }
+    dw
+}
+
+/// `buffer` with exactly `len` values (its old ones or zeros).
+fn resized(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    buffer.resize(len, 0.0);
+    buffer
+}
+
+/// The output pixels `lo..hi` along one axis (of `out` pixels) whose input coordinate
+/// `pixel·stride + offset − padding` lies inside `0..side`.
+fn inside(out: usize, side: usize, offset: usize, g: &Geometry) -> (usize, usize) {
+    let lo = g.padding.saturating_sub(offset).div_ceil(g.stride).min(out);
+    let hi = (side + g.padding)
+        .saturating_sub(offset)
+        .div_ceil(g.stride)
+        .clamp(lo, out);
+    (lo, hi)
+}
+
+/// Unfolds the images `x` (`[b, C, H, W]`) into `columns` (`[K, b·P]`, row `(c, i, j)`).
+fn im2col(g: &Geometry, x: &[f32], columns: &mut [f32]) {
+    let [_, c, h, w] = g.input;
+    let [_, _, kh, kw] = g.filter;
+    let [_, _, ho, wo] = g.output();
+    let (plane, p) = (h * w, ho * wo);
+    let images = x.len() / (c * plane);
+    columns
+        .par_chunks_mut(images * p)
+        .enumerate()
+        .for_each(|(row, out)| {
+            let (channel, i, j) = (row / (kh * kw), row / kw % kh, row % kw);
+            let (rows, cols) = (inside(ho, h, i, g), inside(wo, w, j, g));
+            for (image, out) in out.chunks_mut(p).enumerate() {
+                let src = &x[(image * c + channel) * plane..][..plane];
+                for (oh, out) in out.chunks_mut(wo).enumerate() {
+                    if oh < rows.0 || oh >= rows.1 {
+                        out.fill(0.0);
+                        continue;
+                    }
+                    let line = &src[(oh * g.stride + i - g.padding) * w..][..w];
+                    out[..cols.0].fill(0.0);
+                    out[cols.1..].fill(0.0);
+                    let first = cols.0 * g.stride + j - g.padding;
+                    if g.stride == 1 {
+                        out[cols.0..cols.1].copy_from_slice(&line[first..first + cols.1 - cols.0]);
+                    } else {
+                        let inputs = line[first..].iter().step_by(g.stride);
+                        out[cols.0..cols.1]
+                            .iter_mut()
+                            .zip(inputs)
+                            .for_each(|(v, x)| *v = *x);
+                    }
+                }
+            }
+        });
+}
+
+/// Folds `columns` (`[K, b·P]`) back into images `dx` (`[b, C, H, W]`): each value the sum of
+/// the entries it was unfolded to, over the filter's weights in order.
+fn col2im(g: &Geometry, columns: &[f32], dx: &mut [f32]) {
+    let [_, c, h, w] = g.input;
+    let [_, _, kh, kw] = g.filter;
+    let [_, _, ho, wo] = g.output();
+    let (plane, p) = (h * w, ho * wo);
+    let images = dx.len() / (c * plane);
+    dx.par_chunks_mut(plane).enumerate().for_each(|(index, out)| {
+        let (image, channel) = (index / c, index % c);
+        out.fill(0.0);
+        for i in 0..kh {
+            let rows = inside(ho, h, i, g);
+            for j in 0..kw {
+                let cols = inside(wo, w, j, g);
+                let row = (channel * kh + i) * kw + j;
+                let src = &columns[(row * images + image) * p..][..p];
+                for oh in rows.0..rows.1 {
+                    let line = &mut out[(oh * g.stride + i - g.padding) * w..][..w];
+                    for ow in cols.0..cols.1 {
+                        line[ow * g.stride + j - g.padding] += src[oh * wo + ow];
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// `[b, R, P]` (image by image) into `[R, b·P]` (a row per channel, the images side by side).
+fn rows_from_images(images: &[f32], rows: &mut [f32], r: usize, p: usize) {
+    let b = images.len() / (r * p);
+    rows.par_chunks_mut(b * p).enumerate().for_each(|(row, out)| {
+        for (image, out) in out.chunks_mut(p).enumerate() {
+            out.copy_from_slice(&images[(image * r + row) * p..][..p]);
+        }
+    });
+}
+
+/// `[R, b·P]` back into `[b, R, P]`.
+fn images_from_rows(rows: &[f32], images: &mut [f32], r: usize, p: usize) {
+    let b = images.len() / (r * p);
+    images.par_chunks_mut(r * p).enumerate().for_each(|(image, out)| {
+        for (row, out) in out.chunks_mut(p).enumerate() {
+            out.copy_from_slice(&rows[(row * b + image) * p..][..p]);
+        }
+    });
+}

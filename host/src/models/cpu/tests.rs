@@ -1,0 +1,269 @@
+//! The CPU ops against candle's composition of the same function in f64 (the exact values, up
+//! to f32's rounding: relative differences `|a − b|/(1 + |b|)` below 1e-4, as the GPU tests hold
+//! CUDA's ops to), on odd shapes; and a training step's bits for 1, 2 and 4 threads.
+
+use candle_core::{DType, Device, Tensor, Var};
+
+use crate::models::channel_bias::{channel_bias, channel_bias_relu};
+use crate::models::conv2d::conv2d;
+use crate::models::relu::{relu, relu_of_sum};
+use crate::models::{param_grads, Model, ResNet, ResNetConfig, ResNetStem, Vgg, VggConfig, VggVariant};
+use crate::rng::Rng;
+
+fn normal_var(seed: u64, dims: &[usize], scale: f32) -> Var {
+    let mut r = Rng::new(seed);
+    let n = dims.iter().product();
+    let values: Vec<f32> = (0..n).map(|_| r.normal() * scale).collect();
+    Var::from_vec(values, dims, &Device::Cpu).unwrap()
+}
+
+/// `[1, 2, …, n] / n` in `y`'s shape and dtype: a loss weight that differs for every output.
+fn ramp(y: &Tensor) -> Tensor {
+    let n = y.elem_count();
+    let steps = Tensor::arange(1u32, n as u32 + 1, y.device()).unwrap();
+    let steps = steps.to_dtype(y.dtype()).unwrap().reshape(y.dims()).unwrap();
+    (steps / n as f64).unwrap()
+}
+
+fn max_relative_difference(a: &Tensor, b: &Tensor) -> f32 {
+    let a: Vec<f32> = a.flatten_all().unwrap().to_vec1().unwrap();
+    let b: Vec<f32> = b.flatten_all().unwrap().to_vec1().unwrap();
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs() / (1.0 + y.abs()))
+        .fold(0.0, f32::max)
+}
+
+/// `f` in f32 (the ops) and in f64 (candle's composition, through `reference` where the op's
+/// own function has no f64 path), backward from `Σ y ⊙ ramp(y)`: the output and every input's
+/// gradient within 1e-4.
+fn same_as_f64(
+    what: &str,
+    inputs: &[Var],
+    f: impl Fn(&[Var]) -> Tensor,
+    reference: impl Fn(&[Var]) -> Tensor,
+) {
+    let run = |vars: &[Var], f: &dyn Fn(&[Var]) -> Tensor| {
+        let y = f(vars);
+        let grads = param_grads::backward(&y.mul(&ramp(&y)).unwrap().sum_all().unwrap()).unwrap();
+        let as_f32 = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+        let mut outputs = vec![as_f32(&y)];
+        for v in vars {
+            let g = grads
+                .get(v)
+                .unwrap_or_else(|| panic!("{what}: an input without a gradient"));
+            outputs.push(as_f32(g));
+        }
+        outputs
+    };
+    let wide: Vec<Var> = inputs
+        .iter()
+        .map(|v| Var::from_tensor(&v.as_tensor().to_dtype(DType::F64).unwrap()).unwrap())
+        .collect();
+    let ours = run(inputs, &f);
+    let exact = run(&wide, &reference);
+    for (k, (a, b)) in ours.iter().zip(&exact).enumerate() {
+        let d = max_relative_difference(a, b);
+        assert!(d < 1e-4, "{what}: output {k} differs from f64 by {d}");
+    }
+}
+
+#[test]
+fn convolutions_and_both_gradients_equal_candles_in_f64() {
+    // VGG's 3×3, ResNet's 7×7/2 stem and 1×1/2 shortcut, batch 1, channels that fill no
+    // vector, a 1×1 output, a kernel as large as the padded input, oblong images and kernels.
+    // (Candle's reference gradient has the wrong shape where a stride leaves input rows over.)
+    for (x, w, stride, padding) in [
+        ([4, 3, 16, 16], [8, 3, 3, 3], 1, 1),
+        ([2, 16, 8, 8], [4, 16, 5, 5], 1, 2),
+        ([1, 4, 6, 6], [6, 4, 3, 3], 1, 0),
+        ([2, 3, 32, 32], [5, 3, 7, 7], 2, 3),
+        ([2, 8, 9, 9], [16, 8, 1, 1], 2, 0),
+        ([3, 5, 11, 7], [6, 5, 3, 3], 2, 1),
+        ([1, 7, 3, 3], [3, 7, 3, 3], 1, 0),
+        ([1, 1, 1, 1], [1, 1, 3, 3], 1, 1),
+        ([2, 3, 5, 9], [2, 3, 2, 4], 1, 1),
+    ] {
+        let inputs = [normal_var(1, &x, 1.0), normal_var(2, &w, 0.3)];
+        let conv = |v: &[Var]| conv2d(v[0].as_tensor(), v[1].as_tensor(), stride, padding).unwrap();
+        same_as_f64(
+            &format!("conv {x:?} ⋆ {w:?} /{stride} pad {padding}"),
+            &inputs,
+            conv,
+            conv,
+        );
+    }
+}
+
+#[test]
+fn a_large_batch_unfolds_in_chunks_as_in_one() {
+    // 2.65 Mi unfolded values an image: the forward and input-gradient passes take chunks of
+    // three images and one.
+    let inputs = [
+        normal_var(3, &[4, 128, 48, 48], 1.0),
+        normal_var(4, &[8, 128, 3, 3], 0.1),
+    ];
+    let conv = |v: &[Var]| conv2d(v[0].as_tensor(), v[1].as_tensor(), 1, 1).unwrap();
+    same_as_f64("conv in chunks", &inputs, conv, conv);
+}
+
+#[test]
+fn biases_and_relus_equal_candles_in_f64() {
+    for dims in [[2, 3, 5, 7], [1, 1, 1, 1], [3, 17, 4, 4]] {
+        let inputs = [normal_var(5, &dims, 2.0), normal_var(6, &[dims[1]], 2.0)];
+        let plain = |v: &[Var]| channel_bias(v[0].as_tensor(), v[1].as_tensor()).unwrap();
+        same_as_f64(&format!("bias {dims:?}"), &inputs, plain, plain);
+        let fused = |v: &[Var]| channel_bias_relu(v[0].as_tensor(), v[1].as_tensor()).unwrap();
+        same_as_f64(&format!("bias + relu {dims:?}"), &inputs, fused, fused);
+        let one = |v: &[Var]| relu(v[0].as_tensor()).unwrap();
+        same_as_f64(&format!("relu {dims:?}"), &inputs[..1], one, one);
+        let pair = [normal_var(7, &dims, 1.0), normal_var(8, &dims, 1.0)];
+        let sum = |v: &[Var]| relu_of_sum(v[0].as_tensor(), v[1].as_tensor()).unwrap();
+        same_as_f64(&format!("relu of a sum {dims:?}"), &pair, sum, sum);
+    }
+}
+
+/// Training-mode batch norm composed of candle's ops (any dtype), with its running statistics'
+/// new values.
+fn batch_norm_composed(x: &Tensor, w: &Tensor, b: &Tensor, relu: bool) -> (Tensor, Tensor, Tensor) {
+    let c = w.elem_count();
+    let count = (x.elem_count() / c) as f64;
+    let mean = x.mean_keepdim((0, 2, 3)).unwrap();
+    let centred = x.broadcast_sub(&mean).unwrap();
+    let var = centred.sqr().unwrap().mean_keepdim((0, 2, 3)).unwrap();
+    let normed = centred
+        .broadcast_div(&(&var + 1e-5).unwrap().sqrt().unwrap())
+        .unwrap();
+    let shape = (1, c, 1, 1);
+    let y = normed
+        .broadcast_mul(&w.reshape(shape).unwrap())
+        .unwrap()
+        .broadcast_add(&b.reshape(shape).unwrap())
+        .unwrap();
+    let y = if relu { y.relu().unwrap() } else { y };
+    let running_mean = (mean.flatten_all().unwrap() * 0.1).unwrap();
+    let running_var = ((var.flatten_all().unwrap() * (0.1 * count / (count - 1.0))).unwrap() + 0.9).unwrap();
+    (y, running_mean, running_var)
+}
+
+#[test]
+fn batch_norm_its_gradients_and_running_statistics_equal_candles_in_f64() {
+    for (dims, relu) in [
+        ([4, 3, 5, 5], false),
+        ([2, 5, 3, 1], true),
+        ([1, 2, 4, 4], true),
+        ([3, 16, 8, 8], false),
+    ] {
+        let c = dims[1];
+        let inputs = [
+            normal_var(9, &dims, 3.0),
+            normal_var(10, &[c], 1.0),
+            normal_var(11, &[c], 1.0),
+        ];
+        let stats = std::cell::RefCell::new(Vec::new());
+        let ours = |v: &[Var]| {
+            let running = (
+                Var::zeros(c, DType::F32, &Device::Cpu).unwrap(),
+                Var::ones(c, DType::F32, &Device::Cpu).unwrap(),
+            );
+            let y = super::batch_norm::train(
+                v[0].as_tensor(),
+                v[1].as_tensor(),
+                v[2].as_tensor(),
+                (&running.0, &running.1),
+                (1e-5, 0.1),
+                relu,
+            )
+            .unwrap();
+            stats
+                .borrow_mut()
+                .extend([running.0.as_tensor().clone(), running.1.as_tensor().clone()]);
+            y
+        };
+        let reference = |v: &[Var]| {
+            let (y, mean, var) =
+                batch_norm_composed(v[0].as_tensor(), v[1].as_tensor(), v[2].as_tensor(), relu);
+            stats.borrow_mut().extend([mean, var]);
+            y
+        };
+        same_as_f64(
+            &format!("batch norm {dims:?}, relu {relu}"),
+            &inputs,
+            ours,
+            reference,
+        );
+        let stats = stats.borrow();
+        for (k, name) in ["mean", "variance"].into_iter().enumerate() {
+            let expected = stats[2 + k].to_dtype(DType::F32).unwrap();
+            let d = max_relative_difference(&stats[k], &expected);
+            assert!(
+                d < 1e-5,
+                "batch norm {dims:?}: running {name} differs from f64 by {d}"
+            );
+        }
+    }
+}
+
+/// A model built anew for each run.
+type Build<'a> = &'a (dyn Fn() -> Box<dyn Model> + Sync);
+
+/// The bits of every parameter's gradient after one training step of the model `build` makes,
+/// on a pool of `threads` threads.
+fn gradient_bits(build: Build, x: &Tensor, threads: usize) -> Vec<Vec<u32>> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let model = build();
+        let logits = model.forward(x, true).unwrap();
+        let targets = Tensor::from_vec(
+            (0..x.dim(0).unwrap() as u32).map(|i| i % 7).collect::<Vec<_>>(),
+            x.dim(0).unwrap(),
+            &Device::Cpu,
+        )
+        .unwrap();
+        let loss = candle_nn::loss::cross_entropy(&logits, &targets).unwrap();
+        let grads = param_grads::backward(&loss).unwrap();
+        model
+            .vars()
+            .iter()
+            .map(|(_, v)| {
+                let g: Vec<f32> = grads.get(v).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                g.iter().map(|v| v.to_bits()).collect()
+            })
+            .collect()
+    })
+}
+
+#[test]
+fn a_training_step_gives_the_same_bits_for_one_two_and_four_threads() {
+    let resnet = || {
+        let config = ResNetConfig {
+            classes: 7,
+            width: 1.0 / 16.0,
+            stem: ResNetStem::ImageNet,
+        };
+        Box::new(ResNet::new(config, 3, &Device::Cpu).unwrap()) as Box<dyn Model>
+    };
+    let vgg = |variant| {
+        let config = VggConfig {
+            classes: 7,
+            width: 1.0 / 16.0,
+            variant,
+        };
+        Box::new(Vgg::new(config, 3, &Device::Cpu).unwrap()) as Box<dyn Model>
+    };
+    let x = normal_var(12, &[16, 3, 32, 32], 1.0);
+    let plain = || vgg(VggVariant::Plain);
+    let bn = || vgg(VggVariant::Bn);
+    let models: [(&str, Build); 3] = [("resnet", &resnet), ("vgg", &plain), ("vgg-bn", &bn)];
+    for (name, build) in models {
+        let one = gradient_bits(build, x.as_tensor(), 1);
+        for threads in [2, 4] {
+            let other = gradient_bits(build, x.as_tensor(), threads);
+            assert!(other == one, "{name}: {threads} threads differ from one");
+        }
+    }
+}
