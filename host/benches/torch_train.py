@@ -256,9 +256,11 @@ def main(argv=None):
         implementation="pytorch " + torch.__version__, experiment=a.experiment,
         device=str(device), optimizer="adamw", batch_size=batch, unit=unit, units_per_step=units,
         parameters=sum(q.numel() for q in model.parameters()), steps=a.steps, seconds=seconds,
-        throughput=units * a.steps / seconds, phases=phases, host_phases=host)
+        throughput=units * a.steps / seconds, phases=phases, host_phases=host,
+        threads=torch.get_num_threads())
     total = max(sum(phases.values()), 1e-300)
-    print(f"{a.experiment} on {device} (PyTorch {torch.__version__}), {batch} per step, "
+    print(f"{a.experiment} on {device} (PyTorch {torch.__version__}, {result['threads']} threads), "
+          f"{batch} per step, "
           f"{result['parameters']} parameters, adamw: {result['throughput']:.0f} {unit}/s "
           f"({1e3 * seconds / a.steps:.2f} ms/step)")
     print("per step: " + ", ".join(f"{k} {1e3 * v / a.steps:.1f} ms ({100 * v / total:.0f} %)"

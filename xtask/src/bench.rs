@@ -2,8 +2,9 @@
 //! and the `_t2` rows on two), then PyTorch's fused AdamW on the same sizes, and prints the
 //! table of BENCHMARKS.md (also written to `target/bench-table.md`), with the speed goals as
 //! ratios to PyTorch; then (without a FILTER) every rule × layout over the plain AdamW loop
-//! ([`crate::matrix`]) and the core's build time against candle-core's
-//! ([`crate::build_time`]); then the firmware's instruction counts on the Cortex-M4F in QEMU.
+//! ([`crate::matrix`]), the core's build time against candle-core's ([`crate::build_time`])
+//! and the CPU training speed against PyTorch's ([`crate::cpu_training`]); then the firmware's
+//! instruction counts on the Cortex-M4F in QEMU.
 //!
 //! PyTorch is the one `python3` imports; without one, [`TORCH`] from PyPI is installed into
 //! `target/bench-venv` (or the build cache's) first (about 3 GB with the CUDA libraries PyPI's Linux wheel needs even
@@ -272,6 +273,7 @@ pub(crate) fn bench(filter: Option<&str>) {
     if filter.is_none() {
         table.push_str(&crate::matrix::matrix());
         table.push_str(&crate::build_time::build_times());
+        table.push_str(&crate::cpu_training::cpu_training());
     }
     table.push_str(&mcu_table(&crate::firmware::m4f_cost()));
     println!("\n{table}");

@@ -23,6 +23,7 @@ mod bench;
 mod build_cuda;
 mod build_time;
 mod cache;
+mod cpu_training;
 mod cuda;
 mod cuda_stubs;
 mod firmware;
