@@ -9,8 +9,8 @@ use crate::kernel::Options;
 use crate::knobs::knob_table;
 use crate::reduce::RhoOver;
 use crate::rounding::Rounding;
-use crate::rules::spec::{reads, Kernels, LastSlot};
-use crate::rules::{adabelief, ElementKernel, Rule, Switch, ALL_RULES};
+use crate::rules::spec::{reads, Kernels, LastSlot, StepInputs, ONE_BETA2};
+use crate::rules::{ElementKernel, Rule, Switch, ALL_RULES};
 use crate::scalars::{powi_by_squaring, StepScalars};
 use crate::storage::Dtype;
 use crate::tensor::Group;
@@ -279,21 +279,20 @@ impl Config {
         check(group.lr_scale, "lr_scale", "a finite value >= 0", |x| x >= 0.0)?;
         let first_pass = matches!(self.rule.switch(), Some(Switch::Global | Switch::Layer))
             || (self.rule.switch().is_some() && self.tau_calibration.is_some());
-        let model_wide = [
-            (
-                "beta2 (of a group)",
-                group.beta2.is_some() && (first_pass || self.rule == Rule::Swats),
-                "ρ, τ calibration and SWATS's switch compare v̂ = v / (1 − β2^t) over the whole \
-                 model: one β2 for every group",
-            ),
-            (
-                "eps (of a group)",
-                group.eps.is_some() && self.rule == Rule::Swats,
-                "SWATS switches the whole model on one test that reads ε: one ε for every group",
-            ),
-        ];
-        for (name, refused, hint) in model_wide {
-            if refused {
+        // The group overrides one value must hold for across the model: β2 for the rules
+        // with a first pass, and the spec's.
+        let first_pass_wide: &[(u32, &str)] = if first_pass {
+            &[(reads::BETA2, ONE_BETA2)]
+        } else {
+            &[]
+        };
+        for &(bits, hint) in first_pass_wide.iter().chain(self.rule.spec().model_wide) {
+            let (name, set) = match bits {
+                reads::BETA2 => ("beta2 (of a group)", group.beta2.is_some()),
+                reads::EPS => ("eps (of a group)", group.eps.is_some()),
+                _ => continue,
+            };
+            if set {
                 return Err(Error::NotForRule {
                     name,
                     rule: self.name(),
@@ -480,13 +479,15 @@ impl Config {
 }
 
 impl StepScalars {
-    /// The scalars of step `t` (≥ 1) for `config`, with gradient scale `grad_scale` and, once
-    /// SWATS has switched, its SGD-phase learning rate `swats_sgd_lr`.
-    pub fn new(config: &Config, t: u64, grad_scale: f64, swats_sgd_lr: Option<f64>) -> Self {
+    /// The scalars of step `t` (≥ 1) for `config`, with gradient scale `grad_scale` and, where
+    /// the rule's phase replaces η (SWATS after its switch to SGD), that phase's rate
+    /// `phase_lr`: the shared ones here, the rule's own from its spec's hook
+    /// ([`crate::rules::spec::Spec::scalars`]), the per-step knobs from the knob table.
+    pub fn new(config: &Config, t: u64, grad_scale: f64, phase_lr: Option<f64>) -> Self {
         let beta1 = config.beta1;
         let beta2 = config.beta2;
-        // SWATS's SGD phase replaces the group's lr, which its decoupled decay uses too.
-        let lr = swats_sgd_lr.unwrap_or(config.lr);
+        // The phase's rate replaces η in the decoupled decay too.
+        let lr = phase_lr.unwrap_or(config.lr);
         let bc1 = 1.0 - powi_by_squaring(beta1, t);
         let beta2_t = powi_by_squaring(beta2, t);
         let bc2 = 1.0 - beta2_t;
@@ -497,18 +498,9 @@ impl StepScalars {
         } else {
             1.0 - lr * config.weight_decay
         };
-        let (momentum, dampening) = match config.rule {
-            Rule::Swats => (beta1, 0.0),
-            _ => (config.momentum, config.dampening),
-        };
         // Once: in software on cores without a double-precision FPU.
         let sqrt_bc2 = libm::sqrt(bc2);
-        let (rect_mode, rect_lr) = if config.rule == Rule::AdaBelief && config.rectify {
-            adabelief::rectification(beta2, beta2_t, t, bc1, lr)
-        } else {
-            (0, 0.0)
-        };
-        config.with_knob_scalars(StepScalars {
+        let mut s = config.with_knob_scalars(StepScalars {
             lr: lr as f32,
             one_minus_beta1: (1.0 - beta1) as f32,
             one_minus_beta2: (1.0 - beta2) as f32,
@@ -516,41 +508,34 @@ impl StepScalars {
             bc2: bc2 as f32,
             sqrt_bc2: sqrt_bc2 as f32,
             lr_over_bc1: (lr / bc1) as f32,
-            momentum: momentum as f32,
-            one_minus_dampening: (1.0 - dampening) as f32,
+            momentum: config.momentum as f32,
+            one_minus_dampening: (1.0 - config.dampening) as f32,
             inv_grad_scale: (1.0 / grad_scale) as f32,
-            // Each in software on cores without a double-precision FPU: for the rules that read it.
-            lr2_over_bc1: if config.rule.spec().reads & reads::MIADAM != 0 {
-                (lr * lr / bc1) as f32
-            } else {
-                0.0
-            },
-            rect_lr: rect_lr as f32,
-            swats_step: if config.rule == Rule::Swats {
-                (lr * sqrt_bc2 / bc1) as f32
-            } else {
-                0.0
-            },
             swats_lr: lr as f32,
             first_step: (t == 1) as u32,
             mi_phase: (t <= config.switch_step) as u32,
-            rect_mode,
             home_lr_over_bc1: (lr * config.home_lr_scale / bc1) as f32,
             ..StepScalars::default()
-        })
+        });
+        let inputs = StepInputs {
+            t,
+            lr,
+            beta1,
+            beta2,
+            beta2_t,
+            bc1,
+            sqrt_bc2,
+            rectify: config.rectify,
+        };
+        (config.rule.spec().scalars)(&inputs, &mut s);
+        s
     }
 
     /// The scalars of step `t` for a tensor of `group`: [`StepScalars::new`] of
-    /// [`Config::for_group`] (SWATS's SGD-phase rate scaled as η is).
-    pub fn for_group(
-        config: &Config,
-        group: Group,
-        t: u64,
-        grad_scale: f64,
-        swats_sgd_lr: Option<f64>,
-    ) -> Self {
-        let swats = swats_sgd_lr.map(|lr| lr * group.lr_scale);
-        StepScalars::new(&config.for_group(group), t, grad_scale, swats)
+    /// [`Config::for_group`] (the phase's rate scaled as η is).
+    pub fn for_group(config: &Config, group: Group, t: u64, grad_scale: f64, phase_lr: Option<f64>) -> Self {
+        let phase_lr = phase_lr.map(|lr| lr * group.lr_scale);
+        StepScalars::new(&config.for_group(group), t, grad_scale, phase_lr)
     }
 }
 

@@ -17,7 +17,7 @@
 
 use crate::kernel::{Elem, Kernel, Options};
 use crate::math::{max, sqrt};
-use crate::rules::spec::{reads, Decay, Defaults, Kernels, LastSlot, Spec, TORCH};
+use crate::rules::spec::{reads, Decay, Defaults, Kernels, LastSlot, Spec, StepInputs, TORCH};
 use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
@@ -36,12 +36,24 @@ pub const SPEC: Spec = Spec {
         ..TORCH
     },
     kernels: Kernels::ByLastSlot(ElementKernel::AdaBelief, ElementKernel::AdaBeliefAmsgrad),
+    scalars: step_scalars,
+    model_wide: &[],
 };
+
+/// With `rectify`, the rectification's mode and step size ([`StepScalars::rect_mode`],
+/// [`StepScalars::rect_lr`]); without, both stay 0.
+fn step_scalars(i: &StepInputs, s: &mut StepScalars) {
+    if i.rectify {
+        let (mode, lr) = rectification(i.beta2, i.beta2_t, i.t, i.bc1, i.lr);
+        s.rect_mode = mode;
+        s.rect_lr = lr as f32;
+    }
+}
 
 /// RAdam's rectification of step t (β2^t = `beta2_t`) as adabelief-pytorch computes it, in
 /// `f64`: the mode of [`StepScalars::rect_mode`] (1: rectified, 2: degenerated to SGD) and
 /// its step size, η · r_t / bc1 or η / bc1.
-pub(crate) fn rectification(beta2: f64, beta2_t: f64, t: u64, bc1: f64, lr: f64) -> (u32, f64) {
+fn rectification(beta2: f64, beta2_t: f64, t: u64, bc1: f64, lr: f64) -> (u32, f64) {
     // The length of the approximated simple moving average.
     let n_sma_max = 2.0 / (1.0 - beta2) - 1.0;
     let n_sma = n_sma_max - 2.0 * t as f64 * beta2_t / (1.0 - beta2_t);

@@ -11,7 +11,7 @@
 
 use crate::kernel::{Elem, Kernel, Options};
 use crate::math::sqrt;
-use crate::rules::spec::{reads, Decay, Defaults, Kernels, LastSlot, Spec, TORCH};
+use crate::rules::spec::{no_scalars, reads, Decay, Defaults, Kernels, LastSlot, Spec, TORCH};
 use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
@@ -25,6 +25,8 @@ pub const ADAM: Spec = Spec {
     reads: reads::ADAM,
     defaults: TORCH,
     kernels: Kernels::One(ElementKernel::Adam),
+    scalars: no_scalars,
+    model_wide: &[],
 };
 
 /// `adamw`: λ = 1e-2 by default, as PyTorch's `AdamW`.
@@ -35,6 +37,8 @@ pub const ADAMW: Spec = Spec {
         ..TORCH
     },
     kernels: Kernels::One(ElementKernel::AdamW),
+    scalars: no_scalars,
+    model_wide: &[],
     ..ADAM
 };
 

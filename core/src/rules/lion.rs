@@ -12,7 +12,7 @@
 //! correspondingly larger. State: `m`.
 
 use crate::kernel::{Elem, Kernel, Options};
-use crate::rules::spec::{reads, Decay, Defaults, Kernels, LastSlot, Spec, TORCH};
+use crate::rules::spec::{no_scalars, reads, Decay, Defaults, Kernels, LastSlot, Spec, TORCH};
 use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
@@ -30,6 +30,8 @@ pub const SPEC: Spec = Spec {
         ..TORCH
     },
     kernels: Kernels::One(ElementKernel::Lion),
+    scalars: no_scalars,
+    model_wide: &[],
 };
 
 /// The Lion kernel.

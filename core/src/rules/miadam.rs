@@ -12,7 +12,7 @@
 use crate::kernel::{Apply, Elem, Kernel, Options};
 use crate::math::sqrt;
 use crate::rules::only::RuleSet;
-use crate::rules::spec::{reads, Decay, Kernels, LastSlot, Spec, TORCH};
+use crate::rules::spec::{reads, Decay, Kernels, LastSlot, Spec, StepInputs, TORCH};
 use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
@@ -26,7 +26,15 @@ pub const SPEC: Spec = Spec {
     reads: reads::ADAM | reads::MIADAM,
     defaults: TORCH,
     kernels: Kernels::One(ElementKernel::MiAdam),
+    scalars: step_scalars,
+    model_wide: &[],
 };
+
+/// η² / bc1, the integrated update's step size ([`StepScalars::lr2_over_bc1`]); computed for
+/// this rule only, in software on cores without a double-precision FPU.
+fn step_scalars(i: &StepInputs, s: &mut StepScalars) {
+    s.lr2_over_bc1 = (i.lr * i.lr / i.bc1) as f32;
+}
 
 /// The MIAdam kernel; `MI`: the integration phase (t ≤ switch_step), a constant of the kernel,
 /// so that the steps after it leave b alone.

@@ -9,7 +9,7 @@
 //! State: `b` (with momentum).
 
 use crate::kernel::{Elem, Kernel, Options};
-use crate::rules::spec::{reads, Decay, Kernels, LastSlot, Spec, TORCH};
+use crate::rules::spec::{no_scalars, reads, Decay, Kernels, LastSlot, Spec, TORCH};
 use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
@@ -23,6 +23,8 @@ pub const SPEC: Spec = Spec {
     reads: reads::MOMENTUM | reads::NESTEROV,
     defaults: TORCH,
     kernels: Kernels::ByLastSlot(ElementKernel::Sgd, ElementKernel::Sgdm),
+    scalars: no_scalars,
+    model_wide: &[],
 };
 
 /// `MOMENTUM`: whether the rule keeps the buffer b.

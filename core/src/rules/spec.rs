@@ -6,6 +6,7 @@
 //! with its spec, name and checkpoint code.
 
 use crate::rules::ElementKernel;
+use crate::scalars::StepScalars;
 
 /// How a rule applies the weight decay λ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,7 +106,7 @@ pub const TORCH: Defaults = Defaults {
 };
 
 /// What a rule declares about itself.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 pub struct Spec {
     /// The names of the state slots, in slot order (as in checkpoints and `homeadam replay`).
     pub slots: &'static [&'static str],
@@ -123,4 +124,38 @@ pub struct Spec {
     pub defaults: Defaults,
     /// Its element kernels.
     pub kernels: Kernels,
+    /// Its per-step scalars beyond the shared ones, from the step's values ([`no_scalars`]:
+    /// none).
+    pub scalars: fn(&StepInputs, &mut StepScalars),
+    /// The group overrides it refuses, as bits of [`reads`] (β2, ε), each with why one value
+    /// must hold for the whole model.
+    pub model_wide: &'static [(u32, &'static str)],
 }
+
+/// What a rule's per-step hook ([`Spec::scalars`]) reads: the step's values, in `f64`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepInputs {
+    /// The step t ≥ 1.
+    pub t: u64,
+    /// η of the step.
+    pub lr: f64,
+    /// β1.
+    pub beta1: f64,
+    /// β2.
+    pub beta2: f64,
+    /// β2^t.
+    pub beta2_t: f64,
+    /// bc1 = 1 − β1^t.
+    pub bc1: f64,
+    /// √bc2.
+    pub sqrt_bc2: f64,
+    /// The config's `rectify` (AdaBelief).
+    pub rectify: bool,
+}
+
+/// The hook of a rule whose kernels read the shared scalars only.
+pub fn no_scalars(_: &StepInputs, _: &mut StepScalars) {}
+
+/// Why rules that compare v̂ = v / (1 − β2^t) across the model refuse a group's β2.
+pub const ONE_BETA2: &str = "ρ, τ calibration and SWATS's switch compare v̂ = v / (1 − β2^t) \
+                             over the whole model: one β2 for every group";

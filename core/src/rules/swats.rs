@@ -21,7 +21,7 @@
 
 use crate::kernel::{Elem, Kernel, Options};
 use crate::math::sqrt;
-use crate::rules::spec::{reads, Decay, Defaults, Kernels, LastSlot, Spec, TORCH};
+use crate::rules::spec::{reads, Decay, Defaults, Kernels, LastSlot, Spec, StepInputs, ONE_BETA2, TORCH};
 use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
@@ -35,7 +35,26 @@ pub const SPEC: Spec = Spec {
     reads: reads::ADAM | reads::NESTEROV,
     defaults: Defaults { eps: 1e-6, ..TORCH },
     kernels: Kernels::ByPhase(ElementKernel::SwatsAdam, ElementKernel::SwatsSgd),
+    scalars: step_scalars,
+    model_wide: SWATS_MODEL_WIDE,
 };
+
+/// The whole model switches on one test that reads v̂ and ε.
+const SWATS_MODEL_WIDE: &[(u32, &str)] = &[
+    (reads::BETA2, ONE_BETA2),
+    (
+        reads::EPS,
+        "SWATS switches the whole model on one test that reads ε: one ε for every group",
+    ),
+];
+
+/// The SGD phase's momentum β1 without dampening ([`StepScalars::momentum`]) and the Adam
+/// phase's step size η √bc2 / bc1 ([`StepScalars::swats_step`]).
+fn step_scalars(i: &StepInputs, s: &mut StepScalars) {
+    s.momentum = i.beta1 as f32;
+    s.one_minus_dampening = 1.0;
+    s.swats_step = (i.lr * i.sqrt_bc2 / i.bc1) as f32;
+}
 
 /// The Adam phase, which also yields the step p and gradient g for the dot products.
 #[derive(Clone, Copy)]
