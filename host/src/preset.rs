@@ -20,7 +20,10 @@ use homeadam_replay::HyperParams;
 use serde::Deserialize;
 
 use crate::models::VggVariant;
-use crate::sweep::space::SearchSpace;
+
+pub mod search;
+
+use search::SearchSpace;
 
 /// The experiments with a preset, and their files.
 const FILES: [(&str, &str); 6] = [

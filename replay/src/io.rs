@@ -1,13 +1,13 @@
 //! The safetensors files of a replay: the input (θ₀ and the gradients of every step) and the
-//! output (θ and the state after the last step), all F32.
+//! output (θ and the state after the last step), all F32, and what a replay produced
+//! ([`ReplayOutput`]: the output's tensors and the steps' reports).
 
 use std::collections::HashMap;
 
 use anyhow::{anyhow, bail, Result};
+use homeadam_core::StepReport;
 use safetensors::tensor::TensorView;
 use safetensors::SafeTensors;
-
-use crate::run::ReplayOutput;
 
 /// A named F32 tensor: `(name, shape, values)`.
 pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
@@ -128,6 +128,16 @@ impl ReplayInput {
             steps: steps.unwrap_or(0),
         })
     }
+}
+
+/// What a replay produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplayOutput {
+    /// Every output tensor, in output order: `param.<k>` (θ after the last step), then each
+    /// state slot as `<state>.<k>` (`m`, `v`, …), then SWATS's `lambda.<k>` (shape `[1]`).
+    pub tensors: Vec<NamedTensor>,
+    /// One report per step.
+    pub reports: Vec<StepReport>,
 }
 
 /// Serializes the output tensors as safetensors bytes.

@@ -32,5 +32,5 @@ mod run;
 
 pub use config::ReplayConfig;
 pub use hyper::{Calibration, HyperParams, Tau};
-pub use io::{output_bytes, read_f32_tensors, InputTensor, NamedTensor, ReplayInput};
-pub use run::{replay, telemetry_line, ReplayOutput};
+pub use io::{output_bytes, read_f32_tensors, InputTensor, NamedTensor, ReplayInput, ReplayOutput};
+pub use run::{replay, telemetry_line};

@@ -7,17 +7,7 @@ use homeadam_core::{
 };
 
 use crate::config::ReplayConfig;
-use crate::io::{NamedTensor, ReplayInput};
-
-/// What a replay produced.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ReplayOutput {
-    /// Every output tensor, in output order: `param.<k>` (θ after the last step), then each
-    /// state slot as `<state>.<k>` (`m`, `v`, …), then SWATS's `lambda.<k>` (shape `[1]`).
-    pub tensors: Vec<NamedTensor>,
-    /// One report per step.
-    pub reports: Vec<StepReport>,
-}
+use crate::io::{NamedTensor, ReplayInput, ReplayOutput};
 
 /// Replays every step of `input` under `config`, calling `on_step` after each. An input whose
 /// `grads` do not hold `steps` rows (one built by hand) is an error.

@@ -22,17 +22,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
 
+use crate::wheels::NVCC_WHEELS;
 use crate::{cache, cuda_stubs, run, stage_retrying, stages};
-
-/// The wheels nvcc needs: the compiler, NVVM, its headers, the runtime (headers and libcudart)
-/// and CCCL (headers of candle's kernels).
-pub(crate) const WHEELS: &[&str] = &[
-    "nvidia-cuda-nvcc==13.0.88",
-    "nvidia-nvvm==13.0.88",
-    "nvidia-cuda-crt==13.0.88",
-    "nvidia-cuda-runtime==13.0.96",
-    "nvidia-cuda-cccl==13.0.85",
-];
 
 /// The CUDA version of cudarc's bindings, as `CUDARC_CUDA_VERSION` spells it: the wheels' 13.0.
 const CUDARC_CUDA_VERSION: &str = "13000";
@@ -491,7 +482,7 @@ fn install(prefix: &Path, cuda: &Path, cudarc: &Path) {
     let record = prefix.join("installed.txt");
     let expected = format!(
         "{}\nlazy bindings from {}: {}\nstatic cudart\n",
-        WHEELS.join("\n"),
+        NVCC_WHEELS.join("\n"),
         cudarc.display(),
         cuda_stubs::CUDA_LIBRARIES
             .iter()
@@ -522,7 +513,7 @@ fn install(prefix: &Path, cuda: &Path, cudarc: &Path) {
                 "--target",
                 &target,
             ],
-            WHEELS,
+            NVCC_WHEELS,
         ]
         .concat(),
     );
@@ -535,7 +526,7 @@ fn install(prefix: &Path, cuda: &Path, cudarc: &Path) {
     std::fs::create_dir_all(&stubs)
         .unwrap_or_else(|e| fail(&format!("cannot create {}: {e}", stubs.display())));
     for library in &cuda_stubs::CUDA_LIBRARIES {
-        cuda_stubs::build(library, &stubs, cudarc);
+        cuda_stubs::build(library, &stubs, cudarc).unwrap_or_else(|e| fail(&e));
     }
     std::fs::write(&record, expected)
         .unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", record.display())));

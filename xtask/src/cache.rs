@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::{build_cuda, cuda};
+use crate::wheels::{NVCC_WHEELS, NVRTC_WHEEL};
 
 /// Changes when the cache's layout does.
 const FORMAT: &str = "1";
@@ -110,8 +110,8 @@ fn key() -> u64 {
     }
     let rustc = Command::new("rustc").arg("-vV").output();
     parts.push(rustc.map(|o| o.stdout).unwrap_or_default());
-    parts.push(build_cuda::WHEELS.join("\n").into());
-    parts.push(cuda::NVRTC_WHEEL.into());
+    parts.push(NVCC_WHEELS.join("\n").into());
+    parts.push(NVRTC_WHEEL.into());
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for part in &parts {
         for &byte in part.iter().chain(&[0xff]) {

@@ -44,7 +44,7 @@ pub(crate) fn cpu_training() -> String {
         &["build", "--release", "-p", "homeadam-host"],
     );
     let ours = crate::cache::build_root().join("release/homeadam");
-    let python = crate::bench::python_with_torch();
+    let python = crate::torch_python::python_with_torch();
     let json = crate::cache::build_root().join("bench-train.json");
     let mut table = String::from(
         "\nTraining on the CPU: `homeadam bench-train` and `host/benches/torch_train.py`, one after \

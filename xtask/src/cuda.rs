@@ -19,10 +19,8 @@ use std::path::PathBuf;
 use std::process::{exit, Command};
 
 use crate::lanes::{self, Lane};
+use crate::wheels::NVRTC_WHEEL;
 use crate::{cache, run, run_counting, stage_retrying, test_executables};
-
-/// The NVRTC wheel (CUDA 12.9, as cudarc's `cuda-12090` feature).
-pub(crate) const NVRTC_WHEEL: &str = "nvidia-cuda-nvrtc-cu12==12.9.86";
 
 /// The packages whose tests need NVRTC.
 const PACKAGES: &[&str] = &["homeadam-cuda", "homeadam-jetson"];

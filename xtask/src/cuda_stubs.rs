@@ -16,7 +16,6 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::build_cuda::fail;
 use crate::run;
 
 #[path = "../../host/src/cuda_libraries.rs"]
@@ -145,27 +144,26 @@ __attribute__((visibility("hidden"))) void *homeadam_lazy_{link}_resolve(unsigne
 }
 
 /// Writes `lib{link}.a` into `dir`: the trampolines of every function cudarc declares for the
-/// library, and their resolver.
-pub(crate) fn build(lib: &CudaLibrary, dir: &Path, cudarc: &Path) {
+/// library, and their resolver; the error says which file could not be read or written.
+pub(crate) fn build(lib: &CudaLibrary, dir: &Path, cudarc: &Path) -> Result<(), String> {
     let bindings = cudarc
         .join("src")
         .join(cudarc_module(lib.link))
         .join("sys/mod.rs");
-    let source = std::fs::read_to_string(&bindings)
-        .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", bindings.display())));
+    let source =
+        std::fs::read_to_string(&bindings).map_err(|e| format!("cannot read {}: {e}", bindings.display()))?;
     let names = declared_functions(&source);
     if names.is_empty() {
-        fail(&format!("no functions in {}", bindings.display()));
+        return Err(format!("no functions in {}", bindings.display()));
     }
     let write = |name: String, text: String| {
         let path = dir.join(name);
-        std::fs::write(&path, text)
-            .unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", path.display())));
-        path.to_string_lossy().into_owned()
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Ok::<_, String>(path.to_string_lossy().into_owned())
     };
     let link = lib.link;
-    let asm = write(format!("{link}_trampolines.s"), assembly(link, &names));
-    let c = write(format!("{link}_resolve.c"), resolver(lib, &names));
+    let asm = write(format!("{link}_trampolines.s"), assembly(link, &names))?;
+    let c = write(format!("{link}_resolve.c"), resolver(lib, &names))?;
     let objects = [format!("{asm}.o"), format!("{c}.o")];
     for (source, object) in [&asm, &c].into_iter().zip(&objects) {
         run(
@@ -186,6 +184,7 @@ pub(crate) fn build(lib: &CudaLibrary, dir: &Path, cudarc: &Path) {
         "ar",
         &["rcs", &archive, &objects[0], &objects[1]],
     );
+    Ok(())
 }
 
 #[cfg(test)]

@@ -35,6 +35,8 @@ mod publish;
 mod stages;
 mod system;
 mod torch_package;
+mod torch_python;
+mod wheels;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -57,6 +59,14 @@ pub(crate) fn root() -> PathBuf {
         .parent()
         .expect("xtask lives in the workspace")
         .to_path_buf()
+}
+
+/// Starts installing every Debian package the checks need that is missing (the aarch64 stage's
+/// and the firmware's).
+fn install_in_background() -> system::Install {
+    let mut missing = aarch64::missing_packages();
+    missing.extend(firmware::missing_packages());
+    system::install_packages_in_background(missing)
 }
 
 /// Prints `message`, the stage table so far and the test counts, and exits with `code`.
@@ -164,9 +174,9 @@ fn test() {
         std::env::set_var(CACHE_WARM, "1");
     }
     setup();
-    let packages = system::install_in_background();
+    let packages = install_in_background();
     // The peer of `homeadam bench-train` (host/tests/bench_train.rs) runs on PyTorch.
-    let torch = std::thread::spawn(bench::python_with_torch);
+    let torch = std::thread::spawn(torch_python::python_with_torch);
     let cuda = lanes::spawn("cuda");
     run("format", "cargo", &["fmt", "--all", "--", "--check"]);
     run(
@@ -399,7 +409,7 @@ fn main() {
         Some("test") => test(),
         Some("setup") => {
             setup();
-            system::install_in_background().join();
+            install_in_background().join();
         }
         Some("bench") => bench::bench(std::env::args().nth(2).as_deref()),
         Some("firmware") => firmware::test(),

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::{aarch64, firmware, stages};
+use crate::stages;
 
 /// An installation in progress.
 pub(crate) struct Install(Option<JoinHandle<Result<String, String>>>);
@@ -19,13 +19,6 @@ pub(crate) fn present(program: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
-}
-
-/// Starts installing every package the checks need that is missing.
-pub(crate) fn install_in_background() -> Install {
-    let mut missing = aarch64::missing_packages();
-    missing.extend(firmware::missing_packages());
-    install_packages_in_background(missing)
 }
 
 /// Starts installing `missing` (nothing to do: no thread).
