@@ -1,16 +1,19 @@
 //! Layer normalisation over the last dimension, `y = (x − μ) / √(σ² + ε) · γ + β` with the row's
-//! mean `μ` and biased variance `σ²`: `candle_nn::ops::layer_norm_slow` on the CPU (candle's
-//! fused `layer_norm` has no backward pass), one op on CUDA.
+//! mean `μ` and biased variance `σ²`, one op for f32 (`candle_nn::ops::layer_norm_slow` for
+//! another dtype, the tests' f64 references; candle's fused `layer_norm` has no backward pass).
 //!
 //! Composed from candle's ops, a layer norm is nine autograd nodes, each backward step an
-//! elementwise kernel plus an add into a zero-filled gradient. On CUDA one warp per row computes
-//! the forward pass (`host/kernels/layer_norm.cu`); the backward pass recomputes `μ` and `σ`,
+//! elementwise pass plus an add into a zero-filled gradient. The op computes the forward pass
+//! per row (on the CPU a task per block of rows, [`super::cpu::rows`]; on CUDA one warp per row,
+//! `host/kernels/layer_norm.cu`); the backward pass recomputes `μ` and `σ`,
 //! writes `∂L/∂x = (g − mean(g) − x̂ mean(g x̂)) / √(σ² + ε)` with `g = ∂L/∂y γ` and
 //! `x̂ = (x − μ)/√(σ² + ε)`, and sums `∂L/∂γ = Σ_r ∂L/∂y_r x̂_r` and `∂L/∂β = Σ_r ∂L/∂y_r` over
 //! the rows in a fixed order.
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
+
+use super::cpu::{rows, values};
 
 use super::param_grads::param_grad;
 
@@ -24,8 +27,9 @@ pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32) -> Result
         gamma.dims(),
         beta.dims()
     );
-    if x.device().is_cuda() {
-        return Ok(x.contiguous()?.apply_op3(gamma, beta, Forward { eps })?);
+    if x.dtype() == DType::F32 {
+        let (gamma, beta) = (gamma.contiguous()?, beta.contiguous()?);
+        return Ok(x.contiguous()?.apply_op3(&gamma, &beta, Forward { eps })?);
     }
     Ok(candle_nn::ops::layer_norm_slow(x, gamma, beta, eps)?)
 }
@@ -37,7 +41,6 @@ struct Forward {
 
 /// `(x, γ, ∂L/∂y) → [∂L/∂x, ∂L/∂γ, ∂L/∂β]`, packed in one vector.
 struct Backward {
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     eps: f32,
 }
 
@@ -48,14 +51,19 @@ impl CustomOp3 for Forward {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        x: &CpuStorage,
+        x_layout: &Layout,
+        gamma: &CpuStorage,
+        gamma_layout: &Layout,
+        beta: &CpuStorage,
+        beta_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused layer norm")
+        let _span = crate::models::host_time::span(self.name());
+        let x = values(x, x_layout, self.name())?;
+        let gamma = values(gamma, gamma_layout, self.name())?;
+        let beta = values(beta, beta_layout, self.name())?;
+        let y = rows::layer_norm(x, gamma, beta, self.eps);
+        Ok((CpuStorage::F32(y), x_layout.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -102,14 +110,27 @@ impl CustomOp3 for Backward {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        x: &CpuStorage,
+        x_layout: &Layout,
+        gamma: &CpuStorage,
+        gamma_layout: &Layout,
+        dy: &CpuStorage,
+        dy_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused layer norm")
+        let _span = crate::models::host_time::span(self.name());
+        if dy_layout.shape() != x_layout.shape() {
+            candle_core::bail!(
+                "layer norm: a gradient {:?} for {:?}",
+                dy_layout.dims(),
+                x_layout.dims()
+            );
+        }
+        let x = values(x, x_layout, self.name())?;
+        let gamma = values(gamma, gamma_layout, self.name())?;
+        let dy = values(dy, dy_layout, self.name())?;
+        let packed = rows::layer_norm_backward(x, gamma, dy, self.eps);
+        let n = packed.len();
+        Ok((CpuStorage::F32(packed), Shape::from(n)))
     }
 
     #[cfg(feature = "cuda")]

@@ -1,18 +1,21 @@
 //! Attention's causal softmax, `softmax(s / c + M)` over the last dimension of `[.., t, t]`
 //! scores `s`, where the mask `M` is 0 on and below the diagonal and `−∞` above it (query `i`
-//! sees keys `j ≤ i`): candle's division, broadcast add and `candle_nn::ops::softmax` on the
-//! CPU, one op on CUDA.
+//! sees keys `j ≤ i`), as one op for f32 (candle's division, broadcast add and
+//! `candle_nn::ops::softmax` for another dtype, the tests' f64 references).
 //!
-//! Composed, the three are seven autograd nodes. On CUDA one warp per row computes
+//! Composed, the three are seven autograd nodes. The op computes
 //! `y_j = e^{z_j − max z} / Σ_{k ≤ i} e^{z_k − max z}` with `z = s / c` (zero above the diagonal,
 //! as `e^{−∞}`), and the backward pass `∂L/∂s_j = y_j (∂L/∂y_j − Σ_k y_k ∂L/∂y_k) / c` from the
-//! output (`host/kernels/softmax.cu`).
+//! output: on the CPU a task per block of rows ([`super::cpu::rows`]), on CUDA one warp per
+//! row (`host/kernels/softmax.cu`).
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor, D};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor, D};
+
+use super::cpu::{rows, same_shape_values, values};
 
 /// The causal softmax of `scores` (`[.., t, t]`) divided by `divisor`; `mask` is the `[t, t]`
-/// additive causal mask the CPU adds (0 or `−∞`), unused on CUDA, which computes it.
+/// additive causal mask of the f64 reference (0 or `−∞`); the op computes it.
 pub fn causal_softmax(scores: &Tensor, divisor: f64, mask: &Tensor) -> Result<Tensor> {
     let dims = scores.dims();
     ensure!(
@@ -22,7 +25,7 @@ pub fn causal_softmax(scores: &Tensor, divisor: f64, mask: &Tensor) -> Result<Te
         "causal softmax: scores {dims:?} are not [.., t, t] or the mask {:?} not [t, t]",
         mask.dims()
     );
-    if scores.device().is_cuda() {
+    if scores.dtype() == DType::F32 {
         let divisor = divisor as f32;
         return Ok(scores.contiguous()?.apply_op1(Forward { divisor })?);
     }
@@ -39,7 +42,6 @@ struct Forward {
 
 /// `(y, ∂L/∂y) → ∂L/∂s`.
 struct Backward {
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     divisor: f32,
 }
 
@@ -48,8 +50,11 @@ impl CustomOp1 for Forward {
         "homeadam-causal-softmax"
     }
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused causal softmax")
+    fn cpu_fwd(&self, s: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
+        let t = *layout.dims().last().expect("scores of rank ≥ 2");
+        let y = rows::causal_softmax(values(s, layout, self.name())?, t, self.divisor);
+        Ok((CpuStorage::F32(y), layout.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -77,12 +82,16 @@ impl CustomOp2 for Backward {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        y: &CpuStorage,
+        y_layout: &Layout,
+        dy: &CpuStorage,
+        dy_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused causal softmax")
+        let _span = crate::models::host_time::span(self.name());
+        let [y, dy] = same_shape_values(self.name(), [(y, y_layout), (dy, dy_layout)])?;
+        let t = *y_layout.dims().last().expect("scores of rank ≥ 2");
+        let ds = rows::causal_softmax_backward(y, dy, t, self.divisor);
+        Ok((CpuStorage::F32(ds), y_layout.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]

@@ -11,6 +11,7 @@
 pub(crate) mod batch_norm;
 pub(crate) mod conv;
 pub(crate) mod elementwise;
+pub(crate) mod rows;
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, Layout};

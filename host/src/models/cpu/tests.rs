@@ -7,7 +7,10 @@ use candle_core::{DType, Device, Tensor, Var};
 use crate::models::channel_bias::{channel_bias, channel_bias_relu};
 use crate::models::conv2d::conv2d;
 use crate::models::relu::{relu, relu_of_sum};
-use crate::models::{param_grads, Model, ResNet, ResNetConfig, ResNetStem, Vgg, VggConfig, VggVariant};
+use crate::models::{
+    param_grads, Model, ResNet, ResNetConfig, ResNetStem, TransformerConfig, TransformerLm, Vgg, VggConfig,
+    VggVariant,
+};
 use crate::rng::Rng;
 
 fn normal_var(seed: u64, dims: &[usize], scale: f32) -> Var {
@@ -208,8 +211,8 @@ fn batch_norm_its_gradients_and_running_statistics_equal_candles_in_f64() {
 /// A model built anew for each run.
 type Build<'a> = &'a (dyn Fn() -> Box<dyn Model> + Sync);
 
-/// The bits of every parameter's gradient after one training step of the model `build` makes,
-/// on a pool of `threads` threads.
+/// The bits of every parameter's gradient after one training step of the model `build` makes
+/// on input `x`, on a pool of `threads` threads.
 fn gradient_bits(build: Build, x: &Tensor, threads: usize) -> Vec<Vec<u32>> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -218,12 +221,11 @@ fn gradient_bits(build: Build, x: &Tensor, threads: usize) -> Vec<Vec<u32>> {
     pool.install(|| {
         let model = build();
         let logits = model.forward(x, true).unwrap();
-        let targets = Tensor::from_vec(
-            (0..x.dim(0).unwrap() as u32).map(|i| i % 7).collect::<Vec<_>>(),
-            x.dim(0).unwrap(),
-            &Device::Cpu,
-        )
-        .unwrap();
+        let classes = *logits.dims().last().unwrap();
+        let logits = logits.reshape(((), classes)).unwrap();
+        let rows = logits.dim(0).unwrap();
+        let targets: Vec<u32> = (0..rows).map(|i| (i * 5 % classes) as u32).collect();
+        let targets = Tensor::from_vec(targets, rows, &Device::Cpu).unwrap();
         let loss = candle_nn::loss::cross_entropy(&logits, &targets).unwrap();
         let grads = param_grads::backward(&loss).unwrap();
         model
@@ -258,12 +260,65 @@ fn a_training_step_gives_the_same_bits_for_one_two_and_four_threads() {
     let x = normal_var(12, &[16, 3, 32, 32], 1.0);
     let plain = || vgg(VggVariant::Plain);
     let bn = || vgg(VggVariant::Bn);
-    let models: [(&str, Build); 3] = [("resnet", &resnet), ("vgg", &plain), ("vgg-bn", &bn)];
-    for (name, build) in models {
-        let one = gradient_bits(build, x.as_tensor(), 1);
+    let transformer = || {
+        let config = TransformerConfig {
+            vocab: 50,
+            d_model: 24,
+            heads: 4,
+            layers: 2,
+            d_ff: 40,
+            dropout: 0.1,
+        };
+        Box::new(TransformerLm::new(config, 3, &Device::Cpu).unwrap()) as Box<dyn Model>
+    };
+    let tokens: Vec<u32> = (0..4 * 35).map(|i| i * 7 % 50).collect();
+    let tokens = Tensor::from_vec(tokens, (4, 35), &Device::Cpu).unwrap();
+    let models: [(&str, Build, &Tensor); 4] = [
+        ("resnet", &resnet, x.as_tensor()),
+        ("vgg", &plain, x.as_tensor()),
+        ("vgg-bn", &bn, x.as_tensor()),
+        ("transformer", &transformer, &tokens),
+    ];
+    for (name, build, input) in models {
+        let one = gradient_bits(build, input, 1);
         for threads in [2, 4] {
-            let other = gradient_bits(build, x.as_tensor(), threads);
+            let other = gradient_bits(build, input, threads);
             assert!(other == one, "{name}: {threads} threads differ from one");
         }
+    }
+}
+
+#[test]
+fn layer_norm_and_the_causal_softmax_equal_candles_in_f64() {
+    use crate::models::layer_norm::layer_norm;
+    use crate::models::softmax::causal_softmax;
+    // One row, rows the tasks do not divide, a width that fills no vector.
+    for dims in [vec![1, 1, 5], vec![3, 35, 24], vec![2, 7, 200]] {
+        let d = dims[2];
+        let inputs = [
+            normal_var(13, &dims, 2.0),
+            normal_var(14, &[d], 1.0),
+            normal_var(15, &[d], 1.0),
+        ];
+        let norm =
+            |v: &[Var]| layer_norm(v[0].as_tensor(), v[1].as_tensor(), v[2].as_tensor(), 1e-5).unwrap();
+        same_as_f64(&format!("layer norm {dims:?}"), &inputs, norm, norm);
+    }
+    for (dims, divisor) in [([1, 1, 1, 1], 1.0), ([2, 3, 35, 35], 8.0), ([1, 2, 9, 9], 2.5)] {
+        let t = dims[3];
+        let mask: Vec<f32> = (0..t * t)
+            .map(|i| if i % t > i / t { f32::NEG_INFINITY } else { 0.0 })
+            .collect();
+        let mask = Tensor::from_vec(mask, (t, t), &Device::Cpu).unwrap();
+        let softmax = |v: &[Var]| {
+            let mask = mask.to_dtype(v[0].dtype()).unwrap();
+            causal_softmax(v[0].as_tensor(), divisor, &mask).unwrap()
+        };
+        same_as_f64(
+            &format!("causal softmax {dims:?}"),
+            &[normal_var(16, &dims, 4.0)],
+            softmax,
+            softmax,
+        );
     }
 }

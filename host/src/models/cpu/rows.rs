@@ -1,0 +1,131 @@
+//! Row-wise ops of the Transformer on the CPU, one task per block of rows: layer norm and the
+//! causal softmax, forward and backward (the formulas are in `models/layer_norm.rs` and
+//! `models/softmax.rs`). The parameters' gradients of layer norm sum fixed blocks of rows and
+//! then the blocks in order, so the bits do not depend on the thread count.
+
+use rayon::prelude::*;
+
+use super::elementwise::sum;
+
+/// Rows of one parallel task, and of one partial sum of layer norm's parameter gradients.
+const ROWS_PER_TASK: usize = 32;
+
+/// The row's mean `μ` and `1/√(σ² + ε)` (biased variance).
+fn moments(x: &[f32], eps: f32) -> (f32, f32) {
+    let d = x.len() as f32;
+    let mu = sum(x) / d;
+    let mut lanes = [0.0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        lanes
+            .iter_mut()
+            .zip(chunk)
+            .for_each(|(l, v)| *l += (v - mu) * (v - mu));
+    }
+    let squares: f32 = lanes
+        .iter()
+        .copied()
+        .chain(tail.iter().map(|v| (v - mu) * (v - mu)))
+        .sum();
+    (mu, 1.0 / (squares / d + eps).sqrt())
+}
+
+/// `y = (x − μ)/√(σ² + ε) · γ + β` per row of `d = γ.len()` values.
+pub(crate) fn layer_norm(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32) -> Vec<f32> {
+    let d = gamma.len();
+    let mut y = vec![0.0; x.len()];
+    y.par_chunks_mut(d * ROWS_PER_TASK)
+        .zip(x.par_chunks(d * ROWS_PER_TASK))
+        .for_each(|(y, x)| {
+            for (y, x) in y.chunks_mut(d).zip(x.chunks(d)) {
+                let (mu, inv) = moments(x, eps);
+                for (((y, &x), &g), &b) in y.iter_mut().zip(x).zip(gamma).zip(beta) {
+                    *y = (x - mu) * inv * g + b;
+                }
+            }
+        });
+    y
+}
+
+/// `[∂L/∂x | ∂L/∂γ | ∂L/∂β]` of [`layer_norm`] from `x` and `∂L/∂y` (`dy`).
+pub(crate) fn layer_norm_backward(x: &[f32], gamma: &[f32], dy: &[f32], eps: f32) -> Vec<f32> {
+    let d = gamma.len();
+    let mut out = vec![0.0; x.len() + 2 * d];
+    let (dx, params) = out.split_at_mut(x.len());
+    let partial_sums: Vec<Vec<f32>> = dx
+        .par_chunks_mut(d * ROWS_PER_TASK)
+        .zip(
+            x.par_chunks(d * ROWS_PER_TASK)
+                .zip(dy.par_chunks(d * ROWS_PER_TASK)),
+        )
+        .map(|(dx, (x, dy))| {
+            let mut sums = vec![0.0; 2 * d];
+            let (d_gamma, d_beta) = sums.split_at_mut(d);
+            let mut x_hat = vec![0.0; d];
+            for ((dx, x), dy) in dx.chunks_mut(d).zip(x.chunks(d)).zip(dy.chunks(d)) {
+                let (mu, inv) = moments(x, eps);
+                let (mut mean_g, mut mean_gx) = (0.0f32, 0.0f32);
+                for (((h, &x), &dy), &g) in x_hat.iter_mut().zip(x).zip(dy).zip(gamma) {
+                    *h = (x - mu) * inv;
+                    mean_g += dy * g;
+                    mean_gx += dy * g * *h;
+                }
+                let (mean_g, mean_gx) = (mean_g / d as f32, mean_gx / d as f32);
+                for (k, dx) in dx.iter_mut().enumerate() {
+                    *dx = (dy[k] * gamma[k] - mean_g - x_hat[k] * mean_gx) * inv;
+                    d_gamma[k] += dy[k] * x_hat[k];
+                    d_beta[k] += dy[k];
+                }
+            }
+            sums
+        })
+        .collect();
+    for partial in partial_sums {
+        params.iter_mut().zip(&partial).for_each(|(p, s)| *p += s);
+    }
+    out
+}
+
+/// `y_j = e^{z_j − max z} / Σ_{k ≤ i} e^{z_k − max z}` for `z = s / divisor` over row `i` of
+/// each `t × t` matrix, and 0 above the diagonal.
+pub(crate) fn causal_softmax(s: &[f32], t: usize, divisor: f32) -> Vec<f32> {
+    let mut y = vec![0.0; s.len()];
+    y.par_chunks_mut(t * t)
+        .zip(s.par_chunks(t * t))
+        .for_each(|(y, s)| {
+            for (i, (y, s)) in y.chunks_mut(t).zip(s.chunks(t)).enumerate() {
+                let (seen, hidden) = y.split_at_mut(i + 1);
+                let z = &s[..=i];
+                let max = z.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v / divisor));
+                let mut total = 0.0;
+                for (y, &v) in seen.iter_mut().zip(z) {
+                    *y = (v / divisor - max).exp();
+                    total += *y;
+                }
+                seen.iter_mut().for_each(|y| *y /= total);
+                hidden.fill(0.0);
+            }
+        });
+    y
+}
+
+/// `∂L/∂s_j = y_j (∂L/∂y_j − Σ_k y_k ∂L/∂y_k) / divisor` from the output `y` and `∂L/∂y`
+/// (`dy`), per row of `t` values.
+pub(crate) fn causal_softmax_backward(y: &[f32], dy: &[f32], t: usize, divisor: f32) -> Vec<f32> {
+    let mut ds = vec![0.0; y.len()];
+    ds.par_chunks_mut(t * ROWS_PER_TASK)
+        .zip(
+            y.par_chunks(t * ROWS_PER_TASK)
+                .zip(dy.par_chunks(t * ROWS_PER_TASK)),
+        )
+        .for_each(|(ds, (y, dy))| {
+            for ((ds, y), dy) in ds.chunks_mut(t).zip(y.chunks(t)).zip(dy.chunks(t)) {
+                let dot: f32 = y.iter().zip(dy).map(|(y, dy)| y * dy).sum();
+                for ((ds, &y), &dy) in ds.iter_mut().zip(y).zip(dy) {
+                    *ds = y * (dy - dot) / divisor;
+                }
+            }
+        });
+    ds
+}
