@@ -1,15 +1,19 @@
-//! The affine map `y = x Wᵀ + b` over the last dimension of `x` (any leading dimensions):
-//! candle's matmul and broadcast add on the CPU, one op on CUDA.
+//! The affine map `y = x Wᵀ + b` over the last dimension of `x` (any leading dimensions): one
+//! op for f32 with a bias (candle's matmul and broadcast add without one or for another dtype,
+//! the tests' f64 references).
 //!
 //! Composed from candle's ops, a linear layer is four autograd nodes (two reshapes, the matmul
 //! with `Wᵀ`, the bias add), each of whose gradients candle accumulates into a zero-filled
-//! buffer, and the bias gradient is a strided reduction over the rows. On CUDA the layer is one
-//! op: forward, `b` written into every row then one cuBLAS GEMM adding `x Wᵀ` (FP32 math, as
-//! candle's matmul); backward, `∂L/∂x = ∂L/∂y W` and `∂L/∂W = (∂L/∂y)ᵀ x` by candle's matmul and
-//! `∂L/∂b = Σ_r ∂L/∂y_r` by a fixed-order column sum, so that a seed repeats its bits.
+//! buffer, and the bias gradient is a strided reduction over the rows. The op's forward pass
+//! writes `b` into every row, then one matrix product adds `x Wᵀ` (cuBLAS's SGEMM with FP32
+//! math on CUDA, the `gemm` crate on the CPU, [`super::cpu::rows::affine`]); backward,
+//! `∂L/∂x = ∂L/∂y W` and `∂L/∂W = (∂L/∂y)ᵀ x` by candle's matmul and `∂L/∂b = Σ_r ∂L/∂y_r` by a
+//! fixed-order column sum, so that a seed repeats its bits.
 
 use anyhow::{bail, ensure, Result};
-use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Shape, Tensor};
+
+use super::cpu::{rows, values};
 
 use super::param_grads::param_grad;
 
@@ -26,8 +30,9 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     );
     if let Some(b) = b {
         ensure!(b.dims() == [out], "linear: bias {:?} for {out} outputs", b.dims());
-        if x.device().is_cuda() {
-            return Ok(x.contiguous()?.apply_op3(w, b, Affine)?);
+        if x.dtype() == DType::F32 {
+            let (w, b) = (w.contiguous()?, b.contiguous()?);
+            return Ok(x.contiguous()?.apply_op3(&w, &b, Affine)?);
         }
     }
     // One 2-D matmul over all leading positions: cheaper than a broadcast batched matmul.
@@ -41,10 +46,10 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     Ok(y.reshape(out_dims)?)
 }
 
-/// `(x, W, b) → x Wᵀ + b` on CUDA.
+/// `(x, W, b) → x Wᵀ + b`.
 struct Affine;
 
-/// `g → Σ_r g_r` for a `[rows, cols]` tensor, on CUDA.
+/// `g → Σ_r g_r` for a `[rows, cols]` tensor.
 struct ColumnSum;
 
 impl CustomOp3 for Affine {
@@ -54,14 +59,31 @@ impl CustomOp3 for Affine {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        x: &CpuStorage,
+        x_layout: &Layout,
+        w: &CpuStorage,
+        w_layout: &Layout,
+        b: &CpuStorage,
+        b_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused linear layer")
+        let _span = crate::models::host_time::span(self.name());
+        let x = values(x, x_layout, self.name())?;
+        let (w, b) = (
+            values(w, w_layout, self.name())?,
+            values(b, b_layout, self.name())?,
+        );
+        let (out, inp) = w_layout.shape().dims2()?;
+        if x_layout.dims().last() != Some(&inp) || b.len() != out {
+            candle_core::bail!(
+                "linear: input {:?}, weight {:?}, bias {:?}",
+                x_layout.dims(),
+                w_layout.dims(),
+                b_layout.dims()
+            );
+        }
+        let mut dims = x_layout.dims().to_vec();
+        *dims.last_mut().expect("rank ≥ 1") = out;
+        Ok((CpuStorage::F32(rows::affine(x, w, b)), Shape::from_dims(&dims)))
     }
 
     #[cfg(feature = "cuda")]
@@ -100,8 +122,11 @@ impl CustomOp1 for ColumnSum {
         "homeadam-column-sum"
     }
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused column sum")
+    fn cpu_fwd(&self, g: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
+        let (_, cols) = layout.shape().dims2()?;
+        let sums = rows::column_sums(values(g, layout, self.name())?, cols);
+        Ok((CpuStorage::F32(sums), Shape::from(cols)))
     }
 
     #[cfg(feature = "cuda")]

@@ -129,3 +129,42 @@ pub(crate) fn causal_softmax_backward(y: &[f32], dy: &[f32], t: usize, divisor: 
         });
     ds
 }
+
+/// `[Σ_r g[r, c]]_c` for `g` of `cols` columns: fixed blocks of rows summed in parallel, then
+/// the blocks in order.
+pub(crate) fn column_sums(g: &[f32], cols: usize) -> Vec<f32> {
+    let partial_sums: Vec<Vec<f32>> = g
+        .par_chunks(cols * ROWS_PER_TASK)
+        .map(|block| {
+            let mut sums = vec![0.0; cols];
+            for row in block.chunks(cols) {
+                sums.iter_mut().zip(row).for_each(|(s, v)| *s += v);
+            }
+            sums
+        })
+        .collect();
+    let mut sums = vec![0.0; cols];
+    for partial in partial_sums {
+        sums.iter_mut().zip(&partial).for_each(|(s, p)| *s += p);
+    }
+    sums
+}
+
+/// `y = x Wᵀ + b` for `x` of rows of `w`'s width, `w` `[out, in]` row by row: `b` written
+/// into every row, then one matrix product adding `x Wᵀ`.
+pub(crate) fn affine(x: &[f32], w: &[f32], b: &[f32]) -> Vec<f32> {
+    let out = b.len();
+    let inp = w.len() / out.max(1);
+    let rows = x.len() / inp.max(1);
+    let mut y = vec![0.0; rows * out];
+    y.par_chunks_mut(out * ROWS_PER_TASK).for_each(|block| {
+        block.chunks_mut(out).for_each(|row| row.copy_from_slice(b));
+    });
+    super::matmul(
+        &mut y,
+        super::Matrix::row_major(x, rows, inp),
+        super::Matrix::row_major(w, out, inp).t(),
+        true,
+    );
+    y
+}

@@ -322,3 +322,24 @@ fn layer_norm_and_the_causal_softmax_equal_candles_in_f64() {
         );
     }
 }
+
+#[test]
+fn linear_layers_and_their_three_gradients_equal_candles_in_f64() {
+    use crate::models::linear::linear;
+    // One row, rows the tasks do not divide, widths that fill no vector, a vocabulary-sized layer.
+    for (x_dims, out) in [
+        (vec![1, 1], 3),
+        (vec![3, 5, 7], 4),
+        (vec![2, 35, 24], 50),
+        (vec![70, 16], 2000),
+    ] {
+        let inp = *x_dims.last().unwrap();
+        let inputs = [
+            normal_var(17, &x_dims, 1.0),
+            normal_var(18, &[out, inp], 0.3),
+            normal_var(19, &[out], 1.0),
+        ];
+        let affine = |v: &[Var]| linear(v[0].as_tensor(), v[1].as_tensor(), Some(v[2].as_tensor())).unwrap();
+        same_as_f64(&format!("linear {x_dims:?} → {out}"), &inputs, affine, affine);
+    }
+}
