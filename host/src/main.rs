@@ -616,7 +616,21 @@ fn bench(options: &BenchOptions, json: Option<PathBuf>, device: Device) -> Resul
     Ok(())
 }
 
+/// candle's CPU elementwise ops run on a pool of their own whose threads spin between ops; the
+/// host's ops and every matrix product run on rayon's pool, and the two pools' threads on the
+/// same cores slow a CPU training step by half. With one thread candle's pool has no workers
+/// and runs its ops on the calling thread. A value the user set is kept.
+fn keep_candle_off_the_cores() {
+    const VARIABLE: &str = "CANDLE_NUM_THREADS";
+    if std::env::var_os(VARIABLE).is_none() {
+        // Sound: no other thread runs yet, and candle reads the variable when it first
+        // starts its pool.
+        std::env::set_var(VARIABLE, "1");
+    }
+}
+
 fn main() -> ExitCode {
+    keep_candle_off_the_cores();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Quick {
