@@ -618,7 +618,7 @@ fn bench(options: &BenchOptions, json: Option<PathBuf>, device: Device) -> Resul
 
 /// candle's CPU elementwise ops run on a pool of their own whose threads spin between ops; the
 /// host's ops and every matrix product run on rayon's pool, and the two pools' threads on the
-/// same cores slow a CPU training step by half. With one thread candle's pool has no workers
+/// same cores take each other's time. With one thread candle's pool has no workers
 /// and runs its ops on the calling thread. A value the user set is kept.
 fn keep_candle_off_the_cores() {
     const VARIABLE: &str = "CANDLE_NUM_THREADS";
@@ -629,8 +629,25 @@ fn keep_candle_off_the_cores() {
     }
 }
 
+/// glibc's allocator maps every block over its threshold anew and unmaps it when freed, and
+/// returns freed memory at the top of its heap to the system: a training step's activations and
+/// gradients then cost a page fault and a page of zeros per 4 KiB at every step. Blocks up to
+/// the largest threshold glibc allows come from the heap instead, and the heap keeps what it
+/// freed for the next step, whose tensors have the same sizes.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn keep_freed_memory_for_the_next_step() {
+    const LARGEST_MMAP_THRESHOLD: libc::c_int = 32 << 20;
+    // SAFETY: mallopt only changes the allocator's parameters; no other thread runs yet.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, LARGEST_MMAP_THRESHOLD);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX);
+    }
+}
+
 fn main() -> ExitCode {
     keep_candle_off_the_cores();
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    keep_freed_memory_for_the_next_step();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Quick {

@@ -13,8 +13,6 @@
 //! [`UNFOLDED_VALUES`]; the chunks and groups depend on the shapes only, so the bits do not
 //! depend on the thread count.
 
-use std::cell::RefCell;
-
 use candle_core::{CpuStorage, Layout, Shape};
 use rayon::prelude::*;
 
@@ -22,7 +20,8 @@ use super::{matmul, values, Matrix};
 use crate::models::conv2d::{Conv, Geometry, Pass};
 
 /// The most values of the unfolded images held at once by a forward or input-gradient pass:
-/// 32 MiB of f32, below what candle's convolution held for the whole batch.
+/// 32 MiB of f32, below what candle's convolution held for the whole batch. (The `homeadam`
+/// binary's allocator keeps freed blocks, so the next chunk or call reuses them.)
 const UNFOLDED_VALUES: usize = 8 << 20;
 
 /// The images of one partial sum of the filter gradient: enough partial sums to keep the cores
@@ -98,51 +97,24 @@ impl Sizes {
     }
 }
 
-thread_local! {
-    /// The calling thread's unfolded images and matrix product, kept from one call to the
-    /// next: allocating and zeroing them anew cost as much as unfolding the images.
-    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
-}
-
-/// `f` with the calling thread's two scratch buffers, or two new ones where this thread is
-/// already using them (a rayon worker that took up another task while it waited).
-fn with_scratch<T>(f: impl FnOnce(&mut Vec<f32>, &mut Vec<f32>) -> T) -> T {
-    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
-        Ok(mut buffers) => {
-            let (a, b) = &mut *buffers;
-            f(a, b)
-        }
-        Err(_) => f(&mut Vec::new(), &mut Vec::new()),
-    })
-}
-
 /// `y = w ⋆ x`.
 fn forward(g: &Geometry, x: &[f32], w: &[f32]) -> Vec<f32> {
-    with_scratch(|unfolded, product| forward_with(g, x, w, unfolded, product))
-}
-
-fn forward_with(
-    g: &Geometry,
-    x: &[f32],
-    w: &[f32],
-    unfolded: &mut Vec<f32>,
-    product: &mut Vec<f32>,
-) -> Vec<f32> {
     let s = Sizes::of(g);
     let mut y = vec![0.0; s.n * s.o * s.p];
+    let (mut unfolded, mut product) = (Vec::new(), Vec::new());
     for (images, y) in x
         .chunks(s.chunk() * s.c * s.hw)
         .zip(y.chunks_mut(s.chunk() * s.o * s.p))
     {
         let b = images.len() / (s.c * s.hw);
-        im2col(g, images, resized(unfolded, s.k * b * s.p));
+        im2col(g, images, resized(&mut unfolded, s.k * b * s.p));
         let weights = Matrix::row_major(w, s.o, s.k);
-        let columns = Matrix::row_major(unfolded, s.k, b * s.p);
+        let columns = Matrix::row_major(&unfolded, s.k, b * s.p);
         if b == 1 {
             matmul(y, weights, columns, false);
         } else {
-            matmul(resized(product, s.o * b * s.p), weights, columns, false);
-            images_from_rows(product, y, s.o, s.p);
+            matmul(resized(&mut product, s.o * b * s.p), weights, columns, false);
+            images_from_rows(&product, y, s.o, s.p);
         }
     }
     y
@@ -150,18 +122,9 @@ fn forward_with(
 
 /// `∂L/∂x` from `∂L/∂y` (`dy`).
 fn input_gradient(g: &Geometry, dy: &[f32], w: &[f32]) -> Vec<f32> {
-    with_scratch(|rows, unfolded| input_gradient_with(g, dy, w, rows, unfolded))
-}
-
-fn input_gradient_with(
-    g: &Geometry,
-    dy: &[f32],
-    w: &[f32],
-    rows: &mut Vec<f32>,
-    unfolded: &mut Vec<f32>,
-) -> Vec<f32> {
     let s = Sizes::of(g);
     let mut dx = vec![0.0; s.n * s.c * s.hw];
+    let (mut rows, mut unfolded) = (Vec::new(), Vec::new());
     for (dy, dx) in dy
         .chunks(s.chunk() * s.o * s.p)
         .zip(dx.chunks_mut(s.chunk() * s.c * s.hw))
@@ -170,17 +133,17 @@ fn input_gradient_with(
         let dy = if b == 1 {
             dy
         } else {
-            rows_from_images(dy, resized(rows, dy.len()), s.o, s.p);
+            rows_from_images(dy, resized(&mut rows, dy.len()), s.o, s.p);
             &rows[..]
         };
         let weights = Matrix::row_major(w, s.o, s.k).t();
         matmul(
-            resized(unfolded, s.k * b * s.p),
+            resized(&mut unfolded, s.k * b * s.p),
             weights,
             Matrix::row_major(dy, s.o, b * s.p),
             false,
         );
-        col2im(g, unfolded, dx);
+        col2im(g, &unfolded, dx);
     }
     dx
 }
@@ -193,19 +156,19 @@ fn filter_gradient(g: &Geometry, x: &[f32], dy: &[f32]) -> Vec<f32> {
         .par_chunks(group * s.c * s.hw)
         .zip(dy.par_chunks(group * s.o * s.p))
         .map(|(x, dy)| {
-            with_scratch(|unfolded, rows| {
-                let b = x.len() / (s.c * s.hw);
-                im2col(g, x, resized(unfolded, s.k * b * s.p));
-                rows_from_images(dy, resized(rows, dy.len()), s.o, s.p);
-                let mut dw = vec![0.0; s.o * s.k];
-                matmul(
-                    &mut dw,
-                    Matrix::row_major(rows, s.o, b * s.p),
-                    Matrix::row_major(unfolded, s.k, b * s.p).t(),
-                    false,
-                );
-                dw
-            })
+            let b = x.len() / (s.c * s.hw);
+            let mut unfolded = vec![0.0; s.k * b * s.p];
+            im2col(g, x, &mut unfolded);
+            let mut rows = vec![0.0; dy.len()];
+            rows_from_images(dy, &mut rows, s.o, s.p);
+            let mut dw = vec![0.0; s.o * s.k];
+            matmul(
+                &mut dw,
+                Matrix::row_major(&rows, s.o, b * s.p),
+                Matrix::row_major(&unfolded, s.k, b * s.p).t(),
+                false,
+            );
+            dw
         })
         .collect();
     let mut sums = partial_sums.into_iter();
