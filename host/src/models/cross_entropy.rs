@@ -1,16 +1,19 @@
 //! Softmax cross-entropy `L = (1/R) Σ_r (log Σ_j e^{x_rj} − x_{r,t_r})` of logits `x`
-//! (`[R, C]`) against class ids `t` (`[R]`, u32): candle's `cross_entropy` on the CPU, one
-//! fused CUDA kernel per pass on the device.
+//! (`[R, C]`) against class ids `t` (`[R]`, u32), as one op for f32 logits (candle's
+//! `cross_entropy` for another dtype, the tests' f64 references).
 //!
 //! Composed from candle's ops, the loss makes about fifteen passes over the logits forward and
 //! backward, each writing a tensor of their size (the Transformer's are 37 M values per step).
-//! On CUDA one kernel computes each row's `log Σ e^{x − max} + max − x_t`, and the backward
-//! kernel writes `∂L/∂x_rj = g_r (e^{x_rj − max}/Σ − [j = t_r])` in one pass, recomputing the
-//! row's maximum and sum (nothing stored). A class id outside `[0, C)` gives a NaN loss on the
-//! device (candle's gather is an error on the CPU).
+//! The op computes each row's `log Σ e^{x − max} + max − x_t`, and its backward pass writes
+//! `∂L/∂x_rj = g_r (e^{x_rj − max}/Σ − [j = t_r])` in one pass, recomputing the row's maximum
+//! and sum (nothing stored): on the CPU a task per row ([`super::cpu::rows`]), on CUDA one
+//! kernel per pass. A class id outside `[0, C)` gives a NaN loss on the device (reading it back
+//! would stall the stream) and an error on the CPU.
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor};
+
+use super::cpu::{rows, values};
 
 /// The mean cross-entropy of `logits` (`[R, C]`, f32) against `target` (`[R]`, u32).
 pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
@@ -20,11 +23,29 @@ pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
         logits.dims(),
         target.dims()
     );
-    if logits.device().is_cuda() {
+    if logits.dtype() == DType::F32 && target.dtype() == DType::U32 {
         let rows = logits.contiguous()?.apply_op2(&target.contiguous()?, PerRow)?;
         return Ok(rows.mean_all()?);
     }
     Ok(candle_nn::loss::cross_entropy(logits, target)?)
+}
+
+/// The logits' values, the class ids and the classes of the CPU's arguments: an error for a
+/// class id outside `[0, C)`.
+fn logits_and_targets<'a>(
+    (x, x_layout): (&'a CpuStorage, &Layout),
+    (t, t_layout): (&'a CpuStorage, &Layout),
+) -> candle_core::Result<(&'a [f32], &'a [u32], usize)> {
+    let x = values(x, x_layout, "cross-entropy")?;
+    let (CpuStorage::U32(ids), Some((start, end))) = (t, t_layout.contiguous_offsets()) else {
+        candle_core::bail!("cross-entropy: the targets are not contiguous u32 class ids");
+    };
+    let t = &ids[start..end];
+    let (_, classes) = x_layout.shape().dims2()?;
+    if let Some(bad) = t.iter().find(|&&id| id as usize >= classes) {
+        candle_core::bail!("cross-entropy: class id {bad} outside [0, {classes})");
+    }
+    Ok((x, t, classes))
 }
 
 /// `(x, t) → [log Σ_j e^{x_rj} − x_{r,t_r}]_r`.
@@ -40,12 +61,15 @@ impl CustomOp2 for PerRow {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        x: &CpuStorage,
+        x_layout: &Layout,
+        t: &CpuStorage,
+        t_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused cross-entropy")
+        let _span = crate::models::host_time::span(self.name());
+        let (x, t, classes) = logits_and_targets((x, x_layout), (t, t_layout))?;
+        let losses = rows::cross_entropy(x, t, classes);
+        Ok((CpuStorage::F32(losses), Shape::from(t.len())))
     }
 
     #[cfg(feature = "cuda")]
@@ -79,14 +103,21 @@ impl CustomOp3 for RowGradient {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        x: &CpuStorage,
+        x_layout: &Layout,
+        t: &CpuStorage,
+        t_layout: &Layout,
+        g: &CpuStorage,
+        g_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused cross-entropy")
+        let _span = crate::models::host_time::span(self.name());
+        let (x, t, classes) = logits_and_targets((x, x_layout), (t, t_layout))?;
+        let g = values(g, g_layout, self.name())?;
+        if g.len() != t.len() {
+            candle_core::bail!("cross-entropy: {} row gradients for {} rows", g.len(), t.len());
+        }
+        let dx = rows::cross_entropy_backward(x, t, g, classes);
+        Ok((CpuStorage::F32(dx), x_layout.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]

@@ -168,3 +168,40 @@ pub(crate) fn affine(x: &[f32], w: &[f32], b: &[f32]) -> Vec<f32> {
     );
     y
 }
+
+/// The row's maximum and `Σ_j e^{x_j − max}`.
+fn max_and_exp_sum(row: &[f32]) -> (f32, f32) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    (max, row.iter().map(|&v| (v - max).exp()).sum())
+}
+
+/// `[log Σ_j e^{x_rj} − x_{r,t_r}]_r` for logits `x` of `classes` columns and class ids `t`
+/// (each below `classes`: the caller checks).
+pub(crate) fn cross_entropy(x: &[f32], t: &[u32], classes: usize) -> Vec<f32> {
+    x.par_chunks(classes)
+        .zip(t.par_iter())
+        .map(|(row, &t)| {
+            let (max, total) = max_and_exp_sum(row);
+            total.ln() + max - row[t as usize]
+        })
+        .collect()
+}
+
+/// `∂(Σ_r g_r L_r)/∂x_rj = g_r (e^{x_rj − max}/Σ − [j = t_r])` for the losses of
+/// [`cross_entropy`].
+pub(crate) fn cross_entropy_backward(x: &[f32], t: &[u32], g: &[f32], classes: usize) -> Vec<f32> {
+    let mut dx = vec![0.0; x.len()];
+    dx.par_chunks_mut(classes)
+        .zip(x.par_chunks(classes).zip(t.par_iter().zip(g)))
+        .for_each(|(dx, (row, (&t, &g)))| {
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut total = 0.0;
+            for (d, &v) in dx.iter_mut().zip(row) {
+                *d = (v - max).exp();
+                total += *d;
+            }
+            dx.iter_mut().for_each(|d| *d = g * (*d / total));
+            dx[t as usize] -= g;
+        });
+    dx
+}

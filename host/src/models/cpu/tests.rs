@@ -343,3 +343,23 @@ fn linear_layers_and_their_three_gradients_equal_candles_in_f64() {
         same_as_f64(&format!("linear {x_dims:?} → {out}"), &inputs, affine, affine);
     }
 }
+
+#[test]
+fn the_cross_entropy_and_its_gradient_equal_candles_in_f64_and_refuse_a_bad_class() {
+    use crate::models::cross_entropy::cross_entropy;
+    for (rows, classes) in [(1, 1), (3, 7), (70, 2000)] {
+        let targets: Vec<u32> = (0..rows).map(|r| (r * 13 % classes) as u32).collect();
+        let targets = Tensor::from_vec(targets, rows, &Device::Cpu).unwrap();
+        let loss = |v: &[Var]| cross_entropy(v[0].as_tensor(), &targets).unwrap();
+        same_as_f64(
+            &format!("cross-entropy {rows} × {classes}"),
+            &[normal_var(20, &[rows, classes], 3.0)],
+            loss,
+            loss,
+        );
+    }
+    let logits = Tensor::zeros((2, 3), DType::F32, &Device::Cpu).unwrap();
+    let bad = Tensor::new(&[0u32, 3], &Device::Cpu).unwrap();
+    let err = cross_entropy(&logits, &bad).unwrap_err().to_string();
+    assert!(err.contains("class id 3 outside [0, 3)"), "{err}");
+}
