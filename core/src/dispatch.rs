@@ -80,9 +80,11 @@ impl<const REFERENCE: bool> Run<REFERENCE> {
     }
 }
 
-/// What [`dispatch`] takes besides the run and the tensor.
+/// What picks the element kernel of a tensor and feeds it: the config and its phase (the
+/// kernel, [`crate::Config::kernel`]), the step's scalars and the HomeAdam branch; what
+/// [`dispatch`] takes besides the run and the tensor.
 #[derive(Clone, Copy)]
-pub(crate) struct Rules<'c> {
+pub(crate) struct KernelChoice<'c> {
     pub config: &'c Config,
     pub scalars: &'c StepScalars,
     pub swats_in_sgd_phase: bool,
@@ -109,16 +111,16 @@ impl<const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage> Apply
 /// Runs the kernel of `config`'s rule ([`crate::Config::kernel`]) if `F` links it; `None`
 /// otherwise.
 pub(crate) fn dispatch<F: RuleSet, const REFERENCE: bool, P: Storage, G: Storage, S: StateStorage>(
-    rules: Rules<'_>,
+    choice: KernelChoice<'_>,
     run: Run<REFERENCE>,
     tensor: &mut Tensor<'_, P, G, S>,
 ) -> Option<(TensorResult, bool)> {
-    let Rules {
+    let KernelChoice {
         config,
         scalars,
         swats_in_sgd_phase,
         branch,
-    } = rules;
+    } = choice;
     // A set of one kernel runs it for every rule it admits, and the step refused the others:
     // a constant, which keeps a single-rule build from linking `Config::kernel`.
     let kernel = if F::KERNELS.is_power_of_two() {

@@ -10,7 +10,7 @@
 
 use half::{bf16, f16};
 
-use crate::dispatch::{dispatch, Rules, Run};
+use crate::dispatch::{dispatch, KernelChoice, Run};
 use crate::kernel::TensorResult;
 use crate::q8::Q8Block;
 use crate::rules::only::All;
@@ -109,30 +109,38 @@ impl<'a> AnyTensor<'a> {
 /// [`dispatch`] with every rule, through the copy compiled in this crate.
 #[inline(always)]
 pub(crate) fn update<const REFERENCE: bool>(
-    rules: Rules<'_>,
+    choice: KernelChoice<'_>,
     run: Run<REFERENCE>,
     tensor: AnyTensor<'_>,
 ) -> Option<(TensorResult, bool)> {
     if REFERENCE {
-        reference(rules, run.with_driver(), tensor)
+        reference(choice, run.with_driver(), tensor)
     } else {
-        fast(rules, run.with_driver(), tensor)
+        fast(choice, run.with_driver(), tensor)
     }
 }
 
 /// The fast path of every rule and combination (never inlined: then it is compiled here only).
 #[inline(never)]
-fn fast(rules: Rules<'_>, run: Run<false>, tensor: AnyTensor<'_>) -> Option<(TensorResult, bool)> {
-    by_param(rules, run, tensor)
+fn fast(choice: KernelChoice<'_>, run: Run<false>, tensor: AnyTensor<'_>) -> Option<(TensorResult, bool)> {
+    by_param(choice, run, tensor)
 }
 
 /// The scalar reference of every rule and combination.
 #[inline(never)]
-fn reference(rules: Rules<'_>, run: Run<true>, tensor: AnyTensor<'_>) -> Option<(TensorResult, bool)> {
-    by_param(rules, run, tensor)
+fn reference(
+    choice: KernelChoice<'_>,
+    run: Run<true>,
+    tensor: AnyTensor<'_>,
+) -> Option<(TensorResult, bool)> {
+    by_param(choice, run, tensor)
 }
 
-fn by_param<const R: bool>(rules: Rules<'_>, run: Run<R>, t: AnyTensor<'_>) -> Option<(TensorResult, bool)> {
+fn by_param<const R: bool>(
+    choice: KernelChoice<'_>,
+    run: Run<R>,
+    t: AnyTensor<'_>,
+) -> Option<(TensorResult, bool)> {
     let AnyTensor {
         param,
         grad,
@@ -142,27 +150,27 @@ fn by_param<const R: bool>(rules: Rules<'_>, run: Run<R>, t: AnyTensor<'_>) -> O
     } = t;
     let rest = (grad, state, aux, group);
     match param {
-        Param::F32(p) => by_grad(rules, run, p, rest),
-        Param::Bf16(p) => by_grad(rules, run, p, rest),
-        Param::F16(p) => by_grad(rules, run, p, rest),
+        Param::F32(p) => by_grad(choice, run, p, rest),
+        Param::Bf16(p) => by_grad(choice, run, p, rest),
+        Param::F16(p) => by_grad(choice, run, p, rest),
     }
 }
 
 fn by_grad<const R: bool, P: Storage>(
-    rules: Rules<'_>,
+    choice: KernelChoice<'_>,
     run: Run<R>,
     p: &mut [P],
     (grad, state, aux, group): (Grad<'_>, State<'_>, &mut TensorAux, Group),
 ) -> Option<(TensorResult, bool)> {
     match grad {
-        Grad::F32(g) => by_state(rules, run, p, g, (state, aux, group)),
-        Grad::Bf16(g) => by_state(rules, run, p, g, (state, aux, group)),
-        Grad::F16(g) => by_state(rules, run, p, g, (state, aux, group)),
+        Grad::F32(g) => by_state(choice, run, p, g, (state, aux, group)),
+        Grad::Bf16(g) => by_state(choice, run, p, g, (state, aux, group)),
+        Grad::F16(g) => by_state(choice, run, p, g, (state, aux, group)),
     }
 }
 
 fn by_state<const R: bool, P: Storage, G: Storage>(
-    rules: Rules<'_>,
+    choice: KernelChoice<'_>,
     run: Run<R>,
     param: &mut [P],
     grad: &[G],
@@ -171,7 +179,7 @@ fn by_state<const R: bool, P: Storage, G: Storage>(
     macro_rules! typed {
         ($state:expr) => {
             dispatch::<All, R, P, G, _>(
-                rules,
+                choice,
                 run,
                 &mut Tensor {
                     param,

@@ -6,7 +6,7 @@
 use crate::bits::tensor_key;
 use crate::calibration::Histogram;
 use crate::config::FiniteCheck;
-use crate::dispatch::{dispatch, Rules, Run};
+use crate::dispatch::{dispatch, KernelChoice, Run};
 #[cfg(feature = "std")]
 use crate::erased::{self, AnyTensor};
 use crate::error::Error;
@@ -670,7 +670,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
                 #[cfg(feature = "std")]
                 threads: self.threads,
             };
-            let rules = Rules {
+            let choice = KernelChoice {
                 config: &config,
                 scalars: &scalars,
                 swats_in_sgd_phase: swats_sgd,
@@ -678,12 +678,12 @@ impl<'o, F: RuleSet> Step<'o, F> {
             };
             #[cfg(feature = "std")]
             let outcome = if F::EVERY_RULE {
-                erased::update(rules, run, AnyTensor::of(tensor))
+                erased::update(choice, run, AnyTensor::of(tensor))
             } else {
-                dispatch::<F, REFERENCE, P, G, S>(rules, run, tensor)
+                dispatch::<F, REFERENCE, P, G, S>(choice, run, tensor)
             };
             #[cfg(not(feature = "std"))]
-            let outcome = dispatch::<F, REFERENCE, P, G, S>(rules, run, tensor);
+            let outcome = dispatch::<F, REFERENCE, P, G, S>(choice, run, tensor);
             let Some((result, tensor_has_rho)) = outcome else {
                 return Err(Error::RuleNotLinked { rule: config.name() });
             };
