@@ -185,23 +185,28 @@ fn plain_sgd_resumes_to_the_same_bits() {
     assert_same_end(&SGD, &straight, &resumed);
 }
 
-/// A checkpoint of the previous optimizer-state format resumes: on the CPU, to the bits of a
-/// straight run.
+/// A checkpoint of the previous optimizer-state format resumes, to the same bits each time. (Its
+/// first epoch was trained with candle's CPU ops, before the host's own, so a straight run of
+/// this build no longer reaches its state; homeadam-candle's tests hold the version-2 envelope's
+/// load to the values it saved.)
 #[test]
 fn a_checkpoint_of_the_previous_state_format_resumes() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (straight, resumed) = (dir.path().join("straight"), dir.path().join("resumed"));
-    let o = run(&STATE_2, &straight, &["--epochs", "2"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/digits-mlp-homeadamw-ew-epoch1-state2.bin");
-    std::fs::create_dir_all(resumed.join(STATE_2.optimizer)).expect("mkdir");
-    std::fs::copy(fixture, resumed.join(STATE_2.optimizer).join("checkpoint.bin")).expect("copy");
-    let o = run(&STATE_2, &resumed, &["--epochs", "2", "--resume"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    if std::env::var_os("HOMEADAM_TEST_DEVICE").is_none() {
-        assert_same_state(&STATE_2, &straight, &resumed);
-    }
+    let resumed: Vec<_> = ["first", "second"]
+        .iter()
+        .map(|name| {
+            let out = dir.path().join(name);
+            std::fs::create_dir_all(out.join(STATE_2.optimizer)).expect("mkdir");
+            std::fs::copy(&fixture, out.join(STATE_2.optimizer).join("checkpoint.bin")).expect("copy");
+            let o = run(&STATE_2, &out, &["--epochs", "2", "--resume"]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            out
+        })
+        .collect();
+    assert_eq!(checkpoint(&STATE_2, &resumed[0], "final.bin").meta.step, 12);
+    assert_same_state(&STATE_2, &resumed[0], &resumed[1]);
 }
 
 #[test]
