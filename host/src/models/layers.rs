@@ -1,11 +1,11 @@
 //! Building blocks shared by the models: a parameter builder that draws every initial value from
 //! the project's [`Rng`], and the layers (linear, convolution, batch norm, layer norm).
 //!
-//! The layers are the host's ops (each candle's composition on the CPU, one op on CUDA:
-//! [`super::linear`], [`super::channel_bias`], [`super::layer_norm`]), cuDNN's convolutions and
-//! batch norm on CUDA, and candle primitives that all have a backward pass: candle's fused
-//! `layer_norm` and `softmax_last_dim` do not, and its `Dropout` draws from the unseedable device
-//! generator.
+//! The layers are the host's ops, one op each with a CPU and a CUDA half ([`super::linear`],
+//! [`super::conv2d`], [`super::channel_bias`], [`super::layer_norm`]; batch norm's training pass
+//! in `super::cpu::batch_norm` and cuDNN's), and candle primitives that all have a backward
+//! pass: candle's fused `layer_norm` and `softmax_last_dim` do not, and its `Dropout` draws from
+//! the unseedable device generator.
 
 use anyhow::{ensure, Result};
 use candle_core::{DType, Device, Tensor, Var};
