@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor, Var};
 use rayon::prelude::*;
 
-use super::elementwise::sum;
+use super::elementwise::{squares_about, sum};
 use super::values;
 use crate::models::param_grads::param_grad;
 
@@ -198,24 +198,6 @@ impl CustomOp3 for Forward {
             param_grad(b, all.narrow(0, n + c, c)?)?,
         ))
     }
-}
-
-/// `Σ (x_i − μ)²` in eight lanes.
-fn squares_about(x: &[f32], mu: f32) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let chunks = x.chunks_exact(8);
-    let tail = chunks.remainder();
-    for chunk in chunks {
-        lanes
-            .iter_mut()
-            .zip(chunk)
-            .for_each(|(l, x)| *l += (x - mu) * (x - mu));
-    }
-    lanes
-        .iter()
-        .copied()
-        .chain(tail.iter().map(|x| (x - mu) * (x - mu)))
-        .sum()
 }
 
 /// The sums `(Σ g, Σ g x̂)` of the backward pass, added pairwise.

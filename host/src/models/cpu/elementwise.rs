@@ -80,3 +80,21 @@ pub(crate) fn sum(v: &[f32]) -> f32 {
     }
     lanes.iter().chain(tail).sum()
 }
+
+/// `Σ (x_i − μ)²` in eight lanes.
+pub(crate) fn squares_about(x: &[f32], mu: f32) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        lanes
+            .iter_mut()
+            .zip(chunk)
+            .for_each(|(l, x)| *l += (x - mu) * (x - mu));
+    }
+    lanes
+        .iter()
+        .copied()
+        .chain(tail.iter().map(|x| (x - mu) * (x - mu)))
+        .sum()
+}

@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::sum;
+use super::elementwise::{squares_about, sum};
 
 /// Rows of one parallel task, and of one partial sum of layer norm's parameter gradients.
 const ROWS_PER_TASK: usize = 32;
@@ -14,20 +14,7 @@ const ROWS_PER_TASK: usize = 32;
 fn moments(x: &[f32], eps: f32) -> (f32, f32) {
     let d = x.len() as f32;
     let mu = sum(x) / d;
-    let mut lanes = [0.0f32; 8];
-    let chunks = x.chunks_exact(8);
-    let tail = chunks.remainder();
-    for chunk in chunks {
-        lanes
-            .iter_mut()
-            .zip(chunk)
-            .for_each(|(l, v)| *l += (v - mu) * (v - mu));
-    }
-    let squares: f32 = lanes
-        .iter()
-        .copied()
-        .chain(tail.iter().map(|v| (v - mu) * (v - mu)))
-        .sum();
+    let squares = squares_about(x, mu);
     (mu, 1.0 / (squares / d + eps).sqrt())
 }
 
