@@ -200,6 +200,27 @@ impl CustomOp3 for Forward {
     }
 }
 
+/// One channel's statistics and parameters, as the backward pass reads them.
+#[derive(Clone, Copy)]
+struct Channel {
+    mean: f32,
+    inv_std: f32,
+    gamma: f32,
+    beta: f32,
+    relu: bool,
+}
+
+impl Channel {
+    /// `(∂L/∂y before the ReLU, x̂)` of a value `x` with gradient `dy`: the gradient passes
+    /// where the ReLU's input `γ x̂ + β` is ≥ 0.
+    #[inline]
+    fn at(&self, x: f32, dy: f32) -> (f32, f32) {
+        let x_hat = (x - self.mean) * self.inv_std;
+        let passes = !self.relu || self.gamma * x_hat + self.beta >= 0.0;
+        (if passes { dy } else { 0.0 }, x_hat)
+    }
+}
+
 /// The sums `(Σ g, Σ g x̂)` of the backward pass, added pairwise.
 #[derive(Clone, Copy)]
 struct Pair(f32, f32);
@@ -244,34 +265,51 @@ impl CustomOp3 for Backward {
         let Stats {
             mean, inv_std, beta, ..
         } = stats;
-        let relu = self.relu;
-        // `∂L/∂y` before the ReLU and `x̂` at value `i` of `channel`.
-        let at = |channel: usize, i: usize| -> (f32, f32) {
-            let x_hat = (x[i] - mean[channel]) * inv_std[channel];
-            let passes = !relu || gamma[channel] * x_hat + beta[channel] >= 0.0;
-            (if passes { dy[i] } else { 0.0 }, x_hat)
+        // Per channel: `x̂` and `∂L/∂y` before the ReLU, from a value and its gradient.
+        let channel_of = |channel: usize| Channel {
+            mean: mean[channel],
+            inv_std: inv_std[channel],
+            gamma: gamma[channel],
+            beta: beta[channel],
+            relu: self.relu,
         };
         let sums: Vec<Pair> = per_channel_sums((n, c, plane), |channel, start| {
+            let k = channel_of(channel);
+            let (x, dy) = (&x[start..start + plane], &dy[start..start + plane]);
             let mut lanes = [Pair(0.0, 0.0); 8];
-            for (k, i) in (start..start + plane).enumerate() {
-                let (g, x_hat) = at(channel, i);
-                lanes[k % 8] = Pair(lanes[k % 8].0 + g, lanes[k % 8].1 + g * x_hat);
+            let (xs, dys) = (x.chunks_exact(8), dy.chunks_exact(8));
+            let tail = xs.remainder().iter().zip(dys.remainder());
+            for (x, dy) in xs.zip(dys) {
+                for ((lane, &x), &dy) in lanes.iter_mut().zip(x).zip(dy) {
+                    let (g, x_hat) = k.at(x, dy);
+                    *lane = Pair(lane.0 + g, lane.1 + g * x_hat);
+                }
             }
-            lanes.into_iter().sum()
+            lanes
+                .into_iter()
+                .chain(tail.map(|(&x, &dy)| {
+                    let (g, x_hat) = k.at(x, dy);
+                    Pair(g, g * x_hat)
+                }))
+                .sum()
         });
         let (d_beta, d_gamma): (Vec<f32>, Vec<f32>) = sums.into_iter().map(|Pair(b, g)| (b, g)).unzip();
         let m = (n * plane) as f32;
         let mut out = vec![0.0; x.len() + 2 * c];
         let (dx, params) = out.split_at_mut(x.len());
-        dx.par_chunks_mut(plane).enumerate().for_each(|(index, dx)| {
-            let channel = index % c;
-            let scale = gamma[channel] * inv_std[channel];
-            let start = index * plane;
-            for (k, d) in dx.iter_mut().enumerate() {
-                let (g, x_hat) = at(channel, start + k);
-                *d = scale * (g - (d_beta[channel] + x_hat * d_gamma[channel]) / m);
-            }
-        });
+        dx.par_chunks_mut(plane)
+            .zip(x.par_chunks(plane).zip(dy.par_chunks(plane)))
+            .enumerate()
+            .for_each(|(index, (dx, (x, dy)))| {
+                let channel = index % c;
+                let k = channel_of(channel);
+                let scale = k.gamma * k.inv_std;
+                let (d_beta, d_gamma) = (d_beta[channel], d_gamma[channel]);
+                for ((d, &x), &dy) in dx.iter_mut().zip(x).zip(dy) {
+                    let (g, x_hat) = k.at(x, dy);
+                    *d = scale * (g - (d_beta + x_hat * d_gamma) / m);
+                }
+            });
         params[..c].copy_from_slice(&d_gamma);
         params[c..].copy_from_slice(&d_beta);
         Ok((CpuStorage::F32(out), Shape::from(x.len() + 2 * c)))
