@@ -35,22 +35,20 @@ impl Pool {
 
     /// The flat index (within the plane) of the winner of output `(i, j)` in `plane`.
     fn winner(&self, plane: &[f32], i: usize, j: usize) -> usize {
-        let (h, w) = (self.dims[2] as isize, self.dims[3] as isize);
-        let (y0, x0) = (
-            (i * self.s) as isize - self.p as isize,
-            (j * self.s) as isize - self.p as isize,
-        );
-        let mut best = usize::MAX;
-        let mut value = f32::NEG_INFINITY;
-        for y in y0.max(0)..(y0 + self.k as isize).min(h) {
-            for x in x0.max(0)..(x0 + self.k as isize).min(w) {
-                let at = (y * w + x) as usize;
-                if best == usize::MAX || plane[at] > value || plane[at].is_nan() {
-                    best = at;
-                    value = plane[at];
-                    if value.is_nan() {
-                        return best;
-                    }
+        let (h, w) = (self.dims[2], self.dims[3]);
+        // The window's rows and columns inside the input (`k − p ≥ 1`: the padding is at most
+        // half the window).
+        let rows = (i * self.s).saturating_sub(self.p)..(i * self.s + self.k - self.p).min(h);
+        let cols = (j * self.s).saturating_sub(self.p)..(j * self.s + self.k - self.p).min(w);
+        let mut best = rows.start * w + cols.start;
+        let mut value = plane[best];
+        for y in rows {
+            for (x, &v) in plane[y * w..][cols.clone()].iter().enumerate() {
+                if v.is_nan() {
+                    return y * w + cols.start + x;
+                }
+                if v > value {
+                    (best, value) = (y * w + cols.start + x, v);
                 }
             }
         }
