@@ -7,7 +7,7 @@
 //! result into a zero-filled buffer. Here the forward pass is one pass over the values, and the
 //! backward pass passes `∂L/∂y` on as `∂L/∂x` (with the ReLU, where `x + b ≥ 0`, one pass) and
 //! sums `∂L/∂b_c = Σ_{n,h,w} ∂L/∂x` per channel in a fixed order: on the CPU each image's plane
-//! and then the images ([`super::cpu::elementwise::channel_sums`]), on CUDA over chunks of
+//! and then the images (`models::cpu::elementwise::channel_sums`), on CUDA over chunks of
 //! images and then the chunks (`host/kernels/channel_bias.cu`). With the ReLU fused, the sum
 //! `x + b` is no node of candle's graph, so its gradient is not added into a zero-filled buffer
 //! either.

@@ -4,7 +4,7 @@
 //! im2col product.
 //!
 //! Tensors of another dtype than f32 (the f64 references of the tests) take candle's
-//! convolution. On the CPU the passes are matrix products over unfolded images ([`super::cpu::conv`]), the
+//! convolution. On the CPU the passes are matrix products over unfolded images (`models::cpu::conv`), the
 //! same bits for any thread count. On CUDA they are cuDNN's forward, backward-data and
 //! backward-filter calls: FMA only (no TF32, as PyTorch with TF32 off), deterministic
 //! algorithms only, so that a seed gives the same bits run after run; each is cuDNN's first

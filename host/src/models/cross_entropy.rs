@@ -6,7 +6,7 @@
 //! backward, each writing a tensor of their size (the Transformer's are 37 M values per step).
 //! The op computes each row's `log Σ e^{x − max} + max − x_t`, and its backward pass writes
 //! `∂L/∂x_rj = g_r (e^{x_rj − max}/Σ − [j = t_r])` in one pass, recomputing the row's maximum
-//! and sum (nothing stored): on the CPU a task per row ([`super::cpu::rows`]), on CUDA one
+//! and sum (nothing stored): on the CPU a task per row (`models::cpu::rows`), on CUDA one
 //! kernel per pass. A class id outside `[0, C)` gives a NaN loss on the device (reading it back
 //! would stall the stream) and an error on the CPU.
 

@@ -4,7 +4,7 @@
 //!
 //! Composed from candle's ops, a layer norm is nine autograd nodes, each backward step an
 //! elementwise pass plus an add into a zero-filled gradient. The op computes the forward pass
-//! per row (on the CPU a task per block of rows, [`super::cpu::rows`]; on CUDA one warp per row,
+//! per row (on the CPU a task per block of rows, `models::cpu::rows`; on CUDA one warp per row,
 //! `host/kernels/layer_norm.cu`); the backward pass recomputes `μ` and `σ`,
 //! writes `∂L/∂x = (g − mean(g) − x̂ mean(g x̂)) / √(σ² + ε)` with `g = ∂L/∂y γ` and
 //! `x̂ = (x − μ)/√(σ² + ε)`, and sums `∂L/∂γ = Σ_r ∂L/∂y_r x̂_r` and `∂L/∂β = Σ_r ∂L/∂y_r` over

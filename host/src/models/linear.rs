@@ -6,7 +6,7 @@
 //! with `Wᵀ`, the bias add), each of whose gradients candle accumulates into a zero-filled
 //! buffer, and the bias gradient is a strided reduction over the rows. The op's forward pass
 //! writes `b` into every row, then one matrix product adds `x Wᵀ` (cuBLAS's SGEMM with FP32
-//! math on CUDA, the `gemm` crate on the CPU, [`super::cpu::rows::affine`]); backward,
+//! math on CUDA, the `gemm` crate on the CPU, `models::cpu::rows::affine`); backward,
 //! `∂L/∂x = ∂L/∂y W` and `∂L/∂W = (∂L/∂y)ᵀ x` by candle's matmul and `∂L/∂b = Σ_r ∂L/∂y_r` by a
 //! fixed-order column sum, so that a seed repeats its bits.
 

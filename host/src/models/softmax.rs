@@ -6,7 +6,7 @@
 //! Composed, the three are seven autograd nodes. The op computes
 //! `y_j = e^{z_j − max z} / Σ_{k ≤ i} e^{z_k − max z}` with `z = s / c` (zero above the diagonal,
 //! as `e^{−∞}`), and the backward pass `∂L/∂s_j = y_j (∂L/∂y_j − Σ_k y_k ∂L/∂y_k) / c` from the
-//! output: on the CPU a task per block of rows ([`super::cpu::rows`]), on CUDA one warp per
+//! output: on the CPU a task per block of rows (`models::cpu::rows`), on CUDA one warp per
 //! row (`host/kernels/softmax.cu`).
 
 use anyhow::{ensure, Result};
