@@ -16,7 +16,7 @@
 use candle_core::{CpuStorage, Layout, Shape};
 use rayon::prelude::*;
 
-use super::{matmul, values, Matrix};
+use super::{matmul, sum_in_order, values, Matrix};
 use crate::models::conv2d::{Conv, Geometry, Pass};
 
 /// The most values of the unfolded images held at once by a forward or input-gradient pass:
@@ -171,12 +171,7 @@ fn filter_gradient(g: &Geometry, x: &[f32], dy: &[f32]) -> Vec<f32> {
             dw
         })
         .collect();
-    let mut sums = partial_sums.into_iter();
-    let mut dw = sums.next().unwrap_or_else(|| vec![0.0; s.o * s.k]);
-    for partial in sums {
-        dw.iter_mut().zip(&partial).for_each(|(d, p)| *d += p);
-    }
-    dw
+    sum_in_order(partial_sums, s.o * s.k)
 }
 
 /// `buffer` with exactly `len` values (its old ones or zeros).

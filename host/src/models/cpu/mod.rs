@@ -48,6 +48,18 @@ pub(crate) fn same_shape_values<'a, const N: usize>(
     Ok(out)
 }
 
+/// The element-wise sum of `partials` (each `len` long, none for an empty input), the first
+/// plus the others in order: the fixed order that keeps a parallel sum's bits independent of
+/// the thread count.
+pub(crate) fn sum_in_order(partials: Vec<Vec<f32>>, len: usize) -> Vec<f32> {
+    let mut partials = partials.into_iter();
+    let mut total = partials.next().unwrap_or_else(|| vec![0.0; len]);
+    for partial in partials {
+        total.iter_mut().zip(&partial).for_each(|(t, p)| *t += p);
+    }
+    total
+}
+
 /// A matrix read from a slice: element `(i, j)` at `data[i·row_stride + j·col_stride]`.
 #[derive(Clone, Copy)]
 pub(crate) struct Matrix<'a> {

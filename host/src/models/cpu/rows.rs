@@ -6,6 +6,7 @@
 use rayon::prelude::*;
 
 use super::elementwise::{squares_about, sum};
+use super::sum_in_order;
 
 /// Rows of one parallel task, and of one partial sum of layer norm's parameter gradients.
 const ROWS_PER_TASK: usize = 32;
@@ -68,9 +69,7 @@ pub(crate) fn layer_norm_backward(x: &[f32], gamma: &[f32], dy: &[f32], eps: f32
             sums
         })
         .collect();
-    for partial in partial_sums {
-        params.iter_mut().zip(&partial).for_each(|(p, s)| *p += s);
-    }
+    params.copy_from_slice(&sum_in_order(partial_sums, 2 * d));
     out
 }
 
@@ -130,11 +129,7 @@ pub(crate) fn column_sums(g: &[f32], cols: usize) -> Vec<f32> {
             sums
         })
         .collect();
-    let mut sums = vec![0.0; cols];
-    for partial in partial_sums {
-        sums.iter_mut().zip(&partial).for_each(|(s, p)| *s += p);
-    }
-    sums
+    sum_in_order(partial_sums, cols)
 }
 
 /// `y = x Wᵀ + b` for `x` of rows of `w`'s width, `w` `[out, in]` row by row: `b` written
