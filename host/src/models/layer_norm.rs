@@ -15,7 +15,7 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
 
 use super::cpu::{rows, values};
 
-use super::param_grads::param_grad;
+use super::param_grads::unpack_normalisation;
 
 /// Layer norm of `x` (`[.., d]`) with weight `gamma` and bias `beta` (`[d]`).
 pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32) -> Result<Tensor> {
@@ -95,11 +95,7 @@ impl CustomOp3 for Forward {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let packed = x.apply_op3_no_bwd(gamma, &grad.contiguous()?, &Backward { eps: self.eps })?;
-        let (n, d) = (x.elem_count(), gamma.elem_count());
-        let dx = packed.narrow(0, 0, n)?.reshape(x.dims())?;
-        let dgamma = packed.narrow(0, n, d)?;
-        let dbeta = packed.narrow(0, n + d, d)?;
-        Ok((Some(dx), param_grad(gamma, dgamma)?, param_grad(beta, dbeta)?))
+        unpack_normalisation(&packed, x, gamma, beta)
     }
 }
 

@@ -70,6 +70,24 @@ pub(crate) fn param_grad(arg: &Tensor, grad: Tensor) -> candle_core::Result<Opti
     })
 }
 
+/// The three gradients of a normalisation `(x, γ, β) → y` from its backward op's one packed
+/// result `[∂L/∂x | ∂L/∂γ | ∂L/∂β]` (flat): `∂L/∂x` in `x`'s shape, and the parameters'
+/// through [`param_grad`].
+pub(crate) fn unpack_normalisation(
+    packed: &Tensor,
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    let (n, c) = (x.elem_count(), gamma.elem_count());
+    let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?;
+    Ok((
+        Some(dx),
+        param_grad(gamma, packed.narrow(0, n, c)?)?,
+        param_grad(beta, packed.narrow(0, n + c, c)?)?,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use candle_core::{CpuStorage, CustomOp1, CustomOp2, Device, Layout, Shape, Var};

@@ -20,7 +20,7 @@ use rayon::prelude::*;
 
 use super::elementwise::{squares_about, sum};
 use super::values;
-use crate::models::param_grads::param_grad;
+use crate::models::param_grads::unpack_normalisation;
 
 /// What the forward pass leaves: per channel `μ_B`, `σ²_B` (for the running variance),
 /// `1/√(σ²_B + ε)` and `β` (for the backward pass).
@@ -189,14 +189,8 @@ impl CustomOp3 for Forward {
             relu: self.relu,
             stash: self.stash.clone(),
         };
-        let all = x.apply_op3_no_bwd(&grad.contiguous()?, w, &backward)?;
-        let (n, c) = (x.elem_count(), w.elem_count());
-        let dx = all.narrow(0, 0, n)?.reshape(x.shape())?;
-        Ok((
-            Some(dx),
-            param_grad(w, all.narrow(0, n, c)?)?,
-            param_grad(b, all.narrow(0, n + c, c)?)?,
-        ))
+        let packed = x.apply_op3_no_bwd(&grad.contiguous()?, w, &backward)?;
+        unpack_normalisation(&packed, x, w, b)
     }
 }
 

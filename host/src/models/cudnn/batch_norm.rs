@@ -20,7 +20,7 @@ use cudarc::cudnn::sys;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 
 use super::{check, int, scalar, view, with_handle, CandleResult, ONE, ZERO};
-use crate::models::param_grads::param_grad;
+use crate::models::param_grads::unpack_normalisation;
 use crate::models::relu::cuda as relu;
 
 /// What the forward pass leaves for the backward pass: the batch's mean and inverse deviation,
@@ -278,14 +278,8 @@ impl CustomOp3 for Forward {
             eps: self.eps,
             stash: self.stash.clone(),
         };
-        let all = x.apply_op3_no_bwd(&grad.contiguous()?, w, &backward)?;
-        let (n, c) = (x.elem_count(), w.elem_count());
-        let dx = all.narrow(0, 0, n)?.reshape(x.shape())?;
-        Ok((
-            Some(dx),
-            param_grad(w, all.narrow(0, n, c)?)?,
-            param_grad(b, all.narrow(0, n + c, c)?)?,
-        ))
+        let packed = x.apply_op3_no_bwd(&grad.contiguous()?, w, &backward)?;
+        unpack_normalisation(&packed, x, w, b)
     }
 }
 
