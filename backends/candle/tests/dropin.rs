@@ -1,12 +1,18 @@
 //! homeadam-candle in place of candle-nn's `AdamW`, as the README's swap shows: the same model,
 //! the same data and the same defaults give candle-nn's numbers.
+//!
+//! The two optimizers order their `f32` operations differently, so each step may differ by an
+//! ulp, and a free run lets such differences grow by an amount that depends on the start and on
+//! the CPU's matmul kernels. So the rule is compared step by step from the same parameters, where
+//! nothing can grow; only the decay mask's effect, far larger, is measured over a free run.
 
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{linear, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 use homeadam_candle::core::{Config, Rule};
 use homeadam_candle::{OptimConfig, VarOptimizer};
 
-/// A 4-8-1 MLP with biases (which a decay mask would exempt), on 16 fixed points.
+/// A 4-8-1 MLP with biases (which a decay mask would exempt), from a fixed start, on 16 fixed
+/// points.
 struct Setup {
     varmap: VarMap,
     model: candle_nn::Sequential,
@@ -22,6 +28,14 @@ fn setup() -> Setup {
         .add(linear(4, 8, vb.pp("fc1")).unwrap())
         .add(candle_nn::Activation::Relu)
         .add(linear(8, 1, vb.pp("fc2")).unwrap());
+    for var in varmap.all_vars() {
+        let n = var.elem_count();
+        let start = Tensor::arange(0f32, n as f32, &dev)
+            .unwrap()
+            .affine(0.5 / n as f64, -0.25)
+            .unwrap();
+        var.set(&start.reshape(var.shape()).unwrap()).unwrap();
+    }
     let x = Tensor::arange(0f32, 64.0, &dev)
         .unwrap()
         .affine(1.0 / 32.0, -1.0)
@@ -82,20 +96,24 @@ fn max_difference(a: &VarMap, b: &VarMap) -> f32 {
 }
 
 #[test]
-fn adamw_matches_candle_nn_after_900_steps() {
+fn adamw_matches_candle_nn_at_each_of_900_steps() {
     let (ours, theirs) = (setup(), setup());
-    copy_vars(&ours.varmap, &theirs.varmap);
     let mut reference = candle_nn::AdamW::new(theirs.varmap.all_vars(), ParamsAdamW::default()).unwrap();
     let mut opt =
         VarOptimizer::from_varmap(&ours.varmap, OptimConfig::new(Config::new(Rule::AdamW))).unwrap();
-    train(&theirs, &mut reference, 900);
-    train(&ours, &mut opt, 900);
-    let worst = max_difference(&ours.varmap, &theirs.varmap);
-    assert!(worst < 1e-6, "largest difference {worst}");
+    let mut worst = 0f32;
+    for _ in 0..900 {
+        train(&theirs, &mut reference, 1);
+        train(&ours, &mut opt, 1);
+        worst = worst.max(max_difference(&ours.varmap, &theirs.varmap));
+        copy_vars(&ours.varmap, &theirs.varmap);
+    }
+    assert!(worst < 1e-6, "largest difference in one step {worst}");
+}
 
-    // The decay mask, asked for, is the one difference: the biases are no longer decayed.
+#[test]
+fn the_decay_mask_asked_for_is_the_one_difference() {
     let (masked, theirs) = (setup(), setup());
-    copy_vars(&masked.varmap, &theirs.varmap);
     let mut reference = candle_nn::AdamW::new(theirs.varmap.all_vars(), ParamsAdamW::default()).unwrap();
     let config = OptimConfig {
         decay_all: false,
@@ -104,5 +122,6 @@ fn adamw_matches_candle_nn_after_900_steps() {
     let mut opt = VarOptimizer::from_varmap(&masked.varmap, config).unwrap();
     train(&theirs, &mut reference, 900);
     train(&masked, &mut opt, 900);
-    assert!(max_difference(&masked.varmap, &theirs.varmap) > 1e-5);
+    let worst = max_difference(&masked.varmap, &theirs.varmap);
+    assert!(worst > 1e-3, "the undecayed biases moved only {worst}");
 }
