@@ -8,14 +8,14 @@
 //!     10     1  rule code (Rule::code: fixed numbers, never positions in a list)
 //!     11     1  state dtype (0 f32, 1 f16, 2 bf16, 3 q8)
 //!     12     1  state slots per element
-//!     13     1  SWATS phase (0 adaptive, 1 SGD)
+//!     13     1  phase (0 first, 1 second: SWATS's adaptive and SGD phases)
 //!     14     2  reserved, 0
 //!     16     8  step t
-//!     24     8  SWATS SGD learning rate (f64 bits; 0 before the switch)
+//!     24     8  second phase's rate η' (f64 bits; 0 before the switch: SWATS's SGD rate)
 //!     32     4  tensor count
 //! per tensor:
 //!              8  element count d
-//!              4  SWATS Λ (f32 bits)
+//!              4  the phase switch's running value (f32 bits: SWATS's Λ)
 //!       slots·d·w  state slots, each element little-endian (w = 2 or 4 bytes); q8: slots·⌈d/256⌉
 //!                  blocks of 260 bytes (the f32 scale, then 256 codes; crate::q8)
 //! version 3 only (a calibrated τ, `Config::tau_calibration`):
@@ -139,7 +139,8 @@ impl Optimizer {
         }
     }
 
-    /// Writes the step counter, SWATS phase, a calibrated τ and every tensor's state to `sink`.
+    /// Writes the step counter, the rule's phase, a calibrated τ and every tensor's state to
+    /// `sink`.
     pub fn save_state<S: StateStorage, W: ByteSink>(
         &self,
         tensors: &[TensorState<'_, S>],
@@ -202,7 +203,7 @@ impl Optimizer {
         bytes: &[u8],
         tensors: &mut [TensorStateMut<'_, S>],
     ) -> Result<(), Error> {
-        let (step, swats_lr, calibration_at) = self.check_state(bytes, tensors)?;
+        let (step, phase_lr, calibration_at) = self.check_state(bytes, tensors)?;
         let width = S::ITEM_BYTES;
         let mut at = HEADER;
         for t in tensors.iter_mut() {
@@ -220,7 +221,7 @@ impl Optimizer {
                 window.add_to(b, read_u32(chunk, 0));
             }
         }
-        self.restore(step, swats_lr, tau, window);
+        self.restore(step, phase_lr, tau, window);
         Ok(())
     }
 
@@ -302,13 +303,14 @@ impl Optimizer {
         }
         let step = read_u64(bytes, 16).ok_or(Truncated)?;
         let lr_bits = read_u64(bytes, 24).ok_or(Truncated)?;
-        // Only SWATS has a second phase; its rate is what the switch test produced (> 0).
-        // Anything else could not have been saved, so loading it could not save it back.
-        let swats_lr = match (bytes[13], rule) {
-            (0, _) if lr_bits == 0 => None,
-            (1, Rule::Swats) if f64::from_bits(lr_bits) > 0.0 && f64::from_bits(lr_bits).is_finite() => {
-                Some(f64::from_bits(lr_bits))
-            }
+        // Only a rule with a phase switch has a second phase; its rate is what the test
+        // produced (> 0). Anything else could not have been saved, so loading it could not save
+        // it back.
+        let lr = f64::from_bits(lr_bits);
+        let switches = rule.spec().phase_switch().is_some();
+        let phase_lr = match bytes[13] {
+            0 if lr_bits == 0 => None,
+            1 if switches && lr > 0.0 && lr.is_finite() => Some(lr),
             _ => return Err(Corrupt.into()),
         };
         if bytes[14] != 0 || bytes[15] != 0 {
@@ -321,7 +323,7 @@ impl Optimizer {
             // A calibrated τ is a power of two in [2^-126, 1] (0 before the first calibration).
             return Err(Corrupt.into());
         }
-        Ok((step, swats_lr, (calibration != 0).then_some(calibration_at)))
+        Ok((step, phase_lr, (calibration != 0).then_some(calibration_at)))
     }
 }
 

@@ -87,7 +87,7 @@ impl<const REFERENCE: bool> Run<REFERENCE> {
 pub(crate) struct KernelChoice<'c> {
     pub config: &'c Config,
     pub scalars: &'c StepScalars,
-    pub swats_in_sgd_phase: bool,
+    pub second_phase: bool,
     pub branch: u8,
 }
 
@@ -118,7 +118,7 @@ pub(crate) fn dispatch<F: RuleSet, const REFERENCE: bool, P: Storage, G: Storage
     let KernelChoice {
         config,
         scalars,
-        swats_in_sgd_phase,
+        second_phase,
         branch,
     } = choice;
     // A set of one kernel runs it for every rule it admits, and the step refused the others:
@@ -126,7 +126,7 @@ pub(crate) fn dispatch<F: RuleSet, const REFERENCE: bool, P: Storage, G: Storage
     let kernel = if F::KERNELS.is_power_of_two() {
         ElementKernel::ALL[F::KERNELS.trailing_zeros() as usize]
     } else {
-        config.kernel(swats_in_sgd_phase)
+        config.kernel(second_phase)
     };
     with_kernel::<F, _>(
         kernel,

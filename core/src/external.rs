@@ -10,7 +10,7 @@ use crate::reduce::RhoOver;
 use crate::step::Step;
 
 use crate::rules::only::RuleSet;
-use crate::rules::{Rule, Switch};
+use crate::rules::Switch;
 use crate::tensor::{Group, StepReport, TensorAux};
 
 /// What a backend that updates the tensors itself (CUDA) tells [`Step::finish_external`].
@@ -68,43 +68,45 @@ impl<F: RuleSet> Step<'_, F> {
     }
 
     /// Ends a step whose tensors a backend updated itself, with [`Step::scalars`]: counts it
-    /// unless skipped, and reports it as [`Updates::finish`](crate::Updates::finish) would. SWATS in its Adam phase, whose
-    /// switch test needs the step's dot products, finishes with [`Step::finish_external_swats`].
+    /// unless skipped, and reports it as [`Updates::finish`](crate::Updates::finish) would. A
+    /// rule before its phase switch (SWATS in its Adam phase), whose test needs the step's dot
+    /// products, finishes with [`Step::finish_external_swats`].
     pub fn finish_external(self, outcome: Outcome) -> Result<StepReport, Error> {
-        if self.opt.config.rule == Rule::Swats && self.opt.swats_sgd_lr.is_none() {
+        if self.opt.config.rule.spec().phase_switch().is_some() && self.opt.phase_lr.is_none() {
             return Err(Error::NotForRule {
-                name: "finish_external in its Adam phase",
-                rule: "swats",
+                name: "finish_external before its phase switch",
+                rule: self.opt.config.name(),
                 hint: "finish with Step::finish_external_swats and the step's dot products",
             });
         }
         self.finish_outcome(outcome)
     }
 
-    /// [`Step::finish_external`] for SWATS: runs the switch test of every tensor of the model,
-    /// in order, on its exact dot products (as the core's own update does; tensors are not
-    /// read in the SGD phase or on a skipped step), and switches the model when one asks.
+    /// [`Step::finish_external`] for a rule with a phase switch (SWATS): runs the switch test of
+    /// every tensor of the model, in order, on its exact dot products (as the core's own update
+    /// does; tensors are not read in the second phase or on a skipped step), and switches the
+    /// model when one asks.
     pub fn finish_external_swats(
         mut self,
         outcome: Outcome,
         tensors: &mut [SwatsDots<'_>],
     ) -> Result<StepReport, Error> {
-        if self.opt.config.rule != Rule::Swats {
+        if self.opt.config.rule.spec().phase_switch().is_none() {
             return Err(Error::NotForRule {
-                name: "SWATS switch test",
+                name: "a phase switch's test",
                 rule: self.opt.config.name(),
                 hint: "finish with Step::finish_external",
             });
         }
-        if !outcome.skipped && self.opt.swats_sgd_lr.is_none() {
+        if !outcome.skipped && self.opt.phase_lr.is_none() {
             for t in tensors.iter_mut() {
-                self.swats_test(t.aux, t.group, t.step_sq, t.step_grad);
+                self.switch_test(t.aux, t.group, t.step_sq, t.step_grad);
             }
         }
         self.finish_outcome(outcome)
     }
 
-    fn finish_outcome(self, outcome: Outcome) -> Result<StepReport, Error> {
+    fn finish_outcome(mut self, outcome: Outcome) -> Result<StepReport, Error> {
         if outcome.skipped {
             return Ok(StepReport::skipped(self.t - 1));
         }
@@ -122,10 +124,7 @@ impl<F: RuleSet> Step<'_, F> {
         };
         report.home_elements = outcome.home_elements;
         report.nonfinite_applied = outcome.nonfinite_applied;
-        if let Some(lr) = self.next_swats_lr {
-            self.opt.swats_sgd_lr = Some(lr);
-            report.swats_switched = true;
-        }
+        self.switch_phase(&mut report);
         if !self.calibrated {
             self.opt.decisions.pending = outcome.decisions;
         }

@@ -1,4 +1,4 @@
-//! The optimizer: a validated config and the model-wide state (the step counter, SWATS's phase,
+//! The optimizer: a validated config and the model-wide state (the step counter, the rule's phase,
 //! a calibrated τ, the global rule's bound), with [`Optimizer::step`], the whole step in one
 //! call, and [`Optimizer::begin`], the same step in phases ([`crate::Step`], `step.rs`).
 
@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::state::StateStorage;
 
 /// An optimizer: a validated [`Config`] plus the model-wide state (the step counter t, the
-/// SWATS phase, a calibrated τ and its histogram). Per-tensor state lives in the caller's
+/// rule's phase, a calibrated τ and its histogram). Per-tensor state lives in the caller's
 /// slices ([`crate::Tensor::state`]).
 ///
 /// ```
@@ -41,7 +41,9 @@ use crate::state::StateStorage;
 pub struct Optimizer {
     pub(crate) config: Config,
     pub(crate) step: u64,
-    pub(crate) swats_sgd_lr: Option<f64>,
+    /// The rate η' of the rule's second phase once the model switched
+    /// ([`crate::rules::spec::PhaseSwitch`]).
+    pub(crate) phase_lr: Option<f64>,
     /// The τ last calibrated (`None` before the first calibration, or without one).
     pub(crate) calibrated_tau: Option<f32>,
     /// Global and per-layer rules with a calibrated τ: the decision values since the last
@@ -106,7 +108,7 @@ impl Optimizer {
         Ok(Optimizer {
             config,
             step: 0,
-            swats_sgd_lr: None,
+            phase_lr: None,
             calibrated_tau: None,
             window: Histogram::new(),
             decisions: Decisions::default(),
@@ -123,9 +125,10 @@ impl Optimizer {
         self.step
     }
 
-    /// SWATS: the SGD-phase learning rate once switched.
+    /// The rate η' of the rule's second phase once the model switched: SWATS's SGD-phase
+    /// learning rate.
     pub fn swats_sgd_lr(&self) -> Option<f64> {
-        self.swats_sgd_lr
+        self.phase_lr
     }
 
     /// The τ of the next step: the calibrated τ once calibrated, else `Config::tau`.
@@ -196,12 +199,12 @@ impl Optimizer {
     pub(crate) fn restore(
         &mut self,
         step: u64,
-        swats_sgd_lr: Option<f64>,
+        phase_lr: Option<f64>,
         calibrated_tau: Option<f32>,
         window: Histogram,
     ) {
         self.step = step;
-        self.swats_sgd_lr = swats_sgd_lr;
+        self.phase_lr = phase_lr;
         self.calibrated_tau = calibrated_tau;
         self.window = window;
         self.decisions.bound = None;

@@ -26,7 +26,7 @@ use crate::knobs::knob_table;
 macro_rules! step_scalars {
     (@ [$($knobs:tt)*]) => {
         scalars_struct! {
-            /// η.
+            /// η (η' in a rule's second phase: [`crate::rules::spec::PhaseSwitch`]).
             lr: f32 "float",
             /// 1 − β1.
             one_minus_beta1: f32 "float",
@@ -52,8 +52,6 @@ macro_rules! step_scalars {
             rect_lr: f32 "float",
             /// SWATS Adam-phase step: η √bc2 / bc1; 0 for the other rules.
             swats_step: f32 "float",
-            /// SWATS SGD-phase learning rate.
-            swats_lr: f32 "float",
             /// 1 on step 1, else 0 (SGD momentum starts with b₁ = d).
             first_step: u32 "ha_u32",
             /// 1 when MIAdam is in its integration phase (t ≤ switch_step).

@@ -22,7 +22,6 @@
 use crate::calibration::Histogram;
 use crate::error::Error;
 use crate::rules::only::RuleSet;
-use crate::rules::Rule;
 use crate::simd::Isa;
 use crate::state::StateStorage;
 use crate::step::{Step, Updates};
@@ -83,11 +82,12 @@ impl<F: RuleSet> Step<'_, F> {
     }
 
     fn check_sharded(&self) -> Result<(), Error> {
-        if self.opt.config.rule == Rule::Swats {
+        let config = &self.opt.config;
+        if let Some(switch) = config.rule.spec().phase_switch() {
             return Err(Error::NotForRule {
                 name: "a step sharded across processes",
-                rule: "swats",
-                hint: "SWATS's switch test reads every tensor's dot products in the model's order",
+                rule: config.name(),
+                hint: switch.unsharded,
             });
         }
         if !self.exact {

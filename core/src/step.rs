@@ -21,8 +21,8 @@ use crate::rules::homeadam::{
     branch, goes_home, home_calibration_pass, home_first_pass, home_first_pass_with, links_switch,
 };
 use crate::rules::only::{All, RuleSet};
-use crate::rules::swats;
-use crate::rules::{Rule, Switch};
+use crate::rules::spec::{Dots, SwitchInputs};
+use crate::rules::Switch;
 use crate::scalars::{powi_by_squaring, StepScalars};
 use crate::simd::{Convert, Isa, Simd, WithConvert};
 use crate::state::StateStorage;
@@ -169,7 +169,7 @@ impl Optimizer {
         let calibrates = links_home::<F>()
             && config.rule.switch().is_some()
             && config.tau_calibration.is_some_and(|c| c.calibrates_at(t));
-        let scalars = StepScalars::new(&config, t, grad_scale, self.swats_sgd_lr);
+        let scalars = StepScalars::new(&config, t, grad_scale, self.phase_lr);
         // With `rho_over: active` a newly active element can undercut u; a step that sets τ
         // needs ρ_t before any update.
         let bounded = links_switch::<F>(Some(Switch::Global)) && config.keeps_rho_bound();
@@ -180,8 +180,8 @@ impl Optimizer {
         }
         Ok(Step {
             scalars,
-            // SWATS's switch test works in f64.
-            swats_bc2: if F::admits(Rule::Swats) && config.rule == Rule::Swats {
+            // The phase switch's test works in f64.
+            switch_bc2: if F::PHASE_SWITCH && config.rule.spec().phase_switch().is_some() {
                 1.0 - powi_by_squaring(config.beta2, t)
             } else {
                 0.0
@@ -205,7 +205,7 @@ impl Optimizer {
             calibrated: false,
             new_tau: None,
             report: StepReport::applied(t),
-            next_swats_lr: None,
+            next_phase_lr: None,
             #[cfg(feature = "std")]
             threads: 1,
             rules: PhantomData,
@@ -221,8 +221,8 @@ pub struct Step<'o, F: RuleSet = All> {
     pub(crate) t: u64,
     pub(crate) grad_scale: f64,
     pub(crate) scalars: StepScalars,
-    /// SWATS: 1 − β2^t in `f64`, for its switch test (0 for the other rules).
-    pub(crate) swats_bc2: f64,
+    /// A rule with a phase switch: 1 − β2^t in `f64`, for its test (0 for the other rules).
+    pub(crate) switch_bc2: f64,
     pub(crate) finite: bool,
     pub(crate) checked: usize,
     pub(crate) updated: usize,
@@ -249,7 +249,8 @@ pub struct Step<'o, F: RuleSet = All> {
     /// The τ this step calibrated (`None` without values to calibrate on).
     pub(crate) new_tau: Option<f32>,
     pub(crate) report: StepReport,
-    pub(crate) next_swats_lr: Option<f64>,
+    /// The second phase's rate η' that this step's switch test asked for.
+    pub(crate) next_phase_lr: Option<f64>,
     #[cfg(feature = "std")]
     pub(crate) threads: usize,
     pub(crate) rules: PhantomData<F>,
@@ -294,7 +295,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
             return self.scalars;
         }
         let c = &self.opt.config;
-        let mut s = StepScalars::for_group(c, group, self.t, self.grad_scale, self.opt.swats_sgd_lr);
+        let mut s = StepScalars::for_group(c, group, self.t, self.grad_scale, self.opt.phase_lr);
         s.tau = self.scalars.tau;
         s
     }
@@ -498,7 +499,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
     }
 
     /// [`Updates::finish`].
-    fn finish(self) -> Result<StepReport, Error> {
+    fn finish(mut self) -> Result<StepReport, Error> {
         if !self.finite {
             // Nothing was written: the bound still holds.
             self.opt.decisions.bound = self.bound;
@@ -517,10 +518,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
             opt.decisions.exact += 1;
         }
         let mut report = self.report;
-        if let Some(lr) = self.next_swats_lr {
-            self.opt.swats_sgd_lr = Some(lr);
-            report.swats_switched = true;
-        }
+        self.switch_phase(&mut report);
         report.rho = self.has_rho.then_some(self.rho);
         report.rho_active = self
             .first_pass_ran()
@@ -552,8 +550,9 @@ impl<'o, F: RuleSet> Step<'o, F> {
         Ok(report)
     }
 
-    /// SWATS's switch test of one tensor after its Adam-phase step.
-    pub(crate) fn swats_test(
+    /// The phase switch's test of one tensor after its first-phase step
+    /// ([`crate::rules::spec::PhaseSwitch`]); nothing for a rule without one.
+    pub(crate) fn switch_test(
         &mut self,
         aux: &mut TensorAux,
         group: Group,
@@ -561,19 +560,31 @@ impl<'o, F: RuleSet> Step<'o, F> {
         step_grad: &ExactSum,
     ) {
         let config = &self.opt.config;
-        let asks = swats::switch_test(
-            &mut aux.swats_lambda,
-            step_sq.to_f64(),
-            step_grad.to_f64(),
-            self.t,
-            config.beta2,
-            self.swats_bc2,
-            config.eps,
-        );
-        // Λ/bc2 estimates the rate of this tensor's steps, η'·lr_scale: the model's SGD phase
-        // runs at η' scaled again per group.
-        let base = asks.map(|lr| lr / group.lr_scale);
-        self.next_swats_lr = base.or(self.next_swats_lr);
+        let Some(switch) = config.rule.spec().phase_switch() else {
+            return;
+        };
+        let dots = Dots {
+            step_sq: step_sq.to_f64(),
+            step_grad: step_grad.to_f64(),
+        };
+        let at = SwitchInputs {
+            t: self.t,
+            beta2: config.beta2,
+            bc2: self.switch_bc2,
+            eps: config.eps,
+        };
+        // The test estimates the rate of this tensor's steps, η'·lr_scale: the model's second
+        // phase runs at η' scaled again per group.
+        let base = (switch.test)(&mut aux.swats_lambda, dots, &at).map(|lr| lr / group.lr_scale);
+        self.next_phase_lr = base.or(self.next_phase_lr);
+    }
+
+    /// Switches the model to its rule's second phase where this step's test asked for it.
+    pub(crate) fn switch_phase(&mut self, report: &mut StepReport) {
+        if let Some(lr) = self.next_phase_lr {
+            self.opt.phase_lr = Some(lr);
+            report.swats_switched = true;
+        }
     }
 
     /// Lengths, state type and groups of `tensors`, numbered from `first`.
@@ -640,7 +651,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
             self.updated += tensors.len();
             return Ok(());
         }
-        let swats_sgd = self.opt.swats_sgd_lr.is_some();
+        let second_phase = self.opt.phase_lr.is_some();
         let first_key = first_key.unwrap_or(self.updated as u64);
         let (mut group, mut scalars) = (Group::DEFAULT, self.scalars);
         for (k, tensor) in tensors.iter_mut().enumerate() {
@@ -673,7 +684,7 @@ impl<'o, F: RuleSet> Step<'o, F> {
             let choice = KernelChoice {
                 config: &config,
                 scalars: &scalars,
-                swats_in_sgd_phase: swats_sgd,
+                second_phase,
                 branch,
             };
             #[cfg(feature = "std")]
@@ -714,8 +725,8 @@ impl<'o, F: RuleSet> Step<'o, F> {
             }
             self.report.home_elements += result.home as u64;
             self.report.nonfinite_applied |= result.nonfinite;
-            if F::admits(Rule::Swats) && config.rule == Rule::Swats && !swats_sgd {
-                self.swats_test(tensor.aux, group, &result.step_sq, &result.step_grad);
+            if F::PHASE_SWITCH && !second_phase {
+                self.switch_test(tensor.aux, group, &result.step_sq, &result.step_grad);
             }
         }
         Ok(())

@@ -14,10 +14,10 @@
 #define HA_SWITCH_LAYER 2u
 #define HA_SWITCH_SRF 3u
 #define HA_SWITCH_SHIFT 8
-#define HA_SCALARS_FIELDS float lr; float one_minus_beta1; float one_minus_beta2; float decay; float bc2; float sqrt_bc2; float lr_over_bc1; float momentum; float one_minus_dampening; float inv_grad_scale; float lr2_over_bc1; float rect_lr; float swats_step; float swats_lr; ha_u32 first_step; ha_u32 mi_phase; ha_u32 rect_mode; float home_lr_over_bc1; float beta1; float beta2; float eps; float weight_decay; float tau; float kappa;
-#define HA_SCALARS_OFFSETS(X) X(lr, 0) X(one_minus_beta1, 4) X(one_minus_beta2, 8) X(decay, 12) X(bc2, 16) X(sqrt_bc2, 20) X(lr_over_bc1, 24) X(momentum, 28) X(one_minus_dampening, 32) X(inv_grad_scale, 36) X(lr2_over_bc1, 40) X(rect_lr, 44) X(swats_step, 48) X(swats_lr, 52) X(first_step, 56) X(mi_phase, 60) X(rect_mode, 64) X(home_lr_over_bc1, 68) X(beta1, 72) X(beta2, 76) X(eps, 80) X(weight_decay, 84) X(tau, 88) X(kappa, 92)
+#define HA_SCALARS_FIELDS float lr; float one_minus_beta1; float one_minus_beta2; float decay; float bc2; float sqrt_bc2; float lr_over_bc1; float momentum; float one_minus_dampening; float inv_grad_scale; float lr2_over_bc1; float rect_lr; float swats_step; ha_u32 first_step; ha_u32 mi_phase; ha_u32 rect_mode; float home_lr_over_bc1; float beta1; float beta2; float eps; float weight_decay; float tau; float kappa;
+#define HA_SCALARS_OFFSETS(X) X(lr, 0) X(one_minus_beta1, 4) X(one_minus_beta2, 8) X(decay, 12) X(bc2, 16) X(sqrt_bc2, 20) X(lr_over_bc1, 24) X(momentum, 28) X(one_minus_dampening, 32) X(inv_grad_scale, 36) X(lr2_over_bc1, 40) X(rect_lr, 44) X(swats_step, 48) X(first_step, 52) X(mi_phase, 56) X(rect_mode, 60) X(home_lr_over_bc1, 64) X(beta1, 68) X(beta2, 72) X(eps, 76) X(weight_decay, 80) X(tau, 84) X(kappa, 88)
 #define HA_BUCKETS 128u
-#define HA_SIZE_SCALARS 96
+#define HA_SIZE_SCALARS 92
 #define HA_SIZE_TENSOR 64
 #define HA_SIZE_STATUS 48
 #define HA_SIZE_Q8 260

@@ -285,7 +285,7 @@ HA_FN HaElem ha_swats_sgd(const HaScalars& s, ha_u32 flags, int, float p, float 
     st[2] = b;
     float update = b * s.one_minus_beta1;
     if (flags & HA_NESTEROV) update = update + s.beta1 * b;
-    return ha_elem(p - s.swats_lr * update);
+    return ha_elem(p - s.lr * update);
 }
 
 // MIAdam1: t ≤ switch_step: b = κ b + m, θ − (η²/bc1) b / d; else θ − (η/bc1) m / d.

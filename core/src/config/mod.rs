@@ -273,8 +273,9 @@ impl Config {
     }
 
     /// Checks `group` for this config: its η scale and the config it steps with
-    /// ([`Config::for_group`]), and refuses a group β2 (or SWATS's ε) where one value must hold
-    /// for the whole model (see [`Group`]).
+    /// ([`Config::for_group`]), and refuses a group β2 (or what the rule's spec lists,
+    /// [`crate::rules::spec::Spec::model_wide`]) where one value must hold for the whole model
+    /// (see [`Group`]).
     pub fn check_group(&self, group: Group) -> Result<(), Error> {
         check(group.lr_scale, "lr_scale", "a finite value >= 0", |x| x >= 0.0)?;
         let first_pass = matches!(self.rule.switch(), Some(Switch::Global | Switch::Layer))
@@ -318,9 +319,9 @@ impl Config {
         }
     }
 
-    /// The element kernel a step of this config runs ([`crate::rules::spec::Kernels`]); SWATS
-    /// after its switch to SGD when `swats_sgd_phase`.
-    pub const fn kernel(&self, swats_sgd_phase: bool) -> ElementKernel {
+    /// The element kernel a step of this config runs ([`crate::rules::spec::Kernels`]); that of
+    /// the rule's second phase when `second_phase` (SWATS after its switch to SGD).
+    pub const fn kernel(&self, second_phase: bool) -> ElementKernel {
         match self.rule.spec().kernels {
             Kernels::One(k) => k,
             Kernels::ByLastSlot(without, with) => {
@@ -330,11 +331,11 @@ impl Config {
                     without
                 }
             }
-            Kernels::ByPhase(adaptive, sgd) => {
-                if swats_sgd_phase {
-                    sgd
+            Kernels::ByPhase(first, second, _) => {
+                if second_phase {
+                    second
                 } else {
-                    adaptive
+                    first
                 }
             }
         }
@@ -480,8 +481,8 @@ impl Config {
 
 impl StepScalars {
     /// The scalars of step `t` (≥ 1) for `config`, with gradient scale `grad_scale` and, where
-    /// the rule's phase replaces η (SWATS after its switch to SGD), that phase's rate
-    /// `phase_lr`: the shared ones here, the rule's own from its spec's hook
+    /// the rule's second phase replaces η ([`crate::rules::spec::PhaseSwitch`]), that phase's
+    /// rate `phase_lr`: the shared ones here, the rule's own from its spec's hook
     /// ([`crate::rules::spec::Spec::scalars`]), the per-step knobs from the knob table.
     pub fn new(config: &Config, t: u64, grad_scale: f64, phase_lr: Option<f64>) -> Self {
         let beta1 = config.beta1;
@@ -511,7 +512,6 @@ impl StepScalars {
             momentum: config.momentum as f32,
             one_minus_dampening: (1.0 - config.dampening) as f32,
             inv_grad_scale: (1.0 / grad_scale) as f32,
-            swats_lr: lr as f32,
             first_step: (t == 1) as u32,
             mi_phase: (t <= config.switch_step) as u32,
             home_lr_over_bc1: (lr * config.home_lr_scale / bc1) as f32,

@@ -35,6 +35,9 @@ pub trait RuleSet: sealed::Sealed {
     /// The element kernels the rules run ([`crate::rules::ElementKernel::bit`]).
     const KERNELS: u32 = kernels_of(Self::RULES);
 
+    /// Whether a rule of the set switches to a second phase ([`crate::rules::spec::PhaseSwitch`]).
+    const PHASE_SWITCH: bool = switches(Self::RULES);
+
     /// Whether a step of `rule` may run (a constant wherever `rule` is one).
     #[inline(always)]
     fn admits(rule: Rule) -> bool {
@@ -51,6 +54,17 @@ const fn kernels_of(rules: u32) -> u32 {
         k += 1;
     }
     mask
+}
+
+const fn switches(rules: u32) -> bool {
+    let mut k = 0;
+    while k < ALL_RULES.len() {
+        if rules >> k & 1 == 1 && ALL_RULES[k].spec().phase_switch().is_some() {
+            return true;
+        }
+        k += 1;
+    }
+    false
 }
 
 mod sealed {

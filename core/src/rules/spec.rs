@@ -32,16 +32,16 @@ pub enum LastSlot {
     WithAmsgrad,
 }
 
-/// The element kernels a rule runs ([`ElementKernel`]), chosen by its config and, for SWATS,
-/// by its phase.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The element kernels a rule runs ([`ElementKernel`]), chosen by its config and, for a rule
+/// with a second phase, by its phase.
+#[derive(Clone, Copy, Debug)]
 pub enum Kernels {
     /// One kernel for every config.
     One(ElementKernel),
     /// The first without the optional last slot ([`LastSlot`]), the second with it.
     ByLastSlot(ElementKernel, ElementKernel),
-    /// The first in the adaptive phase, the second after the switch to SGD (SWATS).
-    ByPhase(ElementKernel, ElementKernel),
+    /// The first in the first phase, the second once the model switched ([`PhaseSwitch`]).
+    ByPhase(ElementKernel, ElementKernel, PhaseSwitch),
 }
 
 impl Kernels {
@@ -49,9 +49,47 @@ impl Kernels {
     pub const fn mask(self) -> u32 {
         match self {
             Kernels::One(k) => k.bit(),
-            Kernels::ByLastSlot(a, b) | Kernels::ByPhase(a, b) => a.bit() | b.bit(),
+            Kernels::ByLastSlot(a, b) | Kernels::ByPhase(a, b, _) => a.bit() | b.bit(),
         }
     }
+}
+
+/// How the whole model switches once to a rule's second phase (SWATS's SGD): after each
+/// first-phase step, every tensor in the model's order runs [`PhaseSwitch::test`] on the dot
+/// products of its step p = θ_t − θ_{t−1} with itself and with the gradient g, summed exactly;
+/// the last tensor that asks sets the second phase's rate η', and the next step runs the
+/// second kernel at η' in place of η. The optimizer keeps η' (and saves it); each tensor keeps
+/// the test's running value ([`crate::TensorAux::swats_lambda`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PhaseSwitch {
+    /// One tensor's test: updates its running value from pᵀp and pᵀg and returns η'·lr_scale
+    /// when the tensor asks for the switch.
+    pub test: fn(&mut f32, Dots, &SwitchInputs) -> Option<f64>,
+    /// Why a step sharded across processes refuses the rule.
+    pub unsharded: &'static str,
+}
+
+/// A tensor's dot products for [`PhaseSwitch::test`], each rounded once to `f64`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Dots {
+    /// pᵀp.
+    pub step_sq: f64,
+    /// pᵀg.
+    pub step_grad: f64,
+}
+
+/// The model-wide values [`PhaseSwitch::test`] reads, in `f64` (β2 and ε hold for the whole
+/// model: a rule with a switch lists them in [`Spec::model_wide`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SwitchInputs {
+    /// The step t ≥ 1.
+    pub t: u64,
+    /// β2.
+    pub beta2: f64,
+    /// bc2 = 1 − β2^t.
+    pub bc2: f64,
+    /// ε.
+    pub eps: f64,
 }
 
 /// The hyper-parameters besides η, the rounding and its seed (which every rule reads) that a
@@ -130,6 +168,16 @@ pub struct Spec {
     /// The group overrides it refuses, as bits of [`reads`] (β2, ε), each with why one value
     /// must hold for the whole model.
     pub model_wide: &'static [(u32, &'static str)],
+}
+
+impl Spec {
+    /// The rule's switch to a second phase, if it has one.
+    pub const fn phase_switch(&self) -> Option<PhaseSwitch> {
+        match self.kernels {
+            Kernels::ByPhase(_, _, switch) => Some(switch),
+            _ => None,
+        }
+    }
 }
 
 /// What a rule's per-step hook ([`Spec::scalars`]) reads: the step's values, in `f64`.

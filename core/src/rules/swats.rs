@@ -21,7 +21,10 @@
 
 use crate::kernel::{Elem, Kernel, Options};
 use crate::math::sqrt;
-use crate::rules::spec::{reads, Decay, Defaults, Kernels, LastSlot, Spec, StepInputs, ONE_BETA2, TORCH};
+use crate::rules::spec::{
+    reads, Decay, Defaults, Dots, Kernels, LastSlot, PhaseSwitch, Spec, StepInputs, SwitchInputs, ONE_BETA2,
+    TORCH,
+};
 use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
@@ -34,7 +37,14 @@ pub const SPEC: Spec = Spec {
     decay: Decay::Chosen,
     reads: reads::ADAM | reads::NESTEROV,
     defaults: Defaults { eps: 1e-6, ..TORCH },
-    kernels: Kernels::ByPhase(ElementKernel::SwatsAdam, ElementKernel::SwatsSgd),
+    kernels: Kernels::ByPhase(
+        ElementKernel::SwatsAdam,
+        ElementKernel::SwatsSgd,
+        PhaseSwitch {
+            test: switch_test,
+            unsharded: "SWATS's switch test reads every tensor's dot products in the model's order",
+        },
+    ),
     scalars: step_scalars,
     model_wide: SWATS_MODEL_WIDE,
 };
@@ -49,7 +59,8 @@ const SWATS_MODEL_WIDE: &[(u32, &str)] = &[
 ];
 
 /// The SGD phase's momentum β1 without dampening ([`StepScalars::momentum`]) and the Adam
-/// phase's step size η √bc2 / bc1 ([`StepScalars::swats_step`]).
+/// phase's step size η √bc2 / bc1 ([`StepScalars::swats_step`]). The SGD phase's rate η' is
+/// the step's η ([`StepScalars::lr`]).
 fn step_scalars(i: &StepInputs, s: &mut StepScalars) {
     s.momentum = i.beta1 as f32;
     s.one_minus_dampening = 1.0;
@@ -143,25 +154,18 @@ impl Kernel for SwatsSgd {
         } else {
             update
         };
-        Elem::param(p - s.swats_lr * update)
+        Elem::param(p - s.lr * update)
     }
 }
 
-/// The switch test of one tensor after an Adam-phase step: updates Λ and returns the SGD
-/// learning rate Λ/bc2 when the tensor asks for the switch.
-pub(crate) fn switch_test(
-    lambda: &mut f32,
-    step_sq: f64,
-    step_grad: f64,
-    t: u64,
-    beta2: f64,
-    bc2: f64,
-    eps: f64,
-) -> Option<f64> {
-    if step_grad == 0.0 {
+/// The switch test of one tensor after an Adam-phase step ([`PhaseSwitch::test`]): updates Λ
+/// and returns the SGD learning rate Λ/bc2 when the tensor asks for the switch.
+fn switch_test(lambda: &mut f32, dots: Dots, at: &SwitchInputs) -> Option<f64> {
+    let SwitchInputs { t, beta2, bc2, eps } = *at;
+    if dots.step_grad == 0.0 {
         return None;
     }
-    let gamma = step_sq / -step_grad;
+    let gamma = dots.step_sq / -dots.step_grad;
     let updated = *lambda as f64 + (1.0 - beta2) * (gamma - *lambda as f64);
     *lambda = updated as f32;
     let corrected = *lambda as f64 / bc2;
