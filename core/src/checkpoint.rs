@@ -30,8 +30,6 @@ use crate::calibration::{Histogram, BUCKETS};
 use crate::crc32::Crc32;
 use crate::error::{CheckpointError, Error};
 use crate::format::{MAGIC, VERSION, VERSION_CALIBRATED};
-use crate::optimizer::Optimizer;
-use crate::rules::Rule;
 use crate::state::StateStorage;
 use crate::storage::Dtype;
 use crate::tensor::TensorAux;
@@ -118,212 +116,242 @@ impl<W: ByteSink> Checksummed<'_, W> {
     }
 }
 
-impl Optimizer {
-    /// Bytes [`Optimizer::save_state`] writes for tensors of these sizes and state type `dtype`.
-    pub fn state_bytes(&self, numels: impl IntoIterator<Item = usize>, dtype: Dtype) -> usize {
-        let slots = self.config().state_slots();
-        HEADER
-            + self.calibration_bytes()
-            + 4
-            + numels
-                .into_iter()
-                .map(|d| TENSOR_HEADER + slots * dtype.slot_bytes(d))
-                .sum::<usize>()
-    }
+/// The model-wide fields of the header that the optimizer sets.
+pub(crate) struct Header<'a> {
+    /// [`crate::Rule::code`].
+    pub rule: u8,
+    /// State slots per element.
+    pub slots: usize,
+    /// Steps taken.
+    pub step: u64,
+    /// The second phase's rate η', once switched.
+    pub phase_lr: Option<f64>,
+    /// The calibrated τ (`None` before the first calibration) and the calibration window, for
+    /// a config with a calibrated τ (version 3).
+    pub calibration: Option<(Option<f32>, &'a Histogram)>,
+}
 
-    fn calibration_bytes(&self) -> usize {
-        if self.config().tau_calibration.is_some() {
-            CALIBRATION
-        } else {
-            0
+/// Bytes [`write`] writes for tensors of these sizes, `slots` state slots of type `dtype`, and
+/// the calibration fields when `calibrated`.
+pub(crate) fn state_bytes(
+    slots: usize,
+    calibrated: bool,
+    numels: impl IntoIterator<Item = usize>,
+    dtype: Dtype,
+) -> usize {
+    HEADER
+        + if calibrated { CALIBRATION } else { 0 }
+        + 4
+        + numels
+            .into_iter()
+            .map(|d| TENSOR_HEADER + slots * dtype.slot_bytes(d))
+            .sum::<usize>()
+}
+
+/// Writes `header` and every tensor's state to `sink`, then the checksum.
+pub(crate) fn write<S: StateStorage, W: ByteSink>(
+    header: &Header<'_>,
+    tensors: &[TensorState<'_, S>],
+    sink: &mut W,
+) -> Result<(), Error> {
+    let slots = header.slots;
+    let mut out = Checksummed {
+        sink,
+        crc: Crc32::default(),
+    };
+    let mut bytes = [0u8; HEADER];
+    bytes[..8].copy_from_slice(MAGIC);
+    let version = match header.calibration {
+        None => VERSION,
+        Some(_) => VERSION_CALIBRATED,
+    };
+    bytes[8..10].copy_from_slice(&version.to_le_bytes());
+    bytes[10] = header.rule;
+    bytes[11] = S::DTYPE.code();
+    bytes[12] = slots as u8;
+    bytes[13] = header.phase_lr.is_some() as u8;
+    bytes[16..24].copy_from_slice(&header.step.to_le_bytes());
+    bytes[24..32].copy_from_slice(&header.phase_lr.unwrap_or(0.0).to_bits().to_le_bytes());
+    bytes[32..36].copy_from_slice(&(tensors.len() as u32).to_le_bytes());
+    out.put(&bytes)?;
+    for (k, t) in tensors.iter().enumerate() {
+        if Some(t.state.len()) != slots.checked_mul(S::slot_len(t.numel)) {
+            return Err(Error::StateLength {
+                tensor: k,
+                slots,
+                numel: t.numel,
+                per_slot: S::slot_len(t.numel),
+                actual: t.state.len(),
+            });
+        }
+        out.put(&(t.numel as u64).to_le_bytes())?;
+        out.put(&t.aux.swats_lambda.to_bits().to_le_bytes())?;
+        let mut item = [0u8; crate::q8::BLOCK_BYTES];
+        for x in t.state.iter() {
+            x.write_item(&mut item[..S::ITEM_BYTES]);
+            out.put(&item[..S::ITEM_BYTES])?;
         }
     }
+    if let Some((tau, window)) = &header.calibration {
+        out.put(&tau.map_or(0, f32::to_bits).to_le_bytes())?;
+        for c in window.counts() {
+            out.put(&c.to_le_bytes())?;
+        }
+    }
+    let crc = out.crc.finish();
+    out.sink.write(&crc.to_le_bytes())?;
+    Ok(())
+}
 
-    /// Writes the step counter, the rule's phase, a calibrated τ and every tensor's state to
-    /// `sink`.
-    pub fn save_state<S: StateStorage, W: ByteSink>(
-        &self,
-        tensors: &[TensorState<'_, S>],
-        sink: &mut W,
-    ) -> Result<(), Error> {
-        let slots = self.config().state_slots();
-        let mut out = Checksummed {
-            sink,
-            crc: Crc32::default(),
-        };
-        let mut header = [0u8; HEADER];
-        header[..8].copy_from_slice(MAGIC);
-        let version = match self.calibration_bytes() {
-            0 => VERSION,
-            _ => VERSION_CALIBRATED,
-        };
-        header[8..10].copy_from_slice(&version.to_le_bytes());
-        header[10] = self.config().rule.code();
-        header[11] = S::DTYPE.code();
-        header[12] = slots as u8;
-        header[13] = self.swats_sgd_lr().is_some() as u8;
-        header[16..24].copy_from_slice(&self.step_count().to_le_bytes());
-        header[24..32].copy_from_slice(&self.swats_sgd_lr().unwrap_or(0.0).to_bits().to_le_bytes());
-        header[32..36].copy_from_slice(&(tensors.len() as u32).to_le_bytes());
-        out.put(&header)?;
-        for (k, t) in tensors.iter().enumerate() {
-            if Some(t.state.len()) != slots.checked_mul(S::slot_len(t.numel)) {
-                return Err(Error::StateLength {
-                    tensor: k,
-                    slots,
-                    numel: t.numel,
-                    per_slot: S::slot_len(t.numel),
-                    actual: t.state.len(),
-                });
-            }
-            out.put(&(t.numel as u64).to_le_bytes())?;
-            out.put(&t.aux.swats_lambda.to_bits().to_le_bytes())?;
-            let mut item = [0u8; crate::q8::BLOCK_BYTES];
-            for x in t.state.iter() {
-                x.write_item(&mut item[..S::ITEM_BYTES]);
-                out.put(&item[..S::ITEM_BYTES])?;
-            }
+/// Saved bytes whose structure [`parse`] checked: the magic, the version, the stored sizes,
+/// the length and the checksum. What a config accepts of them its caller checks, in the
+/// order of the header's fields, then [`Parsed::values`].
+pub(crate) struct Parsed<'b> {
+    bytes: &'b [u8],
+    /// The rule code.
+    pub rule: u8,
+    /// The state's type.
+    pub dtype: Dtype,
+    /// State slots per element.
+    pub slots: usize,
+    /// The tensor count.
+    pub count: u32,
+    /// Where the calibration fields start (version 3).
+    calibration_at: Option<usize>,
+}
+
+/// The values [`Parsed::values`] read after the sizes: the optimizer's model-wide state.
+pub(crate) struct Values {
+    pub step: u64,
+    pub phase_lr: Option<f64>,
+    pub tau: Option<f32>,
+    pub window: Histogram,
+}
+
+/// Checks the structure of saved bytes: the magic, the version, that the stored sizes add up
+/// to the length (a truncated file told apart from a corrupt one) and the checksum.
+pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed<'_>, CheckpointError> {
+    use CheckpointError::*;
+    if bytes.len() < MAGIC.len() || &bytes[..8] != MAGIC {
+        return Err(BadMagic);
+    }
+    if bytes.len() < HEADER + 4 {
+        return Err(Truncated);
+    }
+    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    let calibration = match version {
+        VERSION => 0,
+        VERSION_CALIBRATED => CALIBRATION,
+        _ => return Err(UnsupportedVersion(version)),
+    };
+    let count = read_u32(bytes, 32);
+    let dtype = Dtype::from_code(bytes[11]).ok_or(Corrupt)?;
+    let slots = bytes[12] as usize;
+    let mut at = HEADER;
+    for _ in 0..count {
+        let numel = read_u64(bytes, at).ok_or(Truncated)?;
+        let body = usize::try_from(numel)
+            .ok()
+            .and_then(|n| dtype.checked_slot_bytes(n))
+            .and_then(|b| b.checked_mul(slots))
+            .and_then(|b| b.checked_add(TENSOR_HEADER))
+            .ok_or(Corrupt)?;
+        at = at.checked_add(body).ok_or(Corrupt)?;
+        if at > bytes.len() {
+            return Err(Truncated);
         }
-        if self.calibration_bytes() != 0 {
-            let tau = self.calibrated_tau().map_or(0, f32::to_bits);
-            out.put(&tau.to_le_bytes())?;
-            for c in self.calibration_window().counts() {
-                out.put(&c.to_le_bytes())?;
-            }
-        }
-        let crc = out.crc.finish();
-        out.sink.write(&crc.to_le_bytes())?;
-        Ok(())
+    }
+    let calibration_at = at;
+    at += calibration;
+    let end = at + 4;
+    if end > bytes.len() {
+        return Err(Truncated);
+    }
+    if end < bytes.len() {
+        return Err(TrailingBytes);
+    }
+    let mut crc = Crc32::default();
+    crc.update(&bytes[..at]);
+    if crc.finish() != read_u32(bytes, at) {
+        return Err(ChecksumMismatch);
+    }
+    Ok(Parsed {
+        bytes,
+        rule: bytes[10],
+        dtype,
+        slots,
+        count,
+        calibration_at: (calibration != 0).then_some(calibration_at),
+    })
+}
+
+impl Parsed<'_> {
+    /// Whether the bytes hold a calibrated τ (version 3).
+    pub fn calibrated(&self) -> bool {
+        self.calibration_at.is_some()
     }
 
-    /// Reads state saved by [`Optimizer::save_state`] into `tensors`. On any error (corrupt
-    /// bytes, another rule, other sizes) nothing is changed.
-    pub fn load_state<S: StateStorage>(
-        &mut self,
-        bytes: &[u8],
-        tensors: &mut [TensorStateMut<'_, S>],
-    ) -> Result<(), Error> {
-        let (step, phase_lr, calibration_at) = self.check_state(bytes, tensors)?;
-        let width = S::ITEM_BYTES;
+    /// The stored tensors' element counts, in order.
+    pub fn numels(&self) -> impl Iterator<Item = usize> + '_ {
         let mut at = HEADER;
-        for t in tensors.iter_mut() {
-            t.aux.swats_lambda = f32::from_bits(read_u32(bytes, at + 8));
-            at += TENSOR_HEADER;
-            for x in t.state.iter_mut() {
-                *x = S::read_item(&bytes[at..at + width]);
-                at += width;
-            }
+        (0..self.count).map(move |_| {
+            let numel = read_u64(self.bytes, at).unwrap_or(0) as usize;
+            at += TENSOR_HEADER + self.slots * self.dtype.slot_bytes(numel);
+            numel
+        })
+    }
+
+    /// The step, the second phase's rate and the calibration, checked: a rate only in the
+    /// second phase, of a rule that `switches`, and then what a switch test produced (> 0);
+    /// the reserved bytes 0; a calibrated τ a power of two in [2^-126, 1] (0 before the first
+    /// calibration). Anything else could not have been saved, so loading it could not save it
+    /// back.
+    pub fn values(&self, switches: bool) -> Result<Values, CheckpointError> {
+        use CheckpointError::Corrupt;
+        let bytes = self.bytes;
+        let lr_bits = read_u64(bytes, 24).ok_or(CheckpointError::Truncated)?;
+        let lr = f64::from_bits(lr_bits);
+        let phase_lr = match bytes[13] {
+            0 if lr_bits == 0 => None,
+            1 if switches && lr > 0.0 && lr.is_finite() => Some(lr),
+            _ => return Err(Corrupt),
+        };
+        if bytes[14] != 0 || bytes[15] != 0 {
+            return Err(Corrupt);
         }
         let (mut tau, mut window) = (None, Histogram::new());
-        if let Some(at) = calibration_at {
-            tau = Some(f32::from_bits(read_u32(bytes, at))).filter(|&t| t != 0.0);
+        if let Some(at) = self.calibration_at {
+            let stored = f32::from_bits(read_u32(bytes, at));
+            if !(stored == 0.0
+                || (stored.is_normal() && stored.to_bits() & 0x807f_ffff == 0 && stored <= 1.0))
+            {
+                return Err(Corrupt);
+            }
+            tau = Some(stored).filter(|&t| t != 0.0);
             for (b, chunk) in bytes[at + 4..at + CALIBRATION].chunks_exact(4).enumerate() {
                 window.add_to(b, read_u32(chunk, 0));
             }
         }
-        self.restore(step, phase_lr, tau, window);
-        Ok(())
+        Ok(Values {
+            step: read_u64(bytes, 16).ok_or(CheckpointError::Truncated)?,
+            phase_lr,
+            tau,
+            window,
+        })
     }
 
-    fn check_state<S: StateStorage>(
-        &self,
-        bytes: &[u8],
-        tensors: &[TensorStateMut<'_, S>],
-    ) -> Result<(u64, Option<f64>, Option<usize>), Error> {
-        use CheckpointError::*;
-        if bytes.len() < MAGIC.len() || &bytes[..8] != MAGIC {
-            return Err(BadMagic.into());
-        }
-        if bytes.len() < HEADER + 4 {
-            return Err(Truncated.into());
-        }
-        let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-        let calibration = match version {
-            VERSION => 0,
-            VERSION_CALIBRATED => CALIBRATION,
-            _ => return Err(UnsupportedVersion(version).into()),
-        };
-        let slots = self.config().state_slots();
-        let count = read_u32(bytes, 32);
-        let stored_dtype = Dtype::from_code(bytes[11]).ok_or(Corrupt)?;
-        let stored_slots = bytes[12] as usize;
-        // Walk the stored sizes first so a truncated file is told apart from a corrupt one.
+    /// Reads every tensor's state into `tensors`, whose sizes match the stored ones.
+    pub fn read_into<S: StateStorage>(&self, tensors: &mut [TensorStateMut<'_, S>]) {
+        let width = S::ITEM_BYTES;
         let mut at = HEADER;
-        for _ in 0..count {
-            let numel = read_u64(bytes, at).ok_or(Truncated)?;
-            let body = usize::try_from(numel)
-                .ok()
-                .and_then(|n| stored_dtype.checked_slot_bytes(n))
-                .and_then(|b| b.checked_mul(stored_slots))
-                .and_then(|b| b.checked_add(TENSOR_HEADER))
-                .ok_or(Corrupt)?;
-            at = at.checked_add(body).ok_or(Corrupt)?;
-            if at > bytes.len() {
-                return Err(Truncated.into());
+        for t in tensors.iter_mut() {
+            t.aux.swats_lambda = f32::from_bits(read_u32(self.bytes, at + 8));
+            at += TENSOR_HEADER;
+            for x in t.state.iter_mut() {
+                *x = S::read_item(&self.bytes[at..at + width]);
+                at += width;
             }
         }
-        let calibration_at = at;
-        at += calibration;
-        let end = at + 4;
-        if end > bytes.len() {
-            return Err(Truncated.into());
-        }
-        if end < bytes.len() {
-            return Err(TrailingBytes.into());
-        }
-        let mut crc = Crc32::default();
-        crc.update(&bytes[..at]);
-        if crc.finish() != read_u32(bytes, at) {
-            return Err(ChecksumMismatch.into());
-        }
-        let rule = Rule::from_code(bytes[10]).ok_or(Corrupt)?;
-        if rule != self.config().rule || bytes[12] as usize != slots {
-            return Err(RuleMismatch.into());
-        }
-        if stored_dtype != S::DTYPE {
-            return Err(DtypeMismatch.into());
-        }
-        if calibration != self.calibration_bytes() {
-            return Err(CalibrationMismatch.into());
-        }
-        if count as usize != tensors.len() {
-            return Err(TensorCountMismatch {
-                stored: count,
-                given: tensors.len() as u32,
-            }
-            .into());
-        }
-        let mut at = HEADER;
-        for (k, t) in tensors.iter().enumerate() {
-            let numel = read_u64(bytes, at).ok_or(Truncated)? as usize;
-            if numel != t.numel || Some(t.state.len()) != slots.checked_mul(S::slot_len(numel)) {
-                return Err(TensorSizeMismatch { tensor: k as u32 }.into());
-            }
-            at += TENSOR_HEADER + slots * S::DTYPE.slot_bytes(numel);
-        }
-        let step = read_u64(bytes, 16).ok_or(Truncated)?;
-        let lr_bits = read_u64(bytes, 24).ok_or(Truncated)?;
-        // Only a rule with a phase switch has a second phase; its rate is what the test
-        // produced (> 0). Anything else could not have been saved, so loading it could not save
-        // it back.
-        let lr = f64::from_bits(lr_bits);
-        let switches = rule.spec().phase_switch().is_some();
-        let phase_lr = match bytes[13] {
-            0 if lr_bits == 0 => None,
-            1 if switches && lr > 0.0 && lr.is_finite() => Some(lr),
-            _ => return Err(Corrupt.into()),
-        };
-        if bytes[14] != 0 || bytes[15] != 0 {
-            return Err(Corrupt.into());
-        }
-        let tau = f32::from_bits(read_u32(bytes, calibration_at));
-        if calibration != 0
-            && !(tau == 0.0 || (tau.is_normal() && tau.to_bits() & 0x807f_ffff == 0 && tau <= 1.0))
-        {
-            // A calibrated τ is a power of two in [2^-126, 1] (0 before the first calibration).
-            return Err(Corrupt.into());
-        }
-        Ok((step, phase_lr, (calibration != 0).then_some(calibration_at)))
     }
 }
 

@@ -3,9 +3,12 @@
 //! call, and [`Optimizer::begin`], the same step in phases ([`crate::Step`], `step.rs`).
 
 use crate::calibration::Histogram;
+use crate::checkpoint::{self, ByteSink, Header, TensorState, TensorStateMut};
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{CheckpointError, Error};
+use crate::rules::Rule;
 use crate::state::StateStorage;
+use crate::storage::Dtype;
 
 /// An optimizer: a validated [`Config`] plus the model-wide state (the step counter t, the
 /// rule's phase, a calibrated τ and its histogram). Per-tensor state lives in the caller's
@@ -157,10 +160,6 @@ impl Optimizer {
         self.decisions.bound = None;
     }
 
-    pub(crate) fn calibrated_tau(&self) -> Option<f32> {
-        self.calibrated_tau
-    }
-
     /// The config a step runs with: τ as [`Optimizer::tau`].
     pub(crate) fn step_config(&self) -> Config {
         let mut config = self.config;
@@ -195,18 +194,80 @@ impl Optimizer {
     pub fn state_len_of<S: StateStorage>(&self, numel: usize) -> usize {
         self.config.state_slots() * S::slot_len(numel)
     }
+}
 
-    pub(crate) fn restore(
+/// The optimizer's state as bytes (the format of `checkpoint.rs`, DESIGN §10): what a config
+/// writes, and what it accepts back.
+impl Optimizer {
+    /// Bytes [`Optimizer::save_state`] writes for tensors of these sizes and state type `dtype`.
+    pub fn state_bytes(&self, numels: impl IntoIterator<Item = usize>, dtype: Dtype) -> usize {
+        checkpoint::state_bytes(
+            self.config.state_slots(),
+            self.config.tau_calibration.is_some(),
+            numels,
+            dtype,
+        )
+    }
+
+    /// Writes the step counter, the rule's phase, a calibrated τ and every tensor's state to
+    /// `sink`.
+    pub fn save_state<S: StateStorage, W: ByteSink>(
+        &self,
+        tensors: &[TensorState<'_, S>],
+        sink: &mut W,
+    ) -> Result<(), Error> {
+        let header = Header {
+            rule: self.config.rule.code(),
+            slots: self.config.state_slots(),
+            step: self.step,
+            phase_lr: self.phase_lr,
+            calibration: self
+                .config
+                .tau_calibration
+                .map(|_| (self.calibrated_tau, &self.window)),
+        };
+        checkpoint::write(&header, tensors, sink)
+    }
+
+    /// Reads state saved by [`Optimizer::save_state`] into `tensors`. On any error (corrupt
+    /// bytes, another rule, other sizes) nothing is changed.
+    pub fn load_state<S: StateStorage>(
         &mut self,
-        step: u64,
-        phase_lr: Option<f64>,
-        calibrated_tau: Option<f32>,
-        window: Histogram,
-    ) {
-        self.step = step;
-        self.phase_lr = phase_lr;
-        self.calibrated_tau = calibrated_tau;
-        self.window = window;
+        bytes: &[u8],
+        tensors: &mut [TensorStateMut<'_, S>],
+    ) -> Result<(), Error> {
+        use CheckpointError::*;
+        let saved = checkpoint::parse(bytes)?;
+        let slots = self.config.state_slots();
+        let rule = Rule::from_code(saved.rule).ok_or(Corrupt)?;
+        if rule != self.config.rule || saved.slots != slots {
+            return Err(RuleMismatch.into());
+        }
+        if saved.dtype != S::DTYPE {
+            return Err(DtypeMismatch.into());
+        }
+        if saved.calibrated() != self.config.tau_calibration.is_some() {
+            return Err(CalibrationMismatch.into());
+        }
+        if saved.count as usize != tensors.len() {
+            return Err(TensorCountMismatch {
+                stored: saved.count,
+                given: tensors.len() as u32,
+            }
+            .into());
+        }
+        for (k, (numel, t)) in saved.numels().zip(tensors.iter()).enumerate() {
+            if numel != t.numel || Some(t.state.len()) != slots.checked_mul(S::slot_len(numel)) {
+                return Err(TensorSizeMismatch { tensor: k as u32 }.into());
+            }
+        }
+        let values = saved.values(rule.spec().phase_switch().is_some())?;
+        saved.read_into(tensors);
+        self.step = values.step;
+        self.phase_lr = values.phase_lr;
+        self.calibrated_tau = values.tau;
+        self.window = values.window;
         self.decisions.bound = None;
+        Ok(())
     }
 }
