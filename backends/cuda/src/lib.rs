@@ -14,4 +14,4 @@ pub mod nvrtc;
 mod optimizer;
 
 pub use error::Error;
-pub use optimizer::{CudaOptimizer, DeviceTensor, Dtypes};
+pub use optimizer::{Compile, CudaOptimizer, DeviceTensor, Dtypes};

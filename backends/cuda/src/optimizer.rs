@@ -10,7 +10,10 @@
 //! - `fn grad_norm(&mut self) -> Result<f64, Error>`: ‖g‖₂ = √(Σ g²) over every gradient as
 //!   stored (no gradient scale), the sum exact ([`ExactSum`]), so it equals the core's
 //!   `ExactSum` of the same values rounded once, then `f64::sqrt` (one read);
-//! - `set_lr`, `save_state`, `load_state`, `tensor_telemetry`, `core`, `stream`.
+//! - `set_lr`, `save_state`, `load_state`, `tensor_telemetry`, `core`, `stream`;
+//! - for a caller that compiles with an NVRTC of its own and moves the model-wide state and Λ
+//!   between optimizers of changing tensor lists (homeadam-torch): `with_compiler`, `core_mut`,
+//!   `tensor_aux_mut`.
 //!
 //! A step is at most four kernel launches on one stream, whatever the number of tensors:
 //! `ha_reset` (which also installs the gradient pointers); `ha_home_pre_{g}_{s}` (global /
@@ -122,6 +125,10 @@ impl DeviceTensor {
         DeviceTensor { group, ..self }
     }
 }
+
+/// A compiler of the model's kernels: `compile(source, arch)` is the SASS image of `source`
+/// for `arch` (`sm_XX`), as [`nvrtc::cubin_cached`] gives it.
+pub type Compile<'a> = dyn Fn(&str, &str) -> Result<Arc<Vec<u8>>, nvrtc::CompileError> + 'a;
 
 /// The storage types of a model: parameters, gradients, state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -312,6 +319,25 @@ impl CudaOptimizer {
         tensors: &[DeviceTensor],
         stream: Arc<CudaStream>,
     ) -> Result<Self, Error> {
+        Self::with_compiler(config, dtypes, tensors, stream, &nvrtc::cubin_cached)
+    }
+
+    /// As [`CudaOptimizer::new`], with the model's kernels compiled by `compile(source, arch)`
+    /// (the SASS image of `source` for `sm_XX`, compiled with [`nvrtc::options`] and
+    /// [`kernels::headers`]) instead of [`nvrtc::cubin_cached`]: for a process whose NVRTC is
+    /// not one that cudarc's loader finds by name, such as another CUDA major version's at a
+    /// path the caller knows.
+    ///
+    /// # Safety
+    ///
+    /// As [`CudaOptimizer::new`].
+    pub unsafe fn with_compiler(
+        config: Config,
+        dtypes: Dtypes,
+        tensors: &[DeviceTensor],
+        stream: Arc<CudaStream>,
+        compile: &Compile<'_>,
+    ) -> Result<Self, Error> {
         let core = Optimizer::new(config)?;
         config.check_state_dtype(dtypes.state)?;
         if !(dtypes.param.is_element() && dtypes.grad.is_element()) {
@@ -338,7 +364,7 @@ impl CudaOptimizer {
         }
         let names: Vec<ElementKernel> = update.iter().map(|&(k, _)| k).collect();
         let source = kernels::model_source(&names, dtypes.param, dtypes.grad, dtypes.state);
-        let cubin = nvrtc::cubin_cached(&source, &format!("sm_{major}{minor}"))?;
+        let cubin = compile(&source, &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(Ptx::from_binary(cubin.to_vec()))?;
         let (g, s) = (dtypes.grad.name(), dtypes.state.name());
         let first_pass = match config.rule.switch() {
@@ -420,6 +446,21 @@ impl CudaOptimizer {
     /// The core optimizer holding t and the config.
     pub fn core(&self) -> &Optimizer {
         &self.core
+    }
+
+    /// The core optimizer, to restore its model-wide state (t, a calibrated τ) from a
+    /// checkpoint of no tensors ([`Optimizer::load_state`]). The global rule's bound is
+    /// forgotten: the next step takes the exact first pass.
+    pub fn core_mut(&mut self) -> &mut Optimizer {
+        self.bound = None;
+        &mut self.core
+    }
+
+    /// Each tensor's state kept on the host, in the order of [`CudaOptimizer::new`]: SWATS's
+    /// Λ, which a step reads and writes (the per-tensor telemetry is the device's:
+    /// [`CudaOptimizer::tensor_telemetry`]).
+    pub fn tensor_aux_mut(&mut self) -> &mut [TensorAux] {
+        &mut self.aux
     }
 
     /// The storage types.
