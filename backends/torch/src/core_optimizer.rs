@@ -62,6 +62,10 @@ pub struct Core {
     /// Step through the core's scalar reference (`Optimizer::step_reference`), for tests.
     #[pyo3(get, set)]
     reference: bool,
+    /// The CUDA model of the last CUDA step, which then holds the model-wide state (`opt`'s
+    /// is stale until [`Core::park`]).
+    #[cfg(feature = "cuda")]
+    cuda: Option<crate::cuda::Model>,
 }
 
 #[pymethods]
@@ -111,12 +115,19 @@ impl Core {
             state_dtype,
             last_model: Vec::new(),
             reference: false,
+            #[cfg(feature = "cuda")]
+            cuda: None,
         })
     }
 
     /// Sets η, validated as the config.
     fn set_lr(&mut self, lr: f64) -> PyResult<()> {
-        self.opt.set_lr(lr).map_err(value_error)
+        self.opt.set_lr(lr).map_err(value_error)?;
+        #[cfg(feature = "cuda")]
+        if let Some(model) = &mut self.cuda {
+            model.optimizer().set_lr(lr).map_err(value_error)?;
+        }
+        Ok(())
     }
 
     /// Refuses a group the config cannot step (`Config::check_group`).
@@ -139,8 +150,8 @@ impl Core {
 
     /// Steps taken (skipped steps do not count).
     #[getter]
-    fn step_count(&self) -> u64 {
-        self.opt.step_count()
+    fn step_count(&mut self) -> u64 {
+        self.core().step_count()
     }
 
     /// The core's config, as `Debug` prints it.
@@ -162,32 +173,8 @@ impl Core {
         threads: usize,
         reduce: Option<Bound<'py, PyAny>>,
     ) -> PyResult<(Bound<'py, PyDict>, Vec<f32>)> {
-        let slots = self.opt.config().state_slots();
-        let mut raw = Vec::with_capacity(tensors.len());
-        let mut auxes = Vec::with_capacity(tensors.len());
-        for (k, (param, grad, state, numel, state_bytes, dtype, group, swats_lambda)) in
-            tensors.into_iter().enumerate()
-        {
-            let dtype = ParamDtype::from_name(&dtype)
-                .ok_or_else(|| value_error(format!("tensor {k}: dtype {dtype:?} is not f32, bf16 or f16")))?;
-            let group = *groups
-                .get(group)
-                .ok_or_else(|| value_error(format!("tensor {k}: group {group} of {}", groups.len())))?;
-            let t = RawTensor {
-                param,
-                grad,
-                state,
-                numel,
-                state_bytes,
-                dtype,
-                state_dtype: self.state_dtype,
-                group: to_group(group),
-            };
-            t.check(k, slots).map_err(value_error)?;
-            raw.push(t);
-            auxes.push(aux_of(swats_lambda));
-        }
-        check_disjoint(&raw).map_err(value_error)?;
+        self.park()?;
+        let (raw, mut auxes) = self.raw_tensors(tensors, &groups)?;
         let model: Vec<_> = raw.iter().map(|t| (t.param, t.state, t.numel)).collect();
         if model != self.last_model {
             self.opt.forget_bound();
@@ -228,13 +215,70 @@ impl Core {
         Ok((report_dict(py, &report)?, lambdas))
     }
 
+    /// Builds or keeps the CUDA model of these tensors (device memory of `device`, stepped on
+    /// the stream `stream`, its kernels compiled by the NVRTC library `nvrtc`) and installs
+    /// their gradients and Λ, for [`Core::cuda_grad_norm`] and [`Core::cuda_step`].
+    #[cfg(feature = "cuda")]
+    fn cuda_bind(
+        &mut self,
+        tensors: Vec<TensorArgs>,
+        groups: Vec<GroupArgs>,
+        device: usize,
+        stream: usize,
+        nvrtc: &str,
+    ) -> PyResult<()> {
+        let (raw, auxes) = self.raw_tensors(tensors, &groups)?;
+        let key = crate::cuda::Key::new(device, stream, self.state_dtype, &raw).map_err(value_error)?;
+        if !self.cuda.as_ref().is_some_and(|m| m.is_for(&key)) {
+            self.park()?;
+            let header = self.save_header_bytes()?;
+            // SAFETY: `homeadam.torch` passes live contiguous tensors of this device, dtypes and
+            // lengths, and holds them for the calls of this step; `raw_tensors` checked them and
+            // their disjointness. The model touches them only in the steps of the same key,
+            // whose tensors are passed (alive) again.
+            let mut model = unsafe { crate::cuda::Model::new(*self.opt.config(), key, &raw, nvrtc) }?;
+            // SAFETY: no tensors.
+            unsafe { load::<f32>(model.optimizer().core_mut(), &header, &[], &mut []) }
+                .map_err(value_error)?;
+            self.cuda = Some(model);
+        }
+        let model = self.cuda.as_mut().expect("bound above");
+        // SAFETY: as above, for the gradients.
+        unsafe { model.bind(&raw, &auxes) }
+    }
+
+    /// ‖g‖₂ over the gradients of [`Core::cuda_bind`], as stored: the exact sum on the device,
+    /// rounded once, then √ (one launch, one read back).
+    #[cfg(feature = "cuda")]
+    fn cuda_grad_norm(&mut self) -> PyResult<f64> {
+        self.bound_model()?
+            .optimizer()
+            .grad_norm()
+            .map_err(crate::cuda::error)
+    }
+
+    /// One step of the model of [`Core::cuda_bind`] at `grad_scale` on its stream; returns the
+    /// report and each tensor's SWATS Λ. The step's one read back of the device's status (two
+    /// where τ is calibrated) waits for the stream, with the GIL released.
+    #[cfg(feature = "cuda")]
+    fn cuda_step<'py>(
+        &mut self,
+        py: Python<'py>,
+        grad_scale: f64,
+    ) -> PyResult<(Bound<'py, PyDict>, Vec<f32>)> {
+        let model = self.bound_model()?;
+        let (report, lambdas) = py.detach(|| model.step(grad_scale))?;
+        Ok((report_dict(py, &report)?, lambdas))
+    }
+
     /// The core's checkpoint (docs/DESIGN.md's format) of the step counter, the model-wide
     /// state and these tensors' state: `(θ's length, the state's address and bytes, Λ)`.
     fn export_state<'py>(
-        &self,
+        &mut self,
         py: Python<'py>,
         tensors: Vec<(usize, usize, usize, f32)>,
     ) -> PyResult<Bound<'py, PyBytes>> {
+        self.park()?;
         let parts = self.lent_state(&tensors)?;
         let auxes: Vec<_> = tensors.iter().map(|t| aux_of(t.3)).collect();
         // SAFETY: the state buffers of live tensors, checked by `lent_state`, read only.
@@ -254,6 +298,7 @@ impl Core {
     /// tensors' state and the model-wide state; returns each tensor's Λ. Nothing changes on
     /// an error.
     fn import_state(&mut self, bytes: &[u8], tensors: Vec<(usize, usize, usize, f32)>) -> PyResult<Vec<f32>> {
+        self.park()?;
         let parts = self.lent_state(&tensors)?;
         let mut auxes = vec![TensorAux::default(); tensors.len()];
         let opt = &mut self.opt;
@@ -272,14 +317,13 @@ impl Core {
     }
 
     /// The model-wide state alone (a checkpoint of no tensors), for `state_dict()`.
-    fn save_header<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        // SAFETY: no tensors.
-        let bytes = unsafe { save::<f32>(&self.opt, &[], &[]) }.map_err(value_error)?;
-        Ok(PyBytes::new(py, &bytes))
+    fn save_header<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        Ok(PyBytes::new(py, &self.save_header_bytes()?))
     }
 
     /// Restores what `save_header` wrote.
     fn load_header(&mut self, bytes: &[u8]) -> PyResult<()> {
+        self.park()?;
         // SAFETY: no tensors.
         unsafe { load::<f32>(&mut self.opt, bytes, &[], &mut []) }.map_err(value_error)?;
         self.last_model.clear();
@@ -288,6 +332,79 @@ impl Core {
 }
 
 impl Core {
+    /// The optimizer holding the model-wide state: the CUDA model's after a CUDA step.
+    fn core(&mut self) -> &Optimizer {
+        #[cfg(feature = "cuda")]
+        if let Some(model) = &mut self.cuda {
+            return model.optimizer().core();
+        }
+        &self.opt
+    }
+
+    /// The model-wide state as a checkpoint of no tensors.
+    fn save_header_bytes(&mut self) -> PyResult<Vec<u8>> {
+        // SAFETY: no tensors.
+        unsafe { save::<f32>(self.core(), &[], &[]) }.map_err(value_error)
+    }
+
+    /// Takes the model-wide state back from the CUDA model, if any, and drops it: before a CPU
+    /// step, a checkpoint's import or another CUDA model.
+    fn park(&mut self) -> PyResult<()> {
+        #[cfg(feature = "cuda")]
+        if self.cuda.is_some() {
+            let header = self.save_header_bytes()?;
+            // SAFETY: no tensors.
+            unsafe { load::<f32>(&mut self.opt, &header, &[], &mut []) }.map_err(value_error)?;
+            if let Some(model) = self.cuda.take() {
+                crate::cuda::release(model);
+            }
+        }
+        Ok(())
+    }
+
+    /// The CUDA model of the last [`Core::cuda_bind`].
+    #[cfg(feature = "cuda")]
+    fn bound_model(&mut self) -> PyResult<&mut crate::cuda::Model> {
+        self.cuda
+            .as_mut()
+            .ok_or_else(|| value_error("no CUDA tensors bound: cuda_bind comes first"))
+    }
+
+    /// The tensors of a step as `homeadam.torch` passes them, each checked, and their Λ.
+    fn raw_tensors(
+        &self,
+        tensors: Vec<TensorArgs>,
+        groups: &[GroupArgs],
+    ) -> PyResult<(Vec<RawTensor>, Vec<TensorAux>)> {
+        let slots = self.opt.config().state_slots();
+        let mut raw = Vec::with_capacity(tensors.len());
+        let mut auxes = Vec::with_capacity(tensors.len());
+        for (k, (param, grad, state, numel, state_bytes, dtype, group, swats_lambda)) in
+            tensors.into_iter().enumerate()
+        {
+            let dtype = ParamDtype::from_name(&dtype)
+                .ok_or_else(|| value_error(format!("tensor {k}: dtype {dtype:?} is not f32, bf16 or f16")))?;
+            let group = *groups
+                .get(group)
+                .ok_or_else(|| value_error(format!("tensor {k}: group {group} of {}", groups.len())))?;
+            let t = RawTensor {
+                param,
+                grad,
+                state,
+                numel,
+                state_bytes,
+                dtype,
+                state_dtype: self.state_dtype,
+                group: to_group(group),
+            };
+            t.check(k, slots).map_err(value_error)?;
+            raw.push(t);
+            auxes.push(aux_of(swats_lambda));
+        }
+        check_disjoint(&raw).map_err(value_error)?;
+        Ok((raw, auxes))
+    }
+
     /// `(θ's length, state address, state bytes, Λ)` checked as a step's state buffers are:
     /// `(θ's length, address, bytes)` of each.
     fn lent_state(&self, tensors: &[(usize, usize, usize, f32)]) -> PyResult<Vec<(usize, usize, usize)>> {
@@ -311,6 +428,15 @@ impl Core {
             .iter()
             .map(|&(numel, state, bytes, _)| (numel, state, bytes))
             .collect())
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl Drop for Core {
+    fn drop(&mut self) {
+        if let Some(model) = self.cuda.take() {
+            crate::cuda::release(model);
+        }
     }
 }
 

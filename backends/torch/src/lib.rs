@@ -2,6 +2,10 @@
 #![deny(missing_docs)]
 
 mod core_optimizer;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(feature = "cuda")]
+mod nvrtc;
 mod raw;
 
 use pyo3::prelude::*;
@@ -15,6 +19,7 @@ pub use raw::{check_disjoint, check_elements, check_state, state_bytes, ParamDty
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
     m.add("Q8_BLOCK_BYTES", homeadam_core::q8::BLOCK_BYTES)?;
+    m.add("CUDA_BUILT", cfg!(feature = "cuda"))?;
     m.add_function(wrap_pyfunction!(core_optimizer::defaults, m)?)?;
     m.add_function(wrap_pyfunction!(core_optimizer::config_names, m)?)?;
     m.add_function(wrap_pyfunction!(core_optimizer::grad_squares, m)?)?;

@@ -43,9 +43,9 @@ STORAGE = [
 SHAPES = [(7, 33), (300,), (1,), (2, 3, 5)]
 
 
-def model(dtype: torch.dtype, seed: int) -> List[torch.nn.Parameter]:
+def model(dtype: torch.dtype, seed: int, device: str = "cpu") -> List[torch.nn.Parameter]:
     g = torch.Generator().manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(s, generator=g).to(dtype)) for s in SHAPES]
+    return [torch.nn.Parameter(torch.randn(s, generator=g).to(dtype).to(device)) for s in SHAPES]
 
 
 def grads(params: List[torch.nn.Parameter], step: int) -> None:
@@ -54,12 +54,12 @@ def grads(params: List[torch.nn.Parameter], step: int) -> None:
         grad = torch.randn(p.shape, generator=g) * (10.0 ** -(k + step % 3))
         if k == 0:
             grad[0] = 0.0  # an element whose v̂ is 0: the home branch
-        p.grad = grad.to(p.dtype)
+        p.grad = grad.to(p.dtype).to(p.device)
 
 
 def run(factory: Factory, kwargs: Dict[str, Any], dtype: torch.dtype, state: Any, reference: bool,
-        steps: int = 6) -> Tuple[List[torch.Tensor], List[torch.Tensor], ht._CoreOptimizer]:
-    params = model(dtype, 0)
+        steps: int = 6, device: str = "cpu") -> Tuple[List[torch.Tensor], List[torch.Tensor], ht._CoreOptimizer]:
+    params = model(dtype, 0, device)
     groups = [{"params": params[:2]}, {"params": params[2:], "lr": kwargs.get("lr", 1e-3) / 2}]
     extra = {"rounding": "stochastic", "seed": 7} if dtype != torch.float32 else {}
     opt = factory(groups, state_dtype=state, **extra, **kwargs)

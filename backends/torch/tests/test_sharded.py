@@ -30,9 +30,9 @@ CONFIGS: Dict[str, Callable[[List[torch.nn.Parameter], Any], ht._CoreOptimizer]]
 }
 
 
-def params() -> List[torch.nn.Parameter]:
+def params(device: str = "cpu") -> List[torch.nn.Parameter]:
     g = torch.Generator().manual_seed(0)
-    return [torch.nn.Parameter(torch.randn(s, generator=g)) for s in SIZES]
+    return [torch.nn.Parameter(torch.randn(s, generator=g).to(device)) for s in SIZES]
 
 
 def set_grads(ps: List[torch.nn.Parameter], owned: List[int], step: int) -> None:
@@ -44,11 +44,11 @@ def set_grads(ps: List[torch.nn.Parameter], owned: List[int], step: int) -> None
         if k == 4 and step == 5:
             grad[7] = float("inf")  # one process's non-finite gradient skips every process
         if k in owned:
-            p.grad = grad
+            p.grad = grad.to(p.device)
 
 
-def train(config: str, owned: List[int], pg: Any) -> List[torch.Tensor]:
-    ps = params()
+def train(config: str, owned: List[int], pg: Any, device: str = "cpu") -> List[torch.Tensor]:
+    ps = params(device)
     opt = CONFIGS[config]([ps[k] for k in owned], pg)
     skipped = 0
     for t in range(STEPS):

@@ -3,8 +3,10 @@ the checks of the tensors handed to the core, param groups, state, the step."""
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
+import os
 import sys
 from itertools import chain
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
@@ -29,6 +31,11 @@ _PARAM_DTYPES: Dict[torch.dtype, str] = {
 }
 _STATE_DTYPES: Dict[str, torch.dtype] = {name: dtype for dtype, name in _PARAM_DTYPES.items()}
 _STATE_DTYPES["q8"] = torch.uint8
+
+# The devices whose tensors this build steps: CUDA with homeadam-cuda's kernels where the
+# native module was built with them.
+_CUDA = bool(_native.CUDA_BUILT)
+_DEVICES = ("cpu", "cuda") if _CUDA else ("cpu",)
 
 StateDtype = Union[torch.dtype, str]
 Params = Union[Iterable[torch.Tensor], Iterable[Dict[str, Any]]]
@@ -141,6 +148,33 @@ def _core_knobs(settings: Dict[str, Any]) -> List[Tuple[str, str]]:
     return knobs
 
 
+@functools.lru_cache(maxsize=None)
+def _nvrtc_library() -> str:
+    """The NVRTC of PyTorch's CUDA version that PyTorch's wheels installed (``nvidia/cu13/lib``,
+    ``nvidia/cuda_nvrtc/lib``…), else its soname for the loader's search (a CUDA toolkit on
+    ``LD_LIBRARY_PATH`` or in the loader's cache)."""
+    name = f"libnvrtc.so.{(torch.version.cuda or '12').split('.')[0]}"
+    try:
+        import nvidia
+    except ImportError:
+        return name
+    for root in nvidia.__path__:
+        for package in sorted(os.listdir(root)):
+            path = os.path.join(root, package, "lib", name)
+            if os.path.isfile(path):
+                return path
+    return name
+
+
+def _collective_device(group: Any) -> torch.device:
+    """Where a collective's tensors must be for ``group``: NCCL's on the current CUDA device."""
+    import torch.distributed as dist
+
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _state_dtype_name(state_dtype: StateDtype) -> str:
     if isinstance(state_dtype, str) and state_dtype in _STATE_DTYPES:
         return state_dtype
@@ -188,6 +222,8 @@ class _CoreOptimizer(Optimizer):
         self._native = self._make_core(defaults)
         self._group_keys = [k for k in _GROUP_KEYS if k in defaults]
         self.last_report: Optional[Dict[str, Any]] = None
+        # The stream of the last CUDA step, held while the native module's model launches on it.
+        self._cuda_stream: Optional[Any] = None
         super().__init__(params, defaults)
 
     def _make_core(self, settings: Dict[str, Any]) -> _native.Core:
@@ -260,25 +296,26 @@ class _CoreOptimizer(Optimizer):
             raise ValueError(f"a parameter of dtype {p.dtype}: expected float32, bfloat16 or float16")
         if p.layout != torch.strided:
             raise ValueError(f"a parameter of layout {p.layout}: expected a dense (strided) tensor")
-        if p.device.type != "cpu":
+        if p.device.type not in _DEVICES:
             raise ValueError(
-                f"a parameter on {p.device}: this build of homeadam.torch steps CPU tensors only"
+                f"a parameter on {p.device}: this build of homeadam.torch steps "
+                f"{' and '.join(d.upper() for d in _DEVICES)} tensors"
             )
         if not p.is_contiguous():
             raise ValueError("a non-contiguous parameter: make it contiguous (param.data = param.data.contiguous())")
 
     # -- state --------------------------------------------------------------------------------
 
-    def _new_buffer(self, numel: int) -> torch.Tensor:
+    def _new_buffer(self, p: torch.Tensor) -> torch.Tensor:
         dtype = _STATE_DTYPES[self._state_dtype]
-        return torch.zeros(self._native.state_bytes(numel) // dtype.itemsize, dtype=dtype)
+        return torch.zeros(self._native.state_bytes(p.numel()) // dtype.itemsize, dtype=dtype, device=p.device)
 
     def _state_of(self, p: torch.Tensor, buffer: Optional[torch.Tensor] = None, swats_lambda: float = 0.0) -> Dict[str, Any]:
         """``self.state[p]``: the state buffer the core steps, its slots as views, SWATS's Λ."""
         state: Dict[str, Any] = self.state[p]
         if buffer is None and "state" in state:
             return state
-        buffer = self._new_buffer(p.numel()) if buffer is None else buffer
+        buffer = self._new_buffer(p) if buffer is None else buffer
         state.clear()
         state["state"] = buffer
         names = self._native.state_names()
@@ -329,7 +366,8 @@ class _CoreOptimizer(Optimizer):
         for saved_id, p in zip(saved_ids, params):
             saved = saved_state.get(saved_id)
             if saved is not None:
-                buffer = saved["state"].detach().to("cpu").clone().contiguous()
+                # On the parameter's device, as torch.optim moves state on loading.
+                buffer = saved["state"].detach().to(p.device, copy=True).contiguous()
                 if buffer.nbytes != self._native.state_bytes(p.numel()):
                     raise ValueError(f"the saved state of a parameter of {p.numel()} elements has the wrong size")
                 buffers[p] = (buffer, float(saved.get("swats_lambda", 0.0)))
@@ -360,26 +398,33 @@ class _CoreOptimizer(Optimizer):
     def _params_in_order(self) -> List[torch.Tensor]:
         return [p for g in self.param_groups for p in g["params"]]
 
-    def _state_args(self) -> List[Tuple[int, int, int, float]]:
-        args = []
-        for p in self._params_in_order():
-            state = self._state_of(p)
-            buffer = state["state"]
-            args.append((p.numel(), buffer.data_ptr(), buffer.nbytes, float(state.get("swats_lambda", 0.0))))
-        return args
+    def _host_state(self) -> Tuple[List[Dict[str, Any]], List[torch.Tensor], List[Tuple[int, int, int, float]]]:
+        """Every parameter's state, its buffer in host memory (a copy for a device's) and the
+        core's arguments for those host buffers."""
+        params = self._params_in_order()
+        states = [self._state_of(p) for p in params]
+        host = [state["state"].cpu() for state in states]
+        args = [
+            (p.numel(), buffer.data_ptr(), buffer.nbytes, float(state.get("swats_lambda", 0.0)))
+            for p, state, buffer in zip(params, states, host)
+        ]
+        return states, host, args
 
     def export_state(self) -> bytes:
         """The state of every parameter (in param-group order) and the optimizer-wide state, in
         the core's checkpoint format (docs/DESIGN.md): what ``Optimizer::load_state`` of the
         Rust crates and the MCU firmware read, for the same tensors in the same order."""
-        return bytes(self._native.export_state(self._state_args()))
+        return bytes(self._native.export_state(self._host_state()[2]))
 
     def import_state(self, data: bytes) -> None:
         """Loads a checkpoint in the core's format (from :meth:`export_state`, ``homeadam-candle``
         or the firmware) into every parameter's state, in param-group order. Nothing changes on
         an error."""
-        args = self._state_args()
+        states, host, args = self._host_state()
         lambdas = self._native.import_state(bytes(data), args)
+        for state, buffer in zip(states, host):
+            if buffer is not state["state"]:
+                state["state"].copy_(buffer)
         if self._rule == "swats":
             for p, lam in zip(self._params_in_order(), lambdas):
                 self.state[p]["swats_lambda"] = lam
@@ -401,31 +446,43 @@ class _CoreOptimizer(Optimizer):
         through its gradient scale, without writing the gradients. With ``process_group``, the
         non-finite skip, the norm and the global rule's ρ are taken over every process's
         parameters (two all-reduces and an all-gather per step, one more all-gather with
-        clipping)."""
+        clipping).
+
+        CUDA parameters (all on one device, of one dtype) step on
+        ``torch.cuda.current_stream()``, one launch per pass over every tensor. The host waits
+        for the stream where the step needs a device value: once at the end of every step (the
+        status read back: whether it was skipped, ρ, the telemetry; t advances only on a
+        step that was not skipped), once more mid-step where a calibrated τ is set, once for
+        the norm with ``max_grad_norm``, and under GradScaler once to read the scale (and
+        ``found_inf`` with ``finite_check="trust"``)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        grad_scale = getattr(self, "grad_scale", None)
-        found_inf = getattr(self, "found_inf", None)
-        # Sharded, a skip must be every process's: the core's check of the gradients decides.
-        if found_inf is not None and float(found_inf) != 0.0 and self.process_group is None:
-            self.last_report = {"step": self.step_count, "skipped": True}
-            return loss
-        scale = 1.0 if grad_scale is None else float(grad_scale)
         for group in self.param_groups:
             self._check_hyper(group)
         base_lr = max((float(g["lr"]) for g in self.param_groups), default=0.0)
         self._native.set_lr(base_lr)
-        groups, tensors, stepped = [], [], []
+        groups: List[Tuple[Any, ...]] = []
+        tensors: List[Tuple[Any, ...]] = []
+        stepped: List[torch.Tensor] = []
+        device: Optional[int] = None  # the stepped parameters' `get_device()`: -1 is the CPU
         for index, group in enumerate(self.param_groups):
             groups.append(self._group_args(group, base_lr))
             for p in group["params"]:
                 grad = p.grad
                 if grad is None:
                     continue
-                if p.dtype not in _PARAM_DTYPES or not p.is_cpu or not p.is_contiguous():
+                if p.dtype not in _PARAM_DTYPES or not (p.is_cpu or (_CUDA and p.is_cuda)) or not p.is_contiguous():
                     self._check_param(p)
+                where = p.get_device()
+                if device is None:
+                    device = where
+                elif where != device:
+                    raise ValueError(
+                        f"parameters on {stepped[0].device} and {p.device}: one optimizer steps one device "
+                        f"(its decisions read every tensor)"
+                    )
                 self._check_grad(p, grad)
                 state = self._state_of(p)
                 buffer = state["state"]
@@ -442,23 +499,64 @@ class _CoreOptimizer(Optimizer):
                         float(state.get("swats_lambda", 0.0)),
                     )
                 )
-        grad_norm = None
-        if self.max_grad_norm is not None:
-            norm = self._grad_norm(tensors)
-            grad_norm = norm / scale
-            # ‖g‖₂ / c as the gradient scale clips without writing g (the scaled norm: AMP's
-            # scale is inside it).
-            if math.isfinite(grad_norm) and grad_norm > self.max_grad_norm:
-                scale = norm / self.max_grad_norm
-        reduce = self._reduce_check if self.process_group is not None else None
-        report, lambdas = self._native.step(tensors, groups, scale, self.threads, reduce)
-        if grad_norm is not None:
-            report["grad_norm"] = grad_norm
+        on_cuda = device is not None and device >= 0
+        grad_scale = getattr(self, "grad_scale", None)
+        found_inf = getattr(self, "found_inf", None)
+        # Sharded, a skip must be every process's: the core's check of the gradients decides, as
+        # it does on CUDA under its own check (found_inf would cost a wait for the stream).
+        checked = self.process_group is not None or (on_cuda and self._finite_check == "skip_step")
+        if found_inf is not None and not checked and float(found_inf) != 0.0:
+            self.last_report = {"step": self.step_count, "skipped": True}
+            return loss
+        scale = 1.0 if grad_scale is None else float(grad_scale)
+        if device is not None and on_cuda:
+            report, lambdas = self._cuda_step(torch.device("cuda", device), tensors, groups, scale)
+        else:
+            grad_norm, scale = self._clip(lambda: self._grad_norm(tensors), scale)
+            reduce = self._reduce_check if self.process_group is not None else None
+            report, lambdas = self._native.step(tensors, groups, scale, self.threads, reduce)
+            if grad_norm is not None:
+                report["grad_norm"] = grad_norm
         if self._rule == "swats":
             for p, lam in zip(stepped, lambdas):
                 self.state[p]["swats_lambda"] = lam
         self.last_report = report
         return loss
+
+    def _clip(self, norm_of: Callable[[], float], scale: float) -> Tuple[Optional[float], float]:
+        """‖g‖₂ (unscaled; None without ``max_grad_norm``) and the step's gradient scale: ``scale``,
+        or ‖g‖₂ / c (the scaled norm ``norm_of()``: AMP's scale is inside it) where ‖g‖₂ > c =
+        ``max_grad_norm``, which clips without writing g."""
+        if self.max_grad_norm is None:
+            return None, scale
+        norm = norm_of()
+        grad_norm = norm / scale
+        if math.isfinite(grad_norm) and grad_norm > self.max_grad_norm:
+            scale = norm / self.max_grad_norm
+        return grad_norm, scale
+
+    def _cuda_step(
+        self, device: torch.device, tensors: List[Tuple[Any, ...]], groups: List[Tuple[Any, ...]], scale: float
+    ) -> Tuple[Dict[str, Any], List[float]]:
+        """The step of CUDA parameters on ``device``: homeadam-cuda's kernels on PyTorch's
+        current stream, in the device's primary context."""
+        if self.process_group is not None:
+            import torch.distributed as dist
+
+            if dist.get_world_size(self.process_group) > 1:
+                raise ValueError(
+                    "process_group: CUDA parameters sharded across processes are not stepped yet "
+                    "(homeadam-cuda takes its decisions on one device); one process is"
+                )
+        stream = torch.cuda.current_stream(device)
+        with torch.cuda.device(device):
+            self._native.cuda_bind(tensors, groups, device.index, stream.cuda_stream, _nvrtc_library())
+            self._cuda_stream = stream
+            grad_norm, scale = self._clip(self._native.cuda_grad_norm, scale)
+            report, lambdas = self._native.cuda_step(scale)
+        if grad_norm is not None:
+            report["grad_norm"] = grad_norm
+        return report, lambdas
 
     def _grad_norm(self, tensors: List[Tuple[Any, ...]]) -> float:
         """‖g‖₂ over the step's gradients (every process's), exact and in any order."""
@@ -467,7 +565,7 @@ class _CoreOptimizer(Optimizer):
             return float(_native.norm_of([words]))
         import torch.distributed as dist
 
-        local = torch.tensor(words, dtype=torch.int64)
+        local = torch.tensor(words, dtype=torch.int64, device=_collective_device(self.process_group))
         parts = [torch.empty_like(local) for _ in range(dist.get_world_size(self.process_group))]
         dist.all_gather(parts, local, group=self.process_group)
         return float(_native.norm_of([p.tolist() for p in parts]))
@@ -481,12 +579,13 @@ class _CoreOptimizer(Optimizer):
         import torch.distributed as dist
 
         group = self.process_group
-        mins = torch.tensor([1.0 if finite else 0.0, rho, rho_active], dtype=torch.float32)
+        device = _collective_device(group)
+        mins = torch.tensor([1.0 if finite else 0.0, rho, rho_active], dtype=torch.float32, device=device)
         dist.all_reduce(mins, op=dist.ReduceOp.MIN, group=group)
-        sums = torch.tensor(counts, dtype=torch.int64)
+        sums = torch.tensor(counts, dtype=torch.int64, device=device)
         dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=group)
-        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size(group))]
-        dist.all_gather(sizes, torch.tensor([tensors], dtype=torch.int64), group=group)
+        sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(sizes, torch.tensor([tensors], dtype=torch.int64, device=device), group=group)
         first = sum(int(s.item()) for s in sizes[: dist.get_rank(group)])
         return bool(mins[0].item() > 0), float(mins[1].item()), float(mins[2].item()), sums.tolist(), first
 
