@@ -9,8 +9,9 @@
 # (VarOptimizer on CUDA against the CPU), host-gpu (the host's device code against the CPU),
 # host-resume (kill and resume) and cuda-bench (homeadam-cuda's step benchmark); optionally
 # homeadam-before, an earlier build of the host (`gpu-bundle --before REV`), timed beside it. Python packages in it
-# (`*.tar.xz`: bitsandbytes, the 8-bit AdamW that cuda-bench times beside its q8 rows; it needs
-# numpy and packaging from the machine's environment) are unpacked onto PYTHONPATH. The CUDA 13 libraries and cuDNN 9 come from
+# (`*.tar.xz`: bitsandbytes, the 8-bit AdamW that cuda-bench times beside its q8 rows, which
+# needs numpy and packaging from the machine's environment; homeadam, the PyTorch package with
+# its CUDA step; pytest, which runs the package's CUDA tests) are unpacked onto PYTHONPATH. The CUDA 13 libraries and cuDNN 9 come from
 # LD_LIBRARY_PATH, or else from the Python environment's `nvidia` packages (PyTorch's CUDA
 # wheels: `nvidia/cu13/lib`, `nvidia/cudnn/lib`).
 #
@@ -21,8 +22,10 @@
 #      timed steps, default 20; all of it ROUNDS times, default 1, each side's best run compared),
 #      then their tables (host/benches/compare.py: the speeds, and each phase's host time
 #      beside its device time) in OUT_DIR/bench.md; with homeadam-before in the bundle, its
-#      AdamW rows too, each run beside the current build's, in OUT_DIR/bench-before.md;
-#   2. the GPU test binaries;
+#      AdamW rows too, each run beside the current build's, in OUT_DIR/bench-before.md; then
+#      homeadam.torch's step on 256 M CUDA parameters against torch's fused AdamW and a
+#      plain-PyTorch HomeAdamW (backends/torch/benches/step.py), its table printed;
+#   2. the GPU test binaries, then homeadam.torch's CUDA tests (backends/torch/tests/test_cuda.py);
 #   3. short training runs of each experiment on the device;
 #   4. compute-sanitizer's memcheck over a short training run of each model;
 #   5. the kernel time per step of the Transformer, ResNet34 and VGG16, per kernel (Nsight Compute, one
@@ -130,6 +133,8 @@ if [[ $checks == *" speed "* ]]; then
             python3 "$here/host/benches/compare.py" "$before" | tee "$out/bench-before.md"
         fi
     fi
+    check "homeadam.torch: a step of 256 M CUDA parameters, ours / torch's fused AdamW and a plain-PyTorch HomeAdamW / ours" 150 \
+        python3 "$here/backends/torch/benches/step.py" --device cuda
 fi
 
 # 2. The GPU test binaries.
@@ -142,6 +147,8 @@ check "homeadam-cuda: step times (q8 and global rows included) and clipping's ex
 check "homeadam-candle: VarOptimizer on CUDA = on the CPU" 150 "$bin/candle-gpu" --test-threads 1
 check "kill and resume on the GPU" 120 env HOMEADAM_TEST_BIN="$bin/homeadam" HOMEADAM_TEST_DEVICE=cuda \
     "$bin/host-resume" --test-threads 1
+check "homeadam.torch on CUDA: every rule × storage = the CPU step, AdamW = torch's fused AdamW, state dicts across devices, GradScaler, one NCCL process" 300 \
+    python3 -m pytest -q -rs -p no:cacheprovider "$here/backends/torch/tests/test_cuda.py"
 fi
 
 # 3. Short training runs. Stand-ins for the datasets these machines cannot download:

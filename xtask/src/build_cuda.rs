@@ -342,6 +342,7 @@ pub(crate) fn bundle(before: Option<&str>) -> PathBuf {
         run(&format!("xz {name}"), "xz", &["-6", "-T2", &copy]);
     }
     pack_bitsandbytes(&dir);
+    crate::torch_package::bundle(&dir);
     dir
 }
 
