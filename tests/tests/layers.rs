@@ -10,26 +10,10 @@ use std::path::{Path, PathBuf};
 
 /// Cycles allowed for now, as (crate folder, folder inside `src/`, the modules whose edges among
 /// themselves are not counted, `*` for all). Each goes when its modules are split.
-const ALLOWED: [(&str, &str, &[&str]); 2] = [
+const ALLOWED: [(&str, &str, &[&str]); 1] = [
     // The host's models: the convolution and its cuDNN op, and the ops and their CPU halves;
     // they go with the scaffold of the CPU ops.
     ("host", "models", &["*"]),
-    // The candle adapter's modules hand each other its options, placement and state; not yet
-    // layered.
-    (
-        "backends/candle",
-        "",
-        &[
-            "adapter",
-            "clip",
-            "cuda",
-            "inspect",
-            "lend",
-            "options",
-            "placement",
-            "state",
-        ],
-    ),
 ];
 
 /// The repository's root.

@@ -16,92 +16,17 @@ use super::error::{core_err, core_err_about};
 use super::groups::{check_groups, group, GroupSettings};
 use super::inspect::slot_tensors;
 use super::lend::{add_grad_squares, check_distinct, with_slices, Visit};
-use super::options;
-use super::placement::{OnStatesMut, Param, Placement, States};
-use super::schedule::Schedule;
+use super::options::{self, OptimConfig, SkipPolicy};
+use super::params::{OnStatesMut, Param, States};
 use super::state::{self, load_into, Adopted, Settings};
 
-/// Everything [`VarOptimizer`] needs besides the variables.
-#[derive(Clone, Debug, PartialEq)]
-pub struct OptimConfig {
-    /// The rule and its hyper-parameters; `core.lr` is the base rate η₀ and `core.weight_decay`
-    /// the λ of decayed variables.
-    pub core: Config,
-    /// Storage of the optimizer state (f32, bf16 or q8, on the CPU and on CUDA; f16 only with
-    /// `core.allow_f16_state`).
-    pub state_dtype: Dtype,
-    /// Decay every variable (the default, as candle-nn's `AdamW` and PyTorch's optimizers
-    /// do); `false` exempts biases and normalisation parameters from weight decay (the mask
-    /// of [`crate::is_no_decay`]).
-    pub decay_all: bool,
-    /// Parameter groups by name: `(name prefix, settings)`, the first matching prefix wins;
-    /// a variable no prefix matches steps with [`GroupSettings::DEFAULT`]. Groups can also be
-    /// added after construction ([`VarOptimizer::add_group`]).
-    pub groups: Vec<(String, GroupSettings)>,
-    /// c of global-norm clipping (see [`crate::clip_grad_norm`]); `None`: no clipping.
-    pub max_grad_norm: Option<f64>,
-    /// η as a function of the schedule position (after the warm-up).
-    pub schedule: Schedule,
-    /// W, positions of linear warm-up before the schedule ([`Schedule::lr_after_warmup`]);
-    /// 0: none.
-    pub warmup: u64,
-    /// What a step does when a gradient holds NaN or ±∞.
-    pub on_skip: SkipPolicy,
-}
-
-impl OptimConfig {
-    /// `core` with f32 state, weight decay on every variable, no clipping, a constant rate,
-    /// and skipped steps counted.
-    pub fn new(core: Config) -> Self {
-        OptimConfig {
-            core,
-            state_dtype: Dtype::F32,
-            decay_all: true,
-            groups: Vec::new(),
-            max_grad_norm: None,
-            schedule: Schedule::Constant,
-            warmup: 0,
-            on_skip: SkipPolicy::Count,
-        }
-    }
-}
-
-/// What a step does when a gradient holds NaN or ±∞. The step is skipped in every case:
-/// nothing changes, the step counter t included, and [`VarOptimizer::skipped_steps`] counts it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SkipPolicy {
-    /// Skip and count: [`VarOptimizer::skipped_steps`] and the step's report
-    /// (`report.skipped`) say so, nothing else does.
-    #[default]
-    Count,
-    /// Skip, count, and warn once per optimizer through its warning hook (standard error
-    /// unless [`VarOptimizer::set_warning_hook`] sets another).
-    Warn,
-    /// Skip, count, and return an error from the step (also from the
-    /// `candle_nn::Optimizer` trait's `step` and `backward_step`).
-    Error,
-}
-
-impl SkipPolicy {
-    /// Every policy, by the name a saved state records.
-    const NAMED: [(SkipPolicy, &'static str); 3] = [
-        (SkipPolicy::Count, "count"),
-        (SkipPolicy::Warn, "warn"),
-        (SkipPolicy::Error, "error"),
-    ];
-
-    /// The policy's name: `count`, `warn` or `error`.
-    pub(crate) fn name(self) -> &'static str {
-        Self::NAMED
-            .iter()
-            .find(|(p, _)| *p == self)
-            .map_or("count", |(_, n)| n)
-    }
-
-    /// The policy named `name`.
-    pub(crate) fn parse(name: &str) -> Option<SkipPolicy> {
-        Self::NAMED.iter().find(|(_, n)| *n == name).map(|(p, _)| *p)
-    }
+/// Where the optimizer state lives: with the variables.
+pub(crate) enum Placement {
+    /// CPU variables: the state in host memory, stepped by the core.
+    Host(States),
+    /// CUDA variables: the state on their device, stepped by homeadam-cuda.
+    #[cfg(feature = "cuda")]
+    Device(Box<crate::cuda::DeviceState>),
 }
 
 /// What one step did.
@@ -744,7 +669,7 @@ fn step_all<S: StateStorage>(
     let mut each = |phase: &mut StepPhase<'_, '_>| {
         for (k, grad) in active {
             let p = &params[*k];
-            let mut visit = Lend {
+            let mut visit = VarStep {
                 phase: &mut *phase,
                 state: &mut states[*k],
                 aux: &mut aux[*k],
@@ -768,7 +693,7 @@ enum StepPhase<'a, 'o> {
 }
 
 /// One variable's part of a step: [`Step::check`] or [`Updates::update`].
-struct Lend<'a, 'p, 'o, S> {
+struct VarStep<'a, 'p, 'o, S> {
     phase: &'a mut StepPhase<'p, 'o>,
     state: &'a mut [S],
     aux: &'a mut TensorAux,
@@ -776,7 +701,7 @@ struct Lend<'a, 'p, 'o, S> {
     name: &'a str,
 }
 
-impl<S: StateStorage> Visit for Lend<'_, '_, '_, S> {
+impl<S: StateStorage> Visit for VarStep<'_, '_, '_, S> {
     fn visit<P: Storage>(&mut self, param: &mut [P], grad: &[P]) -> Result<()> {
         let tensor = homeadam_core::Tensor::new(param, grad, self.state, self.aux).in_group(self.group);
         let done = match self.phase {

@@ -14,12 +14,6 @@ use candle_core::{DType, Result, Var};
 use crate::error::bail;
 use homeadam_core::ExactSum;
 
-/// Adds Σ g² of one gradient to `sum`, exactly (the core's bulk [`ExactSum::add_squares`]: the
-/// same sum as `add_square` of each element).
-pub(crate) fn add_squares<G: homeadam_core::Storage>(grad: &[G], sum: &mut ExactSum) {
-    sum.add_squares(grad);
-}
-
 /// The gradient scale that clips a gradient of norm `norm` to `max_norm`: ‖g‖₂ / c when
 /// above, else 1 (also for a non-finite norm: the step's finite check deals with it).
 pub(crate) fn clip_scale(norm: f64, max_norm: f64) -> f64 {
@@ -51,10 +45,7 @@ pub fn global_grad_norm(vars: &[Var], grads: &GradStore) -> Result<f64> {
             if in_place {
                 crate::lend::add_grad_squares(g, "a gradient", &mut sum)?;
             } else {
-                add_squares(
-                    &g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?,
-                    &mut sum,
-                );
+                sum.add_squares(&g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?);
             }
         }
     }
@@ -118,7 +109,7 @@ mod tests {
         // 2^60 + 1 − 2^60 in f64 is 0 in this order; exactly, it is 1.
         let big = 2f32.powi(30);
         let mut sum = ExactSum::new();
-        add_squares(&[big, 1.0], &mut sum);
+        sum.add_squares(&[big, 1.0]);
         sum.add_product(-big, big);
         assert_eq!(sum.to_f64(), 1.0);
     }

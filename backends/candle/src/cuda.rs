@@ -12,16 +12,16 @@
 use std::sync::Arc;
 
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use candle_core::cuda::CudaStorageSlice;
-use candle_core::{Result, Storage as Stored, Tensor};
+use candle_core::{Result, Tensor};
 
 use crate::error::bail;
 use homeadam_core::{Dtype, Optimizer, StateStorage, StepReport, TensorAux};
 use homeadam_cuda::{CudaOptimizer, DeviceTensor, Dtypes};
 
 use super::clip::clip_scale;
+use super::device::device_address;
 use super::error::{core_err_about, cuda_err};
-use super::placement::{Item, OnStates, OnStatesMut, Param, States};
+use super::params::{OnStates, OnStatesMut, Param, StateType, States};
 use super::state::write_core;
 
 /// The core's storage type of a candle dtype the optimizer steps.
@@ -32,30 +32,6 @@ fn storage_dtype(dtype: candle_core::DType) -> Option<Dtype> {
         candle_core::DType::F16 => Some(Dtype::F16),
         _ => None,
     }
-}
-
-/// The device address of a contiguous CUDA tensor's first element.
-pub(crate) fn device_address(t: &Tensor, what: &str) -> Result<u64> {
-    let (storage, layout) = t.storage_and_layout();
-    let Stored::Cuda(cuda) = &*storage else {
-        bail!("homeadam: {what} is on {:?}, not on a CUDA device", t.device());
-    };
-    let Some((start, _)) = layout.contiguous_offsets() else {
-        bail!("homeadam: {what} is not contiguous");
-    };
-    let stream = cuda.device.cuda_stream();
-    // The guard of `device_ptr` orders candle's later work after this read; every launch
-    // that uses the address goes to the same stream.
-    let (base, size) = match &cuda.slice {
-        CudaStorageSlice::F32(s) => (s.device_ptr(&stream).0, 4),
-        CudaStorageSlice::BF16(s) => (s.device_ptr(&stream).0, 2),
-        CudaStorageSlice::F16(s) => (s.device_ptr(&stream).0, 2),
-        _ => bail!(
-            "homeadam: {what} has dtype {:?}, expected f32, bf16 or f16",
-            t.dtype()
-        ),
-    };
-    Ok(base + (start * size) as u64)
 }
 
 /// The kernels' table and which variables it holds.
@@ -326,7 +302,7 @@ struct Decode<'a>(&'a [Vec<u8>]);
 
 impl OnStatesMut for Decode<'_> {
     type Out = ();
-    fn on<S: Item>(self, states: &mut Vec<Vec<S>>) {
+    fn on<S: StateType>(self, states: &mut Vec<Vec<S>>) {
         for (state, bytes) in states.iter_mut().zip(self.0) {
             for (item, b) in state.iter_mut().zip(bytes.chunks_exact(S::BYTES)) {
                 *item = S::read(b);
@@ -340,7 +316,7 @@ struct Encode;
 
 impl OnStates for Encode {
     type Out = Vec<Vec<u8>>;
-    fn on<S: Item>(self, states: &[Vec<S>]) -> Vec<Vec<u8>> {
+    fn on<S: StateType>(self, states: &[Vec<S>]) -> Vec<Vec<u8>> {
         states
             .iter()
             .map(|state| {

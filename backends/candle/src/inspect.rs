@@ -3,7 +3,7 @@
 use candle_core::{Result, Tensor, Var};
 use homeadam_core::{Config, StateStorage};
 
-use super::placement::{OnStates, States};
+use super::params::{OnStates, States};
 
 /// The state slots of `var`, variable `k` of `states`, as `f32` tensors of its shape on its
 /// device, each with its name in `config`.

@@ -16,18 +16,17 @@ use homeadam_core::{bf16, f16, Storage};
 
 use homeadam_core::ExactSum;
 
-use super::clip::add_squares;
-
 /// Work done on one variable's slices while candle lends them.
 pub(crate) trait Visit {
     /// `param` and `grad` are the variable's and its gradient's elements, equally long.
     fn visit<P: Storage>(&mut self, param: &mut [P], grad: &[P]) -> Result<()>;
 }
 
+/// The in-place op whose `cpu_fwd` lends a variable's and its gradient's slices to a visitor.
 /// `cpu_fwd` takes `&self`: the visitor sits in a `RefCell`.
-struct Lend<'v, V>(RefCell<&'v mut V>);
+struct LendOp<'v, V>(RefCell<&'v mut V>);
 
-impl<V: Visit> InplaceOp2 for Lend<'_, V> {
+impl<V: Visit> InplaceOp2 for LendOp<'_, V> {
     fn name(&self) -> &'static str {
         "homeadam-step"
     }
@@ -72,7 +71,7 @@ fn lend<V: Visit, P: Storage>(
 
 /// Runs `visitor` on the slices of `var` and `grad` (a CPU tensor of the same dtype and size).
 pub(crate) fn with_slices<V: Visit>(var: &Var, grad: &Tensor, visitor: &mut V) -> Result<()> {
-    var.inplace_op2(grad, &Lend(RefCell::new(visitor)))
+    var.inplace_op2(grad, &LendOp(RefCell::new(visitor)))
 }
 
 /// The whole buffer of a CPU tensor of a storage type the core steps, read in place.
@@ -99,13 +98,14 @@ fn read<R>(t: &Tensor, what: &str, f: impl FnOnce(Buffer<'_>, &Layout) -> Result
     }
 }
 
-/// Adds Σ g² of one gradient to `sum`, exactly (see [`add_squares`]), read in place.
+/// Adds Σ g² of one gradient to `sum`, exactly (the core's bulk [`ExactSum::add_squares`]: the
+/// same sum as `add_square` of each element), read in place.
 pub(crate) fn add_grad_squares(grad: &Tensor, what: &str, sum: &mut ExactSum) -> Result<()> {
     read(grad, what, |g, l| {
         match g {
-            Buffer::F32(g) => add_squares(window(g, l, what)?, sum),
-            Buffer::BF16(g) => add_squares(window(g, l, what)?, sum),
-            Buffer::F16(g) => add_squares(window(g, l, what)?, sum),
+            Buffer::F32(g) => sum.add_squares(window(g, l, what)?),
+            Buffer::BF16(g) => sum.add_squares(window(g, l, what)?),
+            Buffer::F16(g) => sum.add_squares(window(g, l, what)?),
         }
         Ok(())
     })
@@ -115,7 +115,7 @@ pub(crate) fn add_grad_squares(grad: &Tensor, what: &str, sum: &mut ExactSum) ->
 fn address(t: &Tensor, what: &str) -> Result<usize> {
     #[cfg(feature = "cuda")]
     if t.device().is_cuda() {
-        return Ok(crate::cuda::device_address(t, what)? as usize);
+        return Ok(crate::device::device_address(t, what)? as usize);
     }
     read(t, what, |b, _| {
         Ok(match b {

@@ -6,20 +6,23 @@ mod adapter;
 mod clip;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+mod device;
 mod error;
 mod groups;
 mod inspect;
 mod lend;
 mod options;
-mod placement;
+mod params;
 mod schedule;
 mod state;
 #[cfg(test)]
 mod tests;
 
-pub use adapter::{OptimConfig, SkipPolicy, StepOutcome, VarOptimizer};
+pub use adapter::{StepOutcome, VarOptimizer};
 pub use clip::{clip_grad_norm, global_grad_norm};
 pub use groups::{is_no_decay, GroupSettings};
+pub use options::{OptimConfig, SkipPolicy};
 pub use schedule::Schedule;
 pub use state::Adopted;
 

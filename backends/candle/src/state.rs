@@ -45,11 +45,10 @@ use homeadam_core::{
     Dtype, Group, Optimizer, Rule, SliceSink, StateStorage, TensorAux, TensorState, TensorStateMut,
 };
 
-use super::adapter::OptimConfig;
 use super::error::core_err;
 use super::groups::overrides;
-use super::options;
-use super::placement::{OnStates, OnStatesMut, Param, States};
+use super::options::{self, OptimConfig};
+use super::params::{OnStates, OnStatesMut, Param, States};
 
 const MAGIC: &[u8; 8] = b"HACANDLE";
 const VERSION: u16 = 4;

@@ -6,7 +6,7 @@ use candle_nn::Optimizer as _;
 use homeadam_core::{bf16, f16, Config, Group, Rounding, Rule, Storage, Switch, TensorAux};
 
 use super::*;
-use crate::placement::OnStates;
+use crate::params::OnStates;
 
 /// Deterministic values in [-1, 1) (splitmix64).
 fn values(seed: u64, n: usize) -> Vec<f32> {

@@ -1,15 +1,15 @@
-//! The adapter's bottom layer: what it knows of a variable, and where and how its optimizer
-//! state is stored.
+//! The adapter's bottom layer: what it knows of a variable, and its optimizer state in host
+//! memory, whatever the storage type.
 
 use candle_core::Var;
 use homeadam_core::{bf16, f16, Dtype, Group, Q8Block};
 
-// The visitors' bound on a state type: the core's operations and, where CUDA buffers hold
-// the state, the items' bytes.
+// The bound the visitors of the states put on a state type: the core's operations and, in a
+// build that can place the state in CUDA buffers, the items' bytes.
 #[cfg(feature = "cuda")]
-pub(crate) use bytes::Item;
+pub(crate) use bytes::DeviceBytes as StateType;
 #[cfg(not(feature = "cuda"))]
-pub(crate) use homeadam_core::StateStorage as Item;
+pub(crate) use homeadam_core::StateStorage as StateType;
 
 /// A variable and what the adapter knows of it.
 #[derive(Clone, Debug)]
@@ -17,15 +17,6 @@ pub(crate) struct Param {
     pub(crate) name: String,
     pub(crate) var: Var,
     pub(crate) group: Group,
-}
-
-/// Where the optimizer state lives: with the variables.
-pub(crate) enum Placement {
-    /// CPU variables: the state in host memory, stepped by the core.
-    Host(States),
-    /// CUDA variables: the state on their device, stepped by homeadam-cuda.
-    #[cfg(feature = "cuda")]
-    Device(Box<crate::cuda::DeviceState>),
 }
 
 /// Per-variable optimizer state in the chosen storage type.
@@ -44,7 +35,7 @@ pub(crate) trait OnStates {
     /// The result.
     type Out;
     /// Does the work on states of type `S`.
-    fn on<S: Item>(self, states: &[Vec<S>]) -> Self::Out;
+    fn on<S: StateType>(self, states: &[Vec<S>]) -> Self::Out;
 }
 
 /// [`OnStates`] with the states lent mutably.
@@ -52,7 +43,7 @@ pub(crate) trait OnStatesMut {
     /// The result.
     type Out;
     /// Does the work on states of type `S`.
-    fn on<S: Item>(self, states: &mut Vec<Vec<S>>) -> Self::Out;
+    fn on<S: StateType>(self, states: &mut Vec<Vec<S>>) -> Self::Out;
 }
 
 impl States {
@@ -73,7 +64,7 @@ impl States {
         struct Push<I>(usize, I);
         impl<I: Iterator<Item = usize>> OnStatesMut for Push<I> {
             type Out = ();
-            fn on<S: Item>(self, states: &mut Vec<Vec<S>>) {
+            fn on<S: StateType>(self, states: &mut Vec<Vec<S>>) {
                 let Push(slots, numels) = self;
                 states.extend(numels.map(|n| vec![S::default(); slots * S::slot_len(n)]));
             }
@@ -110,19 +101,19 @@ mod bytes {
     use homeadam_core::{bf16, f16, Q8Block, StateStorage, Storage};
 
     /// A state type whose items go to and from a device buffer as bytes.
-    pub(crate) trait Item: StateStorage {
+    pub(crate) trait DeviceBytes: StateStorage {
         /// Bytes of one item.
         const BYTES: usize;
-        /// Writes the item's [`Item::BYTES`] bytes to `out`.
+        /// Writes the item's [`DeviceBytes::BYTES`] bytes to `out`.
         fn write(&self, out: &mut [u8]);
-        /// The item from its [`Item::BYTES`] bytes.
+        /// The item from its [`DeviceBytes::BYTES`] bytes.
         fn read(bytes: &[u8]) -> Self;
     }
 
     /// An element type: its bits, little-endian.
     macro_rules! element_item {
         ($($t:ty),*) => {$(
-            impl Item for $t {
+            impl DeviceBytes for $t {
                 const BYTES: usize = <$t as Storage>::DTYPE.size();
                 fn write(&self, out: &mut [u8]) {
                     out.copy_from_slice(&self.to_bits32().to_le_bytes()[..Self::BYTES]);
@@ -137,7 +128,7 @@ mod bytes {
     }
     element_item!(f32, bf16, f16);
 
-    impl Item for Q8Block {
+    impl DeviceBytes for Q8Block {
         const BYTES: usize = BLOCK_BYTES;
         fn write(&self, out: &mut [u8]) {
             out.copy_from_slice(&self.to_bytes());
