@@ -6,7 +6,8 @@
 //!    sm_89 and sm_90 (no spills, register counts printed); `parity_gxx` compiles the element
 //!    math header with g++ (the metadata of `kernels.rs` as `-D` flags) and holds it to the
 //!    core bit for bit, parameter groups included; the GPU tests (`gpu`, and homeadam-jetson's)
-//!    say they skipped without a driver. Their output is shown (`--nocapture`).
+//!    say they skipped without a driver; homeadam-torch's NVRTC, opened by its path, compiles a
+//!    model's kernels to the bytes homeadam-cuda's does. Their output is shown (`--nocapture`).
 //!
 //! They run as the background lane `cuda-tests` beside the workspace's other tests, from the
 //! executables the main lane built.
@@ -23,7 +24,7 @@ use crate::wheels::NVRTC_WHEEL;
 use crate::{cache, run, run_counting, stage_retrying, test_executables};
 
 /// The packages whose tests need NVRTC.
-const PACKAGES: &[&str] = &["homeadam-cuda", "homeadam-jetson"];
+const PACKAGES: &[&str] = &["homeadam-cuda", "homeadam-jetson", "homeadam-torch"];
 
 /// Starts the CUDA tests as the background lane `cuda-tests`, beside the workspace's other
 /// tests. Their executables are listed here, before `cargo test` holds the build directory's
