@@ -13,7 +13,7 @@
 use anyhow::{ensure, Result};
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor};
 
-use super::cpu::{rows, values};
+use super::cpu::{ids, rows, values};
 
 /// The mean cross-entropy of `logits` (`[R, C]`, f32) against `target` (`[R]`, u32).
 pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
@@ -37,15 +37,8 @@ fn logits_and_targets<'a>(
     (t, t_layout): (&'a CpuStorage, &Layout),
 ) -> candle_core::Result<(&'a [f32], &'a [u32], usize)> {
     let x = values(x, x_layout, "cross-entropy")?;
-    let (CpuStorage::U32(ids), Some((start, end))) = (t, t_layout.contiguous_offsets()) else {
-        candle_core::bail!("cross-entropy: the targets are not contiguous u32 class ids");
-    };
-    let t = &ids[start..end];
     let (_, classes) = x_layout.shape().dims2()?;
-    if let Some(bad) = t.iter().find(|&&id| id as usize >= classes) {
-        candle_core::bail!("cross-entropy: class id {bad} outside [0, {classes})");
-    }
-    Ok((x, t, classes))
+    Ok((x, ids(t, t_layout, classes, "cross-entropy: class id")?, classes))
 }
 
 /// `(x, t) → [log Σ_j e^{x_rj} − x_{r,t_r}]_r`.

@@ -12,6 +12,7 @@
 
 use anyhow::{ensure, Result};
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
+use rayon::prelude::*;
 
 use crate::rng::Rng;
 
@@ -24,19 +25,23 @@ struct Mask {
     scale: f32,
 }
 
+/// Values one parallel task masks: even, so that each task starts on a draw's first half.
+const BLOCK: usize = 1 << 14;
+
 impl Mask {
-    /// The factor of element `j`: `scale` if kept, else 0.
-    fn factor(&self, j: usize) -> f32 {
-        let bits = Rng::draw(self.state, (j / 2) as u64);
-        let half = if j.is_multiple_of(2) {
-            bits >> 32
-        } else {
-            bits & 0xffff_ffff
-        };
-        if half >= self.threshold {
-            self.scale
-        } else {
-            0.0
+    /// The factors of elements `2i` and `2i + 1`: `scale` if kept, else 0.
+    fn factors(&self, i: usize) -> [f32; 2] {
+        let bits = Rng::draw(self.state, i as u64);
+        [bits >> 32, bits & 0xffff_ffff].map(|half| if half >= self.threshold { self.scale } else { 0.0 })
+    }
+
+    /// `y = x ⊙ mask` for the values from element `first` (even) on.
+    fn apply(&self, x: &[f32], first: usize, y: &mut [f32]) {
+        for (k, (x, y)) in x.chunks(2).zip(y.chunks_mut(2)).enumerate() {
+            let factors = self.factors(first / 2 + k);
+            for ((y, x), f) in y.iter_mut().zip(x).zip(factors) {
+                *y = x * f;
+            }
         }
     }
 }
@@ -66,18 +71,20 @@ impl CustomOp1 for Apply {
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let _span = crate::models::host_time::span(self.name());
         let CpuStorage::F32(values) = storage else {
             candle_core::bail!("dropout: f32 input expected");
         };
         let Some((start, end)) = layout.contiguous_offsets() else {
             candle_core::bail!("dropout: the input is not contiguous");
         };
-        let out = values[start..end]
-            .iter()
+        let x = &values[start..end];
+        let mut y = vec![0.0; x.len()];
+        y.par_chunks_mut(BLOCK)
+            .zip(x.par_chunks(BLOCK))
             .enumerate()
-            .map(|(j, &v)| v * self.0.factor(j))
-            .collect();
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
+            .for_each(|(block, (y, x))| self.0.apply(x, block * BLOCK, y));
+        Ok((CpuStorage::F32(y), layout.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]

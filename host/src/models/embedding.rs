@@ -1,14 +1,17 @@
-//! The embedding lookup `y_i = E[id_i]` of a `[vocab, d]` table `E`: candle's `index_select`
-//! on the CPU, one op on CUDA whose backward pass scales with the tokens.
+//! The embedding lookup `y_i = E[id_i]` of a `[vocab, d]` table `E`: one op whose backward pass
+//! scales with the tokens.
 //!
-//! Candle's backward pass copies a zero-filled `[vocab, d]` table and adds the rows with `d`
-//! threads, each looping over every token. On CUDA the backward pass zero-fills the table's
-//! gradient and sums each occurring id's gradient rows in ascending position, one block per
-//! first occurrence (`host/kernels/embedding.cu`), so that a seed repeats its bits.
+//! Candle's own backward pass (of `index_select`) copies a zero-filled `[vocab, d]` table and
+//! adds the rows with `d` threads, each looping over every token. Here the backward pass
+//! zero-fills the table's gradient and sums each occurring id's gradient rows in ascending
+//! position, so that a seed repeats its bits: on the CPU a task per block of the table's rows
+//! (`models::cpu::rows::scatter_sum`), on CUDA one block per first occurrence
+//! (`host/kernels/embedding.cu`).
 
 use anyhow::{ensure, Result};
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 
+use super::cpu::{self, rows, values};
 use super::param_grads::param_grad;
 
 /// The rows of `table` (`[vocab, d]`, f32) at `ids` (`[n]`, u32): `[n, d]`.
@@ -20,8 +23,10 @@ pub fn embedding(table: &Tensor, ids: &Tensor) -> Result<Tensor> {
         ids.dtype(),
         ids.dims()
     );
-    if table.device().is_cuda() {
-        return Ok(table.apply_op2(&ids.contiguous()?, Lookup { vocab })?);
+    if table.dtype() == DType::F32 {
+        return Ok(table
+            .contiguous()?
+            .apply_op2(&ids.contiguous()?, Lookup { vocab })?);
     }
     Ok(table.index_select(ids, 0)?)
 }
@@ -33,7 +38,6 @@ struct Lookup {
 
 /// `(ids, ∂L/∂y) → ∂L/∂E`.
 struct Backward {
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     vocab: usize,
 }
 
@@ -44,12 +48,19 @@ impl CustomOp2 for Lookup {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        table: &CpuStorage,
+        table_layout: &Layout,
+        ids: &CpuStorage,
+        ids_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused embedding")
+        let _span = crate::models::host_time::span(self.name());
+        let (_, d) = table_layout.shape().dims2()?;
+        let table = values(table, table_layout, self.name())?;
+        let ids = cpu::ids(ids, ids_layout, self.vocab, "embedding: token id")?;
+        Ok((
+            CpuStorage::F32(rows::gather(table, ids, d)),
+            Shape::from((ids.len(), d)),
+        ))
     }
 
     #[cfg(feature = "cuda")]
@@ -84,12 +95,20 @@ impl CustomOp2 for Backward {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        ids: &CpuStorage,
+        ids_layout: &Layout,
+        grad: &CpuStorage,
+        grad_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        super::cuda_only("the fused embedding")
+        let _span = crate::models::host_time::span(self.name());
+        let (n, d) = grad_layout.shape().dims2()?;
+        let ids = cpu::ids(ids, ids_layout, self.vocab, "embedding: token id")?;
+        if ids.len() != n {
+            candle_core::bail!("embedding: {} ids for {n} gradient rows", ids.len());
+        }
+        let grad = values(grad, grad_layout, self.name())?;
+        let table = rows::scatter_sum(ids, grad, self.vocab, d);
+        Ok((CpuStorage::F32(table), Shape::from((self.vocab, d))))
     }
 
     #[cfg(feature = "cuda")]

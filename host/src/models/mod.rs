@@ -48,8 +48,9 @@ pub use transformer::{TransformerConfig, TransformerLm};
 pub use vgg::{Vgg, VggConfig, VggVariant};
 
 /// The CPU half of a candle op that runs on CUDA only: an error naming the op (`what`); the
-/// models call each such op on CUDA tensors and compose candle's ops on the CPU (the embedding;
-/// cuDNN's batch norm, whose CPU twin is `cpu::batch_norm`).
+/// models call each such op on CUDA tensors (cuDNN's batch norm, whose CPU twin is
+/// `cpu::batch_norm`).
+#[cfg(feature = "cuda")]
 pub(crate) fn cuda_only(what: &str) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
     candle_core::bail!("{what} runs on CUDA tensors only (the CPU composes candle's ops)")
 }

@@ -304,7 +304,7 @@ impl Model for TransformerLm {
             .map_err(|_| anyhow!("transformer: expected [batch, seq] token ids, got {:?}", x.dims()))?;
         ensure!(b > 0 && t > 0, "transformer: empty input {:?}", x.dims());
         // Token ids are not range-checked here, which would read them back from the device at
-        // every step: the data checks them on the host (`LanguageData::new`), and candle's CPU
+        // every step: the data checks them on the host (`LanguageData::new`), and the CPU's
         // embedding lookup refuses an id outside the vocabulary.
         let device = x.device();
         let d = c.d_model;

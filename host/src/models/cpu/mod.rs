@@ -11,6 +11,7 @@
 pub(crate) mod batch_norm;
 pub(crate) mod conv;
 pub(crate) mod elementwise;
+pub(crate) mod exp;
 pub(crate) mod rows;
 
 use candle_core::backend::BackendStorage;
@@ -29,6 +30,24 @@ pub(crate) fn values<'a>(
         candle_core::bail!("{what}: expected a contiguous tensor");
     };
     Ok(&all[start..end])
+}
+
+/// The u32 ids of a contiguous CPU tensor, each below `below`: an error naming them (`what`,
+/// "cross-entropy: class id") and the first id out of range.
+pub(crate) fn ids<'a>(
+    storage: &'a CpuStorage,
+    layout: &Layout,
+    below: usize,
+    what: &str,
+) -> candle_core::Result<&'a [u32]> {
+    let (CpuStorage::U32(all), Some((start, end))) = (storage, layout.contiguous_offsets()) else {
+        candle_core::bail!("{what}s: expected contiguous u32 values");
+    };
+    let ids = &all[start..end];
+    if let Some(bad) = ids.iter().find(|&&id| id as usize >= below) {
+        candle_core::bail!("{what} {bad} outside [0, {below})");
+    }
+    Ok(ids)
 }
 
 /// The f32 values of contiguous CPU tensors of one shape: an error naming the op (`what`) for

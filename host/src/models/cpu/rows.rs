@@ -6,6 +6,7 @@
 use rayon::prelude::*;
 
 use super::elementwise::{squares_about, sum};
+use super::exp::{exp_sum_into, max};
 use super::sum_in_order;
 
 /// Rows of one parallel task, and of one partial sum of layer norm's parameter gradients.
@@ -73,9 +74,10 @@ pub(crate) fn layer_norm_backward(x: &[f32], gamma: &[f32], dy: &[f32], eps: f32
     out
 }
 
-/// `y_j = e^{z_j − max z} / Σ_{k ≤ i} e^{z_k − max z}` for `z = s / divisor` over row `i` of
+/// `y_j = e^{z_j − max z} / Σ_{k ≤ i} e^{z_k − max z}` for `z = s · (1/divisor)` over row `i` of
 /// each `t × t` matrix, and 0 above the diagonal.
 pub(crate) fn causal_softmax(s: &[f32], t: usize, divisor: f32) -> Vec<f32> {
+    let a = 1.0 / divisor;
     let mut y = vec![0.0; s.len()];
     y.par_chunks_mut(t * t)
         .zip(s.par_chunks(t * t))
@@ -83,12 +85,7 @@ pub(crate) fn causal_softmax(s: &[f32], t: usize, divisor: f32) -> Vec<f32> {
             for (i, (y, s)) in y.chunks_mut(t).zip(s.chunks(t)).enumerate() {
                 let (seen, hidden) = y.split_at_mut(i + 1);
                 let z = &s[..=i];
-                let max = z.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v / divisor));
-                let mut total = 0.0;
-                for (y, &v) in seen.iter_mut().zip(z) {
-                    *y = (v / divisor - max).exp();
-                    total += *y;
-                }
+                let total = exp_sum_into(z, a, a * max(z), seen);
                 seen.iter_mut().for_each(|y| *y /= total);
                 hidden.fill(0.0);
             }
@@ -151,21 +148,18 @@ pub(crate) fn affine(x: &[f32], w: &[f32], b: &[f32]) -> Vec<f32> {
     y
 }
 
-/// The row's maximum and `Σ_j e^{x_j − max}`.
-fn max_and_exp_sum(row: &[f32]) -> (f32, f32) {
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    (max, row.iter().map(|&v| (v - max).exp()).sum())
-}
-
 /// `[log Σ_j e^{x_rj} − x_{r,t_r}]_r` for logits `x` of `classes` columns and class ids `t`
 /// (each below `classes`: the caller checks).
 pub(crate) fn cross_entropy(x: &[f32], t: &[u32], classes: usize) -> Vec<f32> {
     x.par_chunks(classes)
         .zip(t.par_iter())
-        .map(|(row, &t)| {
-            let (max, total) = max_and_exp_sum(row);
-            total.ln() + max - row[t as usize]
-        })
+        .map_init(
+            || vec![0.0; classes],
+            |terms, (row, &t)| {
+                let top = max(row);
+                exp_sum_into(row, 1.0, top, terms).ln() + top - row[t as usize]
+            },
+        )
         .collect()
 }
 
@@ -176,14 +170,52 @@ pub(crate) fn cross_entropy_backward(x: &[f32], t: &[u32], g: &[f32], classes: u
     dx.par_chunks_mut(classes)
         .zip(x.par_chunks(classes).zip(t.par_iter().zip(g)))
         .for_each(|(dx, (row, (&t, &g)))| {
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            let mut total = 0.0;
-            for (d, &v) in dx.iter_mut().zip(row) {
-                *d = (v - max).exp();
-                total += *d;
-            }
-            dx.iter_mut().for_each(|d| *d = g * (*d / total));
+            let total = exp_sum_into(row, 1.0, max(row), dx);
+            let scale = g / total;
+            dx.iter_mut().for_each(|d| *d *= scale);
             dx[t as usize] -= g;
         });
     dx
+}
+
+/// Rows of `table` (`d` wide) at `ids` (each below the table's rows: the caller checks).
+pub(crate) fn gather(table: &[f32], ids: &[u32], d: usize) -> Vec<f32> {
+    if d == 0 {
+        return Vec::new();
+    }
+    let mut y = vec![0.0; ids.len() * d];
+    y.par_chunks_mut(d * ROWS_PER_TASK)
+        .zip(ids.par_chunks(ROWS_PER_TASK))
+        .for_each(|(y, ids)| {
+            for (y, &id) in y.chunks_mut(d).zip(ids) {
+                let at = id as usize * d;
+                y.copy_from_slice(&table[at..at + d]);
+            }
+        });
+    y
+}
+
+/// `∂L/∂E` of [`gather`]: row `v` of `vocab` is the sum of the rows of `g` (`d` wide) whose id
+/// is `v`, in ascending position. A task owns a block of the table's rows and scans the ids, so
+/// the work grows with the tokens and the bits do not depend on the thread count.
+pub(crate) fn scatter_sum(ids: &[u32], g: &[f32], vocab: usize, d: usize) -> Vec<f32> {
+    if d == 0 {
+        return Vec::new();
+    }
+    let mut table = vec![0.0; vocab * d];
+    table
+        .par_chunks_mut(d * ROWS_PER_TASK)
+        .enumerate()
+        .for_each(|(block, rows)| {
+            let first = block * ROWS_PER_TASK;
+            for (&id, g) in ids.iter().zip(g.chunks(d)) {
+                let Some(r) = (id as usize).checked_sub(first) else {
+                    continue;
+                };
+                if let Some(row) = rows.get_mut(r * d..(r + 1) * d) {
+                    row.iter_mut().zip(g).for_each(|(t, g)| *t += g);
+                }
+            }
+        });
+    table
 }

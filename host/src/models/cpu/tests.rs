@@ -363,3 +363,23 @@ fn the_cross_entropy_and_its_gradient_equal_candles_in_f64_and_refuse_a_bad_clas
     let err = cross_entropy(&logits, &bad).unwrap_err().to_string();
     assert!(err.contains("class id 3 outside [0, 3)"), "{err}");
 }
+
+#[test]
+fn the_embedding_and_its_gradient_equal_candles_in_f64_and_refuse_a_bad_id() {
+    use crate::models::embedding::embedding;
+    for (vocab, d, tokens) in [(1, 1, 1), (70, 5, 200), (33, 64, 7)] {
+        let ids: Vec<u32> = (0..tokens).map(|i| (i * 29 % vocab) as u32).collect();
+        let ids = Tensor::from_vec(ids, tokens, &Device::Cpu).unwrap();
+        let lookup = |v: &[Var]| embedding(v[0].as_tensor(), &ids).unwrap();
+        same_as_f64(
+            &format!("embedding {vocab} × {d}, {tokens} tokens"),
+            &[normal_var(21, &[vocab, d], 1.0)],
+            lookup,
+            lookup,
+        );
+    }
+    let table = Tensor::zeros((3, 2), DType::F32, &Device::Cpu).unwrap();
+    let bad = Tensor::new(&[0u32, 3], &Device::Cpu).unwrap();
+    let err = embedding(&table, &bad).unwrap_err().to_string();
+    assert!(err.contains("token id 3 outside [0, 3)"), "{err}");
+}
