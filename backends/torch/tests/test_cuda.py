@@ -1,8 +1,9 @@
 """CUDA parameters, skipped without a CUDA device: the step on PyTorch's stream is the CPU step
 bit for bit for every rule × storage (homeadam-cuda's kernels are the core's), AdamW is torch's
 fused AdamW to the peers' tolerance, state dicts round-trip and move to the parameters' device
-as torch's do, GradScaler's unscale and skip are the CPU's, and one NCCL process steps as no
-process group. Without a driver, a CUDA step is a Python exception."""
+as torch's do, GradScaler's unscale and skip are the CPU's, one NCCL process steps as no
+process group, and bad input is refused before any launch. Without a driver, a CUDA step is a
+Python exception."""
 
 from __future__ import annotations
 
@@ -165,6 +166,35 @@ def test_one_nccl_process_steps_as_no_process_group() -> None:
                         assert torch.equal(raw(p), raw(q)), (config, device, k)
         finally:
             dist.destroy_process_group()
+
+
+@cuda
+def test_bad_cuda_input_is_a_value_error() -> None:
+    """Parameters on two devices, CUDA parameters of two dtypes, a gradient on another device,
+    state left behind by a parameter that moved: refused before any launch."""
+    def one(device: str, dtype: torch.dtype = torch.float32) -> torch.nn.Parameter:
+        p = torch.nn.Parameter(torch.zeros(3, dtype=dtype, device=device))
+        p.grad = torch.ones_like(p)
+        return p
+
+    cases = [
+        (ht.AdamW([{"params": [one("cpu")]}, {"params": [one("cuda")]}]), "one device"),
+        (ht.AdamW([one("cuda"), one("cuda", torch.bfloat16)]), "one dtype"),
+    ]
+    for opt, match in cases:
+        with pytest.raises(ValueError, match=match):
+            opt.step()
+    p = one("cpu")
+    opt = ht.AdamW([p])
+    p.grad = torch.ones(3, device="cuda")
+    with pytest.raises(ValueError, match="gradient on"):
+        opt.step()
+    p.grad = torch.ones(3)
+    opt.step()
+    p.data = p.data.cuda()
+    p.grad = torch.ones(3, device="cuda")
+    with pytest.raises(ValueError, match="moved"):
+        opt.step()
 
 
 def bind(core: Any, dtypes: List[str]) -> None:

@@ -486,6 +486,11 @@ class _CoreOptimizer(Optimizer):
                 self._check_grad(p, grad)
                 state = self._state_of(p)
                 buffer = state["state"]
+                if buffer.get_device() != where:
+                    raise ValueError(
+                        f"the state of a parameter on {p.device} is on {buffer.device}: the parameter moved "
+                        f"after its first step (load a state dict to move the state with it)"
+                    )
                 stepped.append(p)
                 tensors.append(
                     (
