@@ -130,31 +130,21 @@ fn bad_groups_are_refused() {
     config.weight_decay = 0.5;
     let mut opt = Optimizer::new(config).unwrap();
     let (mut p, g, mut s, mut a) = ([1.0f32; 2], [0.1f32; 2], [0.0f32; 4], TensorAux::default());
-    for (scale, decay) in [(f64::NAN, true), (-1.0, true), (f64::INFINITY, false)] {
+    let mut refused = |lr_scale: f64, decay: bool| {
         let group = Group {
-            lr_scale: scale,
+            lr_scale,
             decay,
             ..Group::DEFAULT
         };
-        let err = opt
-            .step(
-                &mut [Tensor::new(&mut p, &g, &mut s, &mut a).in_group(group)],
-                1.0,
-            )
-            .unwrap_err();
+        let model = &mut [Tensor::new(&mut p, &g, &mut s, &mut a).in_group(group)];
+        opt.step(model, 1.0).unwrap_err()
+    };
+    for (scale, decay) in [(f64::NAN, true), (-1.0, true), (f64::INFINITY, false)] {
+        let err = refused(scale, decay);
         assert!(matches!(err, Error::InvalidLrScale { tensor: 0, .. }), "{err:?}");
     }
     // η·scale·λ = 1e-3 · 4000 · 0.5 ≥ 1: decoupled decay would flip the sign.
-    let group = Group {
-        lr_scale: 4000.0,
-        ..Group::DEFAULT
-    };
-    let err = opt
-        .step(
-            &mut [Tensor::new(&mut p, &g, &mut s, &mut a).in_group(group)],
-            1.0,
-        )
-        .unwrap_err();
+    let err = refused(4000.0, true);
     assert!(matches!(err, Error::DecayTooLarge { .. }), "{err:?}");
     assert!(err.to_string().contains("lr * weight_decay"));
     assert_eq!(opt.step_count(), 0);

@@ -17,7 +17,7 @@
 
 use crate::kernel::{Elem, Kernel, Options};
 use crate::math::{max, sqrt};
-use crate::rules::spec::{reads, Decay, Defaults, Kernels, LastSlot, Spec, StepInputs, TORCH};
+use crate::rules::spec::{reads, ChosenDecay, Decay, Defaults, Kernels, LastSlot, Spec, StepInputs, TORCH};
 use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
@@ -70,7 +70,7 @@ fn rectification(beta2: f64, beta2_t: f64, t: u64, bc1: f64, lr: f64) -> (u32, f
 #[derive(Clone, Copy)]
 pub(crate) struct AdaBelief<const AMSGRAD: bool> {
     s: StepScalars,
-    coupled_decay: bool,
+    decay: ChosenDecay,
 }
 
 impl<const AMSGRAD: bool> Kernel for AdaBelief<AMSGRAD> {
@@ -81,19 +81,14 @@ impl<const AMSGRAD: bool> Kernel for AdaBelief<AMSGRAD> {
     fn new(s: &StepScalars, options: Options) -> Self {
         AdaBelief {
             s: *s,
-            coupled_decay: !options.weight_decouple && s.weight_decay != 0.0,
+            decay: ChosenDecay::new(s, options),
         }
     }
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {
         let s = &self.s;
-        let g = if self.coupled_decay {
-            g + s.weight_decay * p
-        } else {
-            g
-        };
-        let p = p * s.decay;
+        let (p, g) = self.decay.apply(s, p, g);
         let m = s.beta1 * st[0] + s.one_minus_beta1 * g;
         let residual = g - m;
         let var = s.beta2 * st[1] + s.one_minus_beta2 * (residual * residual) + s.eps;

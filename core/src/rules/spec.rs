@@ -5,6 +5,7 @@
 //! from it ([`crate::Config`]); the rule table ([`crate::rules`]) pairs each [`crate::Rule`]
 //! with its spec, name and checkpoint code.
 
+use crate::kernel::Options;
 use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
@@ -19,6 +20,30 @@ pub enum Decay {
     Decoupled,
     /// Either, by the `weight_decouple` knob (with `fixed_decay`: θ ← θ(1 − λ)).
     Chosen,
+}
+
+/// λ as the kernels of a rule of [`Decay::Chosen`] apply it: coupled, g ← g + λθ (with
+/// `weight_decouple` off and λ ≠ 0), then θ ← θ · [`StepScalars::decay`] (1 − ηλ, or 1 − λ with
+/// `fixed_decay`, when decoupled; 1 otherwise).
+#[derive(Clone, Copy)]
+pub(crate) struct ChosenDecay {
+    coupled: bool,
+}
+
+impl ChosenDecay {
+    /// The decay of a kernel built from `s` and `options`.
+    pub(crate) fn new(s: &StepScalars, options: Options) -> Self {
+        ChosenDecay {
+            coupled: !options.weight_decouple && s.weight_decay != 0.0,
+        }
+    }
+
+    /// (θ, g) after the decay.
+    #[inline(always)]
+    pub(crate) fn apply(self, s: &StepScalars, p: f32, g: f32) -> (f32, f32) {
+        let g = if self.coupled { g + s.weight_decay * p } else { g };
+        (p * s.decay, g)
+    }
 }
 
 /// A state slot that only some configs of a rule keep: always the rule's last slot.

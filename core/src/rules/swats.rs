@@ -22,8 +22,8 @@
 use crate::kernel::{Elem, Kernel, Options};
 use crate::math::sqrt;
 use crate::rules::spec::{
-    reads, Decay, Defaults, Dots, Kernels, LastSlot, PhaseSwitch, Spec, StepInputs, SwitchInputs, ONE_BETA2,
-    TORCH,
+    reads, ChosenDecay, Decay, Defaults, Dots, Kernels, LastSlot, PhaseSwitch, Spec, StepInputs,
+    SwitchInputs, ONE_BETA2, TORCH,
 };
 use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
@@ -71,14 +71,14 @@ fn step_scalars(i: &StepInputs, s: &mut StepScalars) {
 #[derive(Clone, Copy)]
 pub(crate) struct SwatsAdam {
     s: StepScalars,
-    coupled_decay: bool,
+    decay: ChosenDecay,
 }
 
 /// The SGD phase.
 #[derive(Clone, Copy)]
 pub(crate) struct SwatsSgd {
     s: StepScalars,
-    coupled_decay: bool,
+    decay: ChosenDecay,
     nesterov: bool,
 }
 
@@ -95,19 +95,14 @@ impl Kernel for SwatsAdam {
     fn new(s: &StepScalars, options: Options) -> Self {
         SwatsAdam {
             s: *s,
-            coupled_decay: !options.weight_decouple && s.weight_decay != 0.0,
+            decay: ChosenDecay::new(s, options),
         }
     }
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {
         let s = &self.s;
-        let g = if self.coupled_decay {
-            g + s.weight_decay * p
-        } else {
-            g
-        };
-        let p = p * s.decay;
+        let (p, g) = self.decay.apply(s, p, g);
         let m = s.beta1 * st[0] + s.one_minus_beta1 * g;
         let v = s.beta2 * st[1] + s.one_minus_beta2 * (g * g);
         st[0] = m;
@@ -132,7 +127,7 @@ impl Kernel for SwatsSgd {
     fn new(s: &StepScalars, options: Options) -> Self {
         SwatsSgd {
             s: *s,
-            coupled_decay: !options.weight_decouple && s.weight_decay != 0.0,
+            decay: ChosenDecay::new(s, options),
             nesterov: options.nesterov,
         }
     }
@@ -140,12 +135,7 @@ impl Kernel for SwatsSgd {
     #[inline(always)]
     fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {
         let s = &self.s;
-        let g = if self.coupled_decay {
-            g + s.weight_decay * p
-        } else {
-            g
-        };
-        let p = p * s.decay;
+        let (p, g) = self.decay.apply(s, p, g);
         let b = s.beta1 * st[2] + g;
         st[2] = b;
         let update = b * s.one_minus_beta1;
