@@ -13,7 +13,7 @@
 //! - `set_lr`, `save_state`, `load_state`, `tensor_telemetry`, `core`, `stream`;
 //! - for a caller that compiles with an NVRTC of its own and moves the model-wide state and Λ
 //!   between optimizers of changing tensor lists (homeadam-torch): `with_compiler`, `core_mut`,
-//!   `tensor_aux_mut`.
+//!   `tensor_aux_mut`; `set_groups` for new rates of the same groups (a scheduler's).
 //!
 //! A step is at most four kernel launches on one stream, whatever the number of tensors:
 //! `ha_reset` (which also installs the gradient pointers); `ha_home_pre_{g}_{s}` (global /
@@ -506,6 +506,36 @@ impl CudaOptimizer {
         for (t, &g) in self.tensors.iter_mut().zip(grads) {
             t.grad = g;
         }
+        Ok(())
+    }
+
+    /// Replaces every tensor's parameter group (one per tensor, in the order of
+    /// [`CudaOptimizer::new`]) for the next steps, where the tensors fall into the same groups
+    /// as before, as under a scheduler that sets each group's rate: the device's table keeps its
+    /// group indices, and each step uploads the groups' scalars. Another partition into groups
+    /// is refused ([`Error::Unsupported`]): a new optimizer takes it.
+    pub fn set_groups(&mut self, groups: &[Group]) -> Result<(), Error> {
+        if groups.len() != self.tensors.len() {
+            return Err(Error::TensorCount {
+                expected: self.tensors.len(),
+                actual: groups.len(),
+            });
+        }
+        let config = *self.core.config();
+        let tensors: Vec<DeviceTensor> = self
+            .tensors
+            .iter()
+            .zip(groups)
+            .map(|(t, &group)| t.in_group(group))
+            .collect();
+        let (distinct, index) = group_table(&config, &tensors)?;
+        if index != group_table(&config, &self.tensors)?.1 {
+            return Err(Error::Unsupported(
+                "another partition of the tensors into parameter groups",
+            ));
+        }
+        self.groups = distinct;
+        self.tensors = tensors;
         Ok(())
     }
 
