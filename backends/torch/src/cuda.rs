@@ -3,9 +3,11 @@
 //! and so PyTorch, works in).
 //!
 //! A [`Model`] is built for one list of tensors (their θ and state addresses, lengths and
-//! groups), one dtype, one device and one stream, and kept while the steps name the same ones:
-//! building compiles (once per process and storage) and uploads the tensor table; a step of the
-//! same model only replaces the gradient pointers (`CudaOptimizer::set_grads`) where they moved.
+//! partition into parameter groups), one dtype, one device and one stream, and kept while the
+//! steps name the same ones: building compiles (once per process and storage) and uploads the
+//! tensor table; a step of the same model only replaces the gradient pointers
+//! (`CudaOptimizer::set_grads`) and the groups' values (`CudaOptimizer::set_groups`: a
+//! scheduler's rates) where they changed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -25,8 +27,10 @@ pub struct Key {
     device: usize,
     stream: usize,
     dtypes: Dtypes,
-    /// θ's and the state's addresses, θ's length and group of each tensor, in order.
-    tensors: Vec<(usize, usize, usize, Group)>,
+    /// θ's and the state's addresses and θ's length of each tensor, in order.
+    tensors: Vec<(usize, usize, usize)>,
+    /// Each tensor's group as an index among the distinct groups, in order of appearance.
+    partition: Vec<usize>,
 }
 
 impl Key {
@@ -50,12 +54,24 @@ impl Key {
                 grad: param,
                 state,
             },
-            tensors: tensors
-                .iter()
-                .map(|t| (t.param, t.state, t.numel, t.group))
-                .collect(),
+            tensors: tensors.iter().map(|t| (t.param, t.state, t.numel)).collect(),
+            partition: partition(tensors),
         })
     }
+}
+
+/// Each tensor's group as an index among the distinct groups, in order of appearance.
+fn partition(tensors: &[RawTensor]) -> Vec<usize> {
+    let mut distinct: Vec<Group> = Vec::new();
+    tensors
+        .iter()
+        .map(|t| {
+            distinct.iter().position(|&g| g == t.group).unwrap_or_else(|| {
+                distinct.push(t.group);
+                distinct.len() - 1
+            })
+        })
+        .collect()
 }
 
 /// A failure of the CUDA step as Python's exception: what the core refuses (a group, a gradient
@@ -96,6 +112,7 @@ fn context(ordinal: usize) -> Result<Arc<CudaContext>, PyErr> {
 pub struct Model {
     key: Key,
     grads: Vec<u64>,
+    groups: Vec<Group>,
     opt: CudaOptimizer,
 }
 
@@ -123,6 +140,7 @@ impl Model {
             CudaOptimizer::with_compiler(config, key.dtypes, &device, stream, &compile).map_err(error)?;
         Ok(Model {
             grads: device.iter().map(|t| t.grad).collect(),
+            groups: device.iter().map(|t| t.group).collect(),
             key,
             opt,
         })
@@ -133,7 +151,7 @@ impl Model {
         self.key == *key
     }
 
-    /// The gradients and Λ of this step's tensors (those of [`Model::is_for`]).
+    /// The gradients, groups and Λ of this step's tensors (those of [`Model::is_for`]).
     ///
     /// # Safety
     /// As [`Model::new`], for the gradients of `tensors`.
@@ -142,6 +160,11 @@ impl Model {
         if grads != self.grads {
             self.opt.set_grads(&grads).map_err(error)?;
             self.grads = grads;
+        }
+        let groups: Vec<Group> = tensors.iter().map(|t| t.group).collect();
+        if groups != self.groups {
+            self.opt.set_groups(&groups).map_err(error)?;
+            self.groups = groups;
         }
         for (aux, given) in self.opt.tensor_aux_mut().iter_mut().zip(auxes) {
             aux.swats_lambda = given.swats_lambda;

@@ -51,6 +51,25 @@ def test_cuda_step_is_the_cpu_step(name: str, factory: Factory, kwargs: Dict[str
         ]
 
 
+@cuda
+def test_cuda_steps_under_a_scheduler_of_two_groups_are_the_cpus() -> None:
+    """A scheduler sets each group's rate at every step (the groups' ratio moves by ulps): the
+    CUDA steps keep their tables and give the CPU's bits."""
+    def train(device: str) -> List[torch.Tensor]:
+        params = model(torch.float32, 0, device)
+        groups = [{"params": params[:2]}, {"params": params[2:], "lr": 3e-3, "weight_decay": 0.0}]
+        opt = ht.HomeAdamW(groups, lr=1e-2, tau=1e-3)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[2e-2, 7e-3], total_steps=12)
+        for t in range(12):
+            grads(params, t)
+            opt.step()
+            sched.step()
+        return [p.detach() for p in params]
+
+    for p, q in zip(train("cpu"), train("cuda")):
+        assert torch.equal(raw(p), raw(q))
+
+
 def train_cuda(model_: torch.nn.Module, opt: torch.optim.Optimizer, steps: range, sched: Any = None) -> None:
     for t in steps:
         x, y = batch(t)
