@@ -230,6 +230,18 @@ impl Config {
         Rule::from_name(name).map(Config::new)
     }
 
+    /// Every knob's name, in the knob table's order (`knobs.rs`), whether or not a rule
+    /// reads it.
+    pub const KNOB_NAMES: [&'static str; KNOBS.len()] = {
+        let mut names = [""; KNOBS.len()];
+        let mut k = 0;
+        while k < KNOBS.len() {
+            names[k] = KNOBS[k].name;
+            k += 1;
+        }
+        names
+    };
+
     /// Every config name [`Config::named`] takes: the rules' names, then `sgdm`.
     pub const NAMES: [&'static str; ALL_RULES.len() + 1] = {
         let mut names = [SGDM; ALL_RULES.len() + 1];
@@ -452,8 +464,18 @@ impl Config {
     /// writes it; `None` (nothing changed) for an unknown name or a value of another kind.
     /// The caller validates the result.
     pub fn set_knob(&mut self, name: &str, text: &str) -> Option<()> {
+        let value = self.knob(name)?.parse_like(text)?;
+        self.set_knob_to(name, value)
+    }
+
+    /// Sets the knob `name` ([`Config::KNOB_NAMES`]) to `value`, a value of its kind; `None`
+    /// (nothing changed) for an unknown name or a value of another kind. The caller validates
+    /// the result.
+    pub fn set_knob_to(&mut self, name: &str, value: Knob) -> Option<()> {
         let knob = KNOBS.iter().find(|knob| knob.name == name)?;
-        let value = (knob.get)(self).parse_like(text)?;
+        if core::mem::discriminant(&(knob.get)(self)) != core::mem::discriminant(&value) {
+            return None;
+        }
         (knob.set)(self, value);
         Some(())
     }
@@ -673,6 +695,13 @@ mod tests {
             assert_eq!(fresh, saved, "{rule:?}");
         }
         assert_eq!(Config::new(Rule::AdamW).set_knob("beta1", "yes"), None);
+        assert_eq!(
+            Config::new(Rule::AdamW).set_knob_to("beta1", Knob::Flag(true)),
+            None
+        );
+        let mut c = Config::new(Rule::AdamW);
+        assert_eq!(c.set_knob_to("beta1", Knob::Real(0.5)), Some(()));
+        assert_eq!((c.beta1, Config::KNOB_NAMES[0]), (0.5, "lr"));
         assert_eq!(Config::new(Rule::AdamW).set_knob("nothing", "1"), None);
     }
 

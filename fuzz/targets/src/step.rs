@@ -23,7 +23,7 @@
 use arbitrary::{Result, Unstructured};
 use homeadam_core::backend::{Crc32, Histogram, Outcome, StepScalars};
 use homeadam_core::{
-    bf16, f16, Config, Dtype, Error, FiniteCheck, Group, Optimizer, RhoOver, Rounding, SliceSink, Step,
+    bf16, f16, Config, Dtype, Error, FiniteCheck, Group, Knob, Optimizer, RhoOver, Rounding, SliceSink, Step,
     StepReport, Storage, TauCalibration, Tensor, TensorAux, Updates, ALL_RULES,
 };
 
@@ -126,33 +126,26 @@ fn unit_step_is_finite(config: Config, model: &mut [Box<dyn Slice>]) {
     }
 }
 
+/// The real knobs drawn after the others, where the seeds' bytes have them.
+const DRAWN_LAST: [&str; 2] = ["tau.home_share", "home_lr_scale"];
+
 /// A config of any rule, with each knob at its default more often than not (a knob the rule
-/// ignores is refused unless at its default).
+/// ignores is refused unless at its default). The knob table's real knobs, then its flags, in
+/// the table's order ([`Config::KNOB_NAMES`]): a new knob is drawn without a line here, and the
+/// kept inputs' bytes keep their meaning while the table keeps its order.
 fn config(u: &mut Unstructured<'_>) -> Result<Config> {
     let mut c = Config::new(*u.choose(&ALL_RULES)?);
-    for x in [
-        &mut c.lr,
-        &mut c.beta1,
-        &mut c.beta2,
-        &mut c.eps,
-        &mut c.weight_decay,
-        &mut c.tau,
-        &mut c.momentum,
-        &mut c.dampening,
-        &mut c.kappa,
-    ] {
-        *x = hyper(u, *x)?;
+    for name in Config::KNOB_NAMES {
+        if let Some(Knob::Real(x)) = c.knob(name).filter(|_| !DRAWN_LAST.contains(&name)) {
+            c.set_knob_to(name, Knob::Real(hyper(u, x)?));
+        }
     }
-    for x in [
-        &mut c.nesterov,
-        &mut c.weight_decouple,
-        &mut c.fixed_decay,
-        &mut c.rectify,
-        &mut c.amsgrad,
-        &mut c.allow_f16_state,
-    ] {
-        *x ^= flip(u)?;
+    for name in Config::KNOB_NAMES {
+        if let Some(Knob::Flag(b)) = c.knob(name) {
+            c.set_knob_to(name, Knob::Flag(b ^ flip(u)?));
+        }
     }
+    c.allow_f16_state ^= flip(u)?;
     if flip(u)? {
         c.switch_step = u.arbitrary()?;
     }
