@@ -422,46 +422,81 @@ fn add_squares_below(sum: &mut ExactSum, xs: &[f32], below: u32) {
 /// pass ran beside the lanes.
 #[inline(always)]
 fn add_block(sum: &mut ExactSum, block: &[f32], range: Range, ahead: Option<&[f32]>) -> Option<Range> {
-    if range.top == 0 {
-        return None; // zeros
-    }
-    if range.top >= 0x7f80_0000 {
-        add_squares_below(sum, block, u32::MAX);
-        return None;
-    }
-    // Biased exponents, subnormals counted as 1 (their last bit weighs 2^−149 too).
-    let e_top = (range.top >> 23).max(1) as i32;
-    let e_low = (range.low.wrapping_add(1) >> 23).max(1) as i32;
-    let e = e_top - 150;
-    let sigma = pow2(2 * e + 48 + SQUARE_LANE_BITS);
-    let lanes = if e_top - e_low <= SQUARE_WINDOW {
-        match ahead {
-            Some(ahead) => lanes::<false, true>(block, ahead, sigma, 0),
-            None => lanes::<false, false>(block, block, sigma, 0),
-        }
-    } else {
-        // Below `floor`: more than 2^W times smaller than the largest, added one by one.
-        let floor = ((e_top - SQUARE_WINDOW) as u32) << 23;
-        add_squares_below(sum, block, floor);
-        match ahead {
-            Some(ahead) => lanes::<true, true>(block, ahead, sigma, floor),
-            None => lanes::<true, false>(block, block, sigma, floor),
-        }
+    let plan = BlockPlan::new(sum, block, range)?;
+    let sigma = plan.sigma;
+    let lanes = match (plan.floor, ahead) {
+        (None, Some(ahead)) => lanes::<false, true>(block, ahead, sigma, 0),
+        (None, None) => lanes::<false, false>(block, block, sigma, 0),
+        (Some(floor), Some(ahead)) => lanes::<true, true>(block, ahead, sigma, floor),
+        (Some(floor), None) => lanes::<true, false>(block, block, sigma, floor),
     };
-    // The lanes hold σ + Σ q, in σ's binade [2^K, 2^(K + 1)) where the spacing is 2^g1, and
-    // Σ r, an integer times 2^g2 below 2^(g2 + 49) in magnitude, which 1.5 · 2^(g2 + 52)
-    // moves into its binade exactly: each lane's bits less its binade's base are the integer.
-    let g1 = 2 * e + SQUARE_LANE_BITS - 4;
-    let g2 = (2 * (e - SQUARE_WINDOW)).max(ExactSum::LSB_EXP);
-    let m2 = 1.5 * pow2(g2 + 52);
     let (mut n1, mut n2) = (0i64, 0i64);
     for j in 0..SQUARE_LANES {
         n1 += lanes.q[j].to_bits() as i64 - sigma.to_bits() as i64;
-        n2 += (lanes.r[j] + m2).to_bits() as i64 - m2.to_bits() as i64;
+        n2 += (lanes.r[j] + plan.m2).to_bits() as i64 - plan.m2.to_bits() as i64;
     }
-    sum.add_scaled(n1 as u64, (g1 - ExactSum::LSB_EXP) as u32, false);
-    sum.add_scaled(n2.unsigned_abs(), (g2 - ExactSum::LSB_EXP) as u32, n2 < 0);
+    plan.add(sum, n1, n2);
     ahead.map(|_| lanes.ahead)
+}
+
+/// How a block of squares whose [`Range`] is `range` is summed, for [`add_block`] and the
+/// AVX-512 one: σ, the elements below a floor added one by one, and the scales of the lanes'
+/// two sums.
+struct BlockPlan {
+    /// σ, the base the q sums ride on.
+    sigma: f64,
+    /// The magnitudes' bits below which elements count as 0 in the lanes (`None`: none).
+    floor: Option<u32>,
+    /// 1.5 · 2^(g2 + 52), which moves Σ r into its binade exactly.
+    m2: f64,
+    /// The spacings' exponents: 2^g1 of σ + Σ q, 2^g2 of Σ r.
+    g1: i32,
+    g2: i32,
+}
+
+impl BlockPlan {
+    /// The plan of `block` (`None` for a block of zeros); a block holding NaN or ±∞, and the
+    /// elements below the floor, are added to `sum` one by one here.
+    #[inline(always)]
+    fn new(sum: &mut ExactSum, block: &[f32], range: Range) -> Option<BlockPlan> {
+        if range.top == 0 {
+            return None; // zeros
+        }
+        if range.top >= 0x7f80_0000 {
+            add_squares_below(sum, block, u32::MAX);
+            return None;
+        }
+        // Biased exponents, subnormals counted as 1 (their last bit weighs 2^−149 too).
+        let e_top = (range.top >> 23).max(1) as i32;
+        let e_low = (range.low.wrapping_add(1) >> 23).max(1) as i32;
+        let e = e_top - 150;
+        let sigma = pow2(2 * e + 48 + SQUARE_LANE_BITS);
+        // Below the floor: more than 2^W times smaller than the largest, added one by one.
+        let floor = (e_top - e_low > SQUARE_WINDOW).then(|| ((e_top - SQUARE_WINDOW) as u32) << 23);
+        if let Some(floor) = floor {
+            add_squares_below(sum, block, floor);
+        }
+        // The lanes hold σ + Σ q, in σ's binade [2^K, 2^(K + 1)) where the spacing is 2^g1,
+        // and Σ r, an integer times 2^g2 below 2^(g2 + 49) in magnitude, which
+        // 1.5 · 2^(g2 + 52) moves into its binade exactly: each lane's bits less its binade's
+        // base are the integer.
+        let g2 = (2 * (e - SQUARE_WINDOW)).max(ExactSum::LSB_EXP);
+        Some(BlockPlan {
+            sigma,
+            floor,
+            m2: 1.5 * pow2(g2 + 52),
+            g1: 2 * e + SQUARE_LANE_BITS - 4,
+            g2,
+        })
+    }
+
+    /// Adds the lanes' sums to `sum`: `n1`, Σ over the lanes of bits(σ + Σ q) − bits(σ), and
+    /// `n2`, the same of Σ r + m2 less m2.
+    #[inline(always)]
+    fn add(&self, sum: &mut ExactSum, n1: i64, n2: i64) {
+        sum.add_scaled(n1 as u64, (self.g1 - ExactSum::LSB_EXP) as u32, false);
+        sum.add_scaled(n2.unsigned_abs(), (self.g2 - ExactSum::LSB_EXP) as u32, n2 < 0);
+    }
 }
 
 /// Each lane's σ + Σ q and Σ r over a block, and the next block's [`Range`].

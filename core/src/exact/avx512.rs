@@ -10,7 +10,7 @@
 
 use core::arch::x86_64::*;
 
-use super::{add_f32_squares, add_squares_below, pow2, Range, SQUARE_LANE_BITS, SQUARE_STAGE, SQUARE_WINDOW};
+use super::{add_f32_squares, BlockPlan, Range, SQUARE_LANE_BITS, SQUARE_STAGE};
 use crate::exact::ExactSum;
 use crate::lines::Lines;
 use crate::simd::{Avx512, Convert};
@@ -90,43 +90,21 @@ unsafe fn range_step(top: __m512i, low: __m512i, chunk: &[f32]) -> (__m512i, __m
 /// pass ran beside the lanes (as the portable `add_block`, which this mirrors).
 #[inline(always)]
 unsafe fn add_block(sum: &mut ExactSum, block: &[f32], range: Range, ahead: Option<&[f32]>) -> Option<Range> {
-    if range.top == 0 {
-        return None; // zeros
-    }
-    if range.top >= 0x7f80_0000 {
-        add_squares_below(sum, block, u32::MAX);
-        return None;
-    }
-    let e_top = (range.top >> 23).max(1) as i32;
-    let e_low = (range.low.wrapping_add(1) >> 23).max(1) as i32;
-    let e = e_top - 150;
-    let sigma = pow2(2 * e + 48 + SQUARE_LANE_BITS);
-    let (q, r, next) = if e_top - e_low <= SQUARE_WINDOW {
-        match ahead {
-            Some(ahead) => lanes::<false, true>(block, ahead, sigma, 0),
-            None => lanes::<false, false>(block, block, sigma, 0),
-        }
-    } else {
-        let floor = ((e_top - SQUARE_WINDOW) as u32) << 23;
-        add_squares_below(sum, block, floor);
-        match ahead {
-            Some(ahead) => lanes::<true, true>(block, ahead, sigma, floor),
-            None => lanes::<true, false>(block, block, sigma, floor),
-        }
+    let plan = BlockPlan::new(sum, block, range)?;
+    let sigma = plan.sigma;
+    let (q, r, next) = match (plan.floor, ahead) {
+        (None, Some(ahead)) => lanes::<false, true>(block, ahead, sigma, 0),
+        (None, None) => lanes::<false, false>(block, block, sigma, 0),
+        (Some(floor), Some(ahead)) => lanes::<true, true>(block, ahead, sigma, floor),
+        (Some(floor), None) => lanes::<true, false>(block, block, sigma, floor),
     };
-    // As in the portable `add_block`: the lanes' sums as integers in their 52 fraction bits
-    // (32 lanes: totals below 2^57); q's lanes are already σ + Σ q.
-    let g1 = 2 * e + SQUARE_LANE_BITS - 4;
-    let g2 = (2 * (e - SQUARE_WINDOW)).max(ExactSum::LSB_EXP);
-    let m2 = 1.5 * pow2(g2 + 52);
+    // The lanes' sums as integers in their 52 fraction bits (32 lanes: totals below 2^57);
+    // q's lanes are already σ + Σ q.
     let mut shifted = r;
     for s in &mut shifted {
-        *s = _mm512_add_pd(*s, _mm512_set1_pd(m2));
+        *s = _mm512_add_pd(*s, _mm512_set1_pd(plan.m2));
     }
-    let n1 = offsets(q, sigma);
-    let n2 = offsets(shifted, m2);
-    sum.add_scaled(n1 as u64, (g1 - ExactSum::LSB_EXP) as u32, false);
-    sum.add_scaled(n2.unsigned_abs(), (g2 - ExactSum::LSB_EXP) as u32, n2 < 0);
+    plan.add(sum, offsets(q, sigma), offsets(shifted, plan.m2));
     ahead.map(|_| next)
 }
 
