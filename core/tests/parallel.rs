@@ -5,16 +5,14 @@
 #[macro_use]
 mod common;
 
-use common::{configs, Model, Path, StateBits};
-use homeadam_core::backend::mix64;
+use common::{configs, draw, Model, Path, StateBits};
 use homeadam_core::{bf16, f16, Optimizer, Q8Block, Rounding, Storage};
 
 /// Two tensors that split into several pieces (not on chunk boundaries) and one that does not.
 const SIZES: [usize; 3] = [131_101, 70_003, 1_000];
 
 fn value(seed: u64, i: u64) -> f32 {
-    let z = mix64(seed ^ mix64(i));
-    let u = (z >> 40) as f32 / 16_777_216.0 * 2.0 - 1.0;
+    let (z, u) = draw(seed, i);
     match z & 7 {
         0 => 0.0,
         1 => u * 1e-7,

@@ -7,8 +7,7 @@
 #[macro_use]
 mod common;
 
-use common::{configs, fast_paths, Model, Path, StateBits};
-use homeadam_core::backend::mix64;
+use common::{configs, draw, fast_paths, Model, Path, StateBits};
 use homeadam_core::{bf16, f16, Group, Optimizer, Q8Block, Rounding, Storage};
 
 /// Sizes around every power of two up to the chunk's multiples, and the range's ends.
@@ -25,8 +24,7 @@ const LARGE: usize = 20_011;
 /// A deterministic value of every magnitude class the rules meet: ordinary, small, tiny
 /// (denormal), huge (g² overflows) and zero.
 fn value(seed: u64, i: u64) -> f32 {
-    let z = mix64(seed ^ mix64(i));
-    let u = (z >> 40) as f32 / 16_777_216.0 * 2.0 - 1.0;
+    let (z, u) = draw(seed, i);
     match z & 15 {
         0 => 0.0,
         1 => u * 1e-38,

@@ -6,6 +6,13 @@ use homeadam_core::{
     Switch, TauCalibration, Tensor, TensorAux, ALL_RULES,
 };
 
+/// A deterministic draw for element `i` of stream `seed`: its hash, whose low bits a caller may
+/// read to pick a magnitude, and a value in [-1, 1) from the hash's top 24 bits.
+pub fn draw(seed: u64, i: u64) -> (u64, f32) {
+    let z = homeadam_core::backend::mix64(seed ^ homeadam_core::backend::mix64(i));
+    (z, (z >> 40) as f32 / 16_777_216.0 * 2.0 - 1.0)
+}
+
 /// A state item's bits, for comparisons.
 pub trait StateBits: StateStorage {
     fn bits(&self) -> Vec<u32>;
