@@ -20,9 +20,10 @@ use super::{matmul, sum_in_order, values, Matrix};
 use crate::models::conv2d::{Conv, Geometry, Pass};
 
 /// The most values of the unfolded images held at once by a forward or input-gradient pass:
-/// 32 MiB of f32, below what candle's convolution held for the whole batch. (The `homeadam`
-/// binary's allocator keeps freed blocks, so the next chunk or call reuses them.)
-const UNFOLDED_VALUES: usize = 8 << 20;
+/// 4 MiB of f32, wide enough that the products still run at full speed, small enough that the
+/// step's peak memory stays that of its activations. (The `homeadam` binary's allocator keeps
+/// freed blocks, so the next chunk or call reuses them.)
+const UNFOLDED_VALUES: usize = 1 << 20;
 
 /// The images of one partial sum of the filter gradient: enough partial sums to keep the cores
 /// of a desktop CPU busy on a batch of 64, few enough that adding them up costs little.
