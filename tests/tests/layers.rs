@@ -8,14 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Cycles allowed for now, as (crate folder, folder inside `src/`, the modules whose edges among
-/// themselves are not counted, `*` for all). Each goes when its modules are split.
-const ALLOWED: [(&str, &str, &[&str]); 1] = [
-    // The host's models: the convolution and its cuDNN op, and the ops and their CPU halves;
-    // they go with the scaffold of the CPU ops.
-    ("host", "models", &["*"]),
-];
-
 /// The repository's root.
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -244,21 +236,13 @@ fn no_module_names_a_sibling_that_names_it_back() {
             let siblings = children(&src, &folder);
             let place = folder.join("/");
             let shown = format!("{krate}/src{}{place}", if place.is_empty() { "" } else { "/" });
-            let allowed: &[&str] = ALLOWED
-                .iter()
-                .find(|(c, f, _)| *c == krate && *f == place)
-                .map_or(&[], |(_, _, modules)| modules);
             let mut graph: BTreeMap<String, BTreeSet<String>> =
                 siblings.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
             for (from, to) in edges {
                 if !siblings.contains(&from) {
                     continue;
                 }
-                let exempt = |m: &str| allowed.contains(&"*") || allowed.contains(&m);
-                let both_allowed = |t: &String| exempt(&from) && exempt(t);
-                let deps = to
-                    .into_iter()
-                    .filter(|t| *t != from && siblings.contains(t) && !both_allowed(t));
+                let deps = to.into_iter().filter(|t| *t != from && siblings.contains(t));
                 graph.get_mut(&from).unwrap().extend(deps);
             }
             folders += 1;

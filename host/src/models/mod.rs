@@ -19,6 +19,7 @@ use crate::rng::Rng;
 pub mod channel_bias;
 pub mod cnn;
 pub mod conv2d;
+mod conv_geometry;
 mod cpu;
 pub mod cross_entropy;
 #[cfg(feature = "cuda")]

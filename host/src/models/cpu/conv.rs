@@ -17,7 +17,7 @@ use candle_core::{CpuStorage, Layout, Shape};
 use rayon::prelude::*;
 
 use super::{matmul, sum_in_order, values, Matrix};
-use crate::models::conv2d::{Conv, Geometry, Pass};
+use crate::models::conv_geometry::{Conv, Geometry, Pass};
 
 /// The most values of the unfolded images held at once by a forward or input-gradient pass:
 /// 4 MiB of f32, wide enough that the products still run at full speed, small enough that the
@@ -40,10 +40,10 @@ pub(crate) fn run(
         candle_core::bail!("the flipped convolution is CUDA's input gradient; the CPU runs the data pass");
     }
     let (a, b) = (values(a, a_layout, "conv2d")?, values(b, b_layout, "conv2d")?);
-    let (a_dims, b_dims, out) = match op.pass {
-        Pass::Forward => (g.input, g.filter, g.output()),
-        Pass::Data => (g.output(), g.filter, g.input),
-        Pass::Filter => (g.input, g.output(), g.filter),
+    let (a_dims, b_dims) = match op.pass {
+        Pass::Forward => (g.input, g.filter),
+        Pass::Data => (g.output(), g.filter),
+        Pass::Filter => (g.input, g.output()),
     };
     if a_layout.dims() != a_dims || b_layout.dims() != b_dims {
         candle_core::bail!(
@@ -58,7 +58,7 @@ pub(crate) fn run(
         Pass::Data => input_gradient(g, a, b),
         Pass::Filter => filter_gradient(g, a, b),
     };
-    Ok((CpuStorage::F32(result), Shape::from_dims(&out)))
+    Ok((CpuStorage::F32(result), Shape::from_dims(&op.result_dims())))
 }
 
 /// The sizes the passes share.

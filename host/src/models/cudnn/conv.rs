@@ -8,7 +8,7 @@ use cudarc::cudnn::sys;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr};
 
 use super::{check, int, scalar, view, with_handle, CandleResult, Handle, ONE, ZERO};
-use crate::models::conv2d::{Conv, Geometry, Pass};
+use crate::models::conv_geometry::{Conv, Geometry, Pass};
 
 /// The descriptors of one geometry (f32, NCHW), destroyed with it.
 struct Descriptors {
@@ -277,17 +277,6 @@ impl Plan {
             Pass::Data => self.data.map_or(0, |a| a.1),
             Pass::Filter => self.filter.map_or(0, |a| a.1),
         })
-    }
-}
-
-impl Conv {
-    /// The dims of the op's result.
-    fn result_dims(&self) -> [usize; 4] {
-        match self.pass {
-            Pass::Forward => self.geometry.output(),
-            Pass::Data => self.geometry.input,
-            Pass::Filter => self.geometry.filter,
-        }
     }
 }
 

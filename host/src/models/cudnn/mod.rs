@@ -11,7 +11,7 @@ use candle_core::{CudaStorage, Layout};
 use cudarc::cudnn::sys;
 use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 
-use crate::models::conv2d::Geometry;
+use crate::models::conv_geometry::Geometry;
 
 pub(crate) mod batch_norm;
 pub(crate) mod conv;
