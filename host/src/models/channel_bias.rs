@@ -13,10 +13,11 @@
 //! either.
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, DType, Layout, Shape, Tensor};
 
 use super::cpu::elementwise::{channel_sums, per_channel};
 use super::cpu::values;
+use super::op::{Arg, DeviceOp, Op};
 use super::param_grads::param_grad;
 
 /// `x + b` over the channels of an NCHW tensor.
@@ -41,7 +42,8 @@ fn with_bias(x: &Tensor, b: &Tensor, relu: bool) -> Result<Tensor> {
         let y = x.broadcast_add(&b.reshape((1, c, 1, 1))?)?;
         return Ok(if relu { y.relu()? } else { y });
     }
-    Ok(x.contiguous()?.apply_op2(&b.contiguous()?, Forward { relu })?)
+    Ok(x.contiguous()?
+        .apply_op2(&b.contiguous()?, Op(Forward { relu }))?)
 }
 
 /// The values per channel and image of an NCHW layout.
@@ -61,7 +63,7 @@ struct ReluBackward;
 /// `∂L/∂s → [Σ_{n,h,w} ∂L/∂s_c]_c`.
 struct ChannelSum;
 
-impl CustomOp2 for Forward {
+impl DeviceOp<2> for Forward {
     fn name(&self) -> &'static str {
         if self.relu {
             "homeadam-channel-bias-relu"
@@ -70,14 +72,10 @@ impl CustomOp2 for Forward {
         }
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        x: &CpuStorage,
-        x_layout: &Layout,
-        b: &CpuStorage,
-        b_layout: &Layout,
+        [(x, x_layout), (b, b_layout)]: [Arg<'_, CpuStorage>; 2],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let (xs, b) = (
             values(x, x_layout, self.name())?,
             values(b, b_layout, self.name())?,
@@ -90,14 +88,10 @@ impl CustomOp2 for Forward {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        x: &candle_core::CudaStorage,
-        x_layout: &Layout,
-        b: &candle_core::CudaStorage,
-        b_layout: &Layout,
+        [(x, x_layout), (b, b_layout)]: [Arg<'_, candle_core::CudaStorage>; 2],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let kernel = if self.relu {
             "homeadam_channel_bias_relu_f32"
         } else {
@@ -106,39 +100,32 @@ impl CustomOp2 for Forward {
         cuda::per_value(kernel, (x, x_layout), (b, b_layout), None)
     }
 
-    fn bwd(
+    fn gradients(
         &self,
-        x: &Tensor,
-        b: &Tensor,
+        [x, b]: [&Tensor; 2],
         _: &Tensor,
         grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+    ) -> candle_core::Result<[Option<Tensor>; 2]> {
         let grad = grad.contiguous()?;
         let dx = if self.relu {
-            x.apply_op3_no_bwd(b, &grad, &ReluBackward)?
+            x.apply_op3_no_bwd(b, &grad, &Op(ReluBackward))?
         } else {
             grad
         };
-        let db = dx.apply_op1_no_bwd(&ChannelSum)?;
-        Ok((Some(dx), param_grad(b, db)?))
+        let db = dx.apply_op1_no_bwd(&Op(ChannelSum))?;
+        Ok([Some(dx), param_grad(b, db)?])
     }
 }
 
-impl CustomOp3 for ReluBackward {
+impl DeviceOp<3> for ReluBackward {
     fn name(&self) -> &'static str {
         "homeadam-channel-bias-relu-backward"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        x: &CpuStorage,
-        x_layout: &Layout,
-        b: &CpuStorage,
-        b_layout: &Layout,
-        dy: &CpuStorage,
-        dy_layout: &Layout,
+        [(x, x_layout), (b, b_layout), (dy, dy_layout)]: [Arg<'_, CpuStorage>; 3],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         if dy_layout.shape() != x_layout.shape() {
             candle_core::bail!(
                 "channel bias: a gradient {:?} for {:?}",
@@ -162,16 +149,10 @@ impl CustomOp3 for ReluBackward {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        x: &candle_core::CudaStorage,
-        x_layout: &Layout,
-        b: &candle_core::CudaStorage,
-        b_layout: &Layout,
-        grad: &candle_core::CudaStorage,
-        grad_layout: &Layout,
+        [(x, x_layout), (b, b_layout), (grad, grad_layout)]: [Arg<'_, candle_core::CudaStorage>; 3],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::per_value(
             "homeadam_channel_bias_relu_backward_f32",
             (x, x_layout),
@@ -181,25 +162,22 @@ impl CustomOp3 for ReluBackward {
     }
 }
 
-impl CustomOp1 for ChannelSum {
+impl DeviceOp<1> for ChannelSum {
     fn name(&self) -> &'static str {
         "homeadam-channel-sum"
     }
 
-    fn cpu_fwd(&self, g: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
+    fn cpu(&self, [(g, layout)]: [Arg<'_, CpuStorage>; 1]) -> candle_core::Result<(CpuStorage, Shape)> {
         let (_, channels, _, _) = layout.shape().dims4()?;
         let sums = channel_sums(values(g, layout, self.name())?, channels, plane(layout)?);
         Ok((CpuStorage::F32(sums), Shape::from(channels)))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        g: &candle_core::CudaStorage,
-        layout: &Layout,
+        [(g, layout)]: [Arg<'_, candle_core::CudaStorage>; 1],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::channel_sums(g, layout)
     }
 }

@@ -12,10 +12,11 @@
 //! its descriptors, and one workspace per CUDA stream grows to the largest need.
 
 use anyhow::Result;
-use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, DType, Shape, Tensor};
 
 pub use super::conv_geometry::Geometry;
 use super::conv_geometry::{Conv, Pass};
+use super::op::{Arg, DeviceOp, Op};
 use super::param_grads::param_grad;
 
 /// `x ⋆ w` with `stride` and `padding` on both axes, on `x`'s device (see the module).
@@ -28,59 +29,53 @@ pub fn conv2d(x: &Tensor, w: &Tensor, stride: usize, padding: usize) -> Result<T
         geometry,
         pass: Pass::Forward,
     };
-    Ok(x.contiguous()?.apply_op2(&w.contiguous()?, op)?)
+    Ok(x.contiguous()?.apply_op2(&w.contiguous()?, Op(op))?)
 }
 
-impl CustomOp2 for Conv {
+impl DeviceOp<2> for Conv {
     fn name(&self) -> &'static str {
         Conv::name(self)
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        a: &CpuStorage,
-        a_layout: &Layout,
-        b: &CpuStorage,
-        b_layout: &Layout,
+        [(a, a_layout), (b, b_layout)]: [Arg<'_, CpuStorage>; 2],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         super::cpu::conv::run(self, (a, a_layout), (b, b_layout))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        a: &candle_core::CudaStorage,
-        a_layout: &Layout,
-        b: &candle_core::CudaStorage,
-        b_layout: &Layout,
+        [(a, a_layout), (b, b_layout)]: [Arg<'_, candle_core::CudaStorage>; 2],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         super::cudnn::conv::run(self, (a, a_layout), (b, b_layout))
     }
 
-    fn bwd(
+    fn gradients(
         &self,
-        x: &Tensor,
-        w: &Tensor,
+        [x, w]: [&Tensor; 2],
         _: &Tensor,
         grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+    ) -> candle_core::Result<[Option<Tensor>; 2]> {
         let grad = grad.contiguous()?;
         let with = |geometry, pass| Conv { geometry, pass };
         let dx = match self.geometry.input_gradient_as_forward() {
             _ if !x.track_op() => None,
             Some(_) if !x.device().is_cuda() => {
-                Some(grad.apply_op2_no_bwd(w, &with(self.geometry, Pass::Data))?)
+                Some(grad.apply_op2_no_bwd(w, &Op(with(self.geometry, Pass::Data)))?)
             }
-            Some(g) => Some(grad.apply_op2_no_bwd(w, &with(g, Pass::Forward))?),
-            None => Some(grad.apply_op2_no_bwd(w, &with(self.geometry, Pass::Data))?),
+            Some(g) => Some(grad.apply_op2_no_bwd(w, &Op(with(g, Pass::Forward)))?),
+            None => Some(grad.apply_op2_no_bwd(w, &Op(with(self.geometry, Pass::Data)))?),
         };
         let dw = match w.track_op() {
-            true => param_grad(w, x.apply_op2_no_bwd(&grad, &with(self.geometry, Pass::Filter))?)?,
+            true => param_grad(
+                w,
+                x.apply_op2_no_bwd(&grad, &Op(with(self.geometry, Pass::Filter)))?,
+            )?,
             false => None,
         };
-        Ok((dx, dw))
+        Ok([dx, dw])
     }
 }
 
@@ -208,7 +203,7 @@ mod tests {
             geometry: g.input_gradient_as_forward().unwrap(),
             pass: Pass::Forward,
         };
-        let err = x.apply_op2(&x, op).unwrap_err().to_string();
+        let err = x.apply_op2(&x, Op(op)).unwrap_err().to_string();
         assert!(err.contains("CUDA's input gradient"), "{err}");
     }
 }

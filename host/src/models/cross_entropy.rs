@@ -11,9 +11,10 @@
 //! would stall the stream) and an error on the CPU.
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, DType, Layout, Shape, Tensor};
 
 use super::cpu::{ids, rows, values};
+use super::op::{Arg, DeviceOp, Op};
 
 /// The mean cross-entropy of `logits` (`[R, C]`, f32) against `target` (`[R]`, u32).
 pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
@@ -24,7 +25,9 @@ pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
         target.dims()
     );
     if logits.dtype() == DType::F32 && target.dtype() == DType::U32 {
-        let rows = logits.contiguous()?.apply_op2(&target.contiguous()?, PerRow)?;
+        let rows = logits
+            .contiguous()?
+            .apply_op2(&target.contiguous()?, Op(PerRow))?;
         return Ok(rows.mean_all()?);
     }
     Ok(candle_nn::loss::cross_entropy(logits, target)?)
@@ -47,63 +50,48 @@ struct PerRow;
 /// `(x, t, g) → ∂(Σ_r g_r L_r)/∂x`.
 struct RowGradient;
 
-impl CustomOp2 for PerRow {
+impl DeviceOp<2> for PerRow {
     fn name(&self) -> &'static str {
         "homeadam-cross-entropy"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        x: &CpuStorage,
-        x_layout: &Layout,
-        t: &CpuStorage,
-        t_layout: &Layout,
+        [(x, x_layout), (t, t_layout)]: [Arg<'_, CpuStorage>; 2],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let (x, t, classes) = logits_and_targets((x, x_layout), (t, t_layout))?;
         let losses = rows::cross_entropy(x, t, classes);
         Ok((CpuStorage::F32(losses), Shape::from(t.len())))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        x: &candle_core::CudaStorage,
-        x_layout: &Layout,
-        t: &candle_core::CudaStorage,
-        t_layout: &Layout,
+        [(x, x_layout), (t, t_layout)]: [Arg<'_, candle_core::CudaStorage>; 2],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::run(cuda::Pass::Forward, (x, x_layout), (t, t_layout), None)
     }
 
-    fn bwd(
+    fn gradients(
         &self,
-        x: &Tensor,
-        t: &Tensor,
+        [x, t]: [&Tensor; 2],
         _: &Tensor,
         grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let dx = x.apply_op3_no_bwd(t, &grad.contiguous()?, &RowGradient)?;
-        Ok((Some(dx), None))
+    ) -> candle_core::Result<[Option<Tensor>; 2]> {
+        let dx = x.apply_op3_no_bwd(t, &grad.contiguous()?, &Op(RowGradient))?;
+        Ok([Some(dx), None])
     }
 }
 
-impl CustomOp3 for RowGradient {
+impl DeviceOp<3> for RowGradient {
     fn name(&self) -> &'static str {
         "homeadam-cross-entropy-backward"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        x: &CpuStorage,
-        x_layout: &Layout,
-        t: &CpuStorage,
-        t_layout: &Layout,
-        g: &CpuStorage,
-        g_layout: &Layout,
+        [(x, x_layout), (t, t_layout), (g, g_layout)]: [Arg<'_, CpuStorage>; 3],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let (x, t, classes) = logits_and_targets((x, x_layout), (t, t_layout))?;
         let g = values(g, g_layout, self.name())?;
         if g.len() != t.len() {
@@ -114,16 +102,10 @@ impl CustomOp3 for RowGradient {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        x: &candle_core::CudaStorage,
-        x_layout: &Layout,
-        t: &candle_core::CudaStorage,
-        t_layout: &Layout,
-        g: &candle_core::CudaStorage,
-        g_layout: &Layout,
+        [(x, x_layout), (t, t_layout), (g, g_layout)]: [Arg<'_, candle_core::CudaStorage>; 3],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::run(
             cuda::Pass::Backward,
             (x, x_layout),

@@ -11,9 +11,10 @@
 //! stored.
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::op::{Arg, DeviceOp, Op};
 use crate::rng::Rng;
 
 /// The mask's parameters: the generator's state before the call, the keep threshold on 32
@@ -58,20 +59,19 @@ pub fn dropout(x: &Tensor, p: f32, rng: &mut Rng) -> Result<Tensor> {
         scale: 1.0 / (1.0 - p),
     };
     rng.skip(x.elem_count().div_ceil(2) as u64);
-    Ok(x.contiguous()?.apply_op1(Apply(mask))?)
+    Ok(x.contiguous()?.apply_op1(Op(Apply(mask)))?)
 }
 
 /// `x ⊙ mask` as a candle op.
 #[derive(Clone)]
 struct Apply(Mask);
 
-impl CustomOp1 for Apply {
+impl DeviceOp<1> for Apply {
     fn name(&self) -> &'static str {
         "homeadam-dropout"
     }
 
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
+    fn cpu(&self, [(storage, layout)]: [Arg<'_, CpuStorage>; 1]) -> candle_core::Result<(CpuStorage, Shape)> {
         let CpuStorage::F32(values) = storage else {
             candle_core::bail!("dropout: f32 input expected");
         };
@@ -88,18 +88,21 @@ impl CustomOp1 for Apply {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
+        [(storage, layout)]: [Arg<'_, candle_core::CudaStorage>; 1],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::forward(&self.0, storage, layout)
     }
 
     /// The same mask on the incoming gradient (dropout is linear in its input).
-    fn bwd(&self, _: &Tensor, _: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(self)?))
+    fn gradients(
+        &self,
+        [_]: [&Tensor; 1],
+        _: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<[Option<Tensor>; 1]> {
+        Ok([Some(grad.contiguous()?.apply_op1_no_bwd(&Op(self.clone()))?)])
     }
 }
 

@@ -9,9 +9,10 @@
 //! (`host/kernels/embedding.cu`).
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, DType, Shape, Tensor};
 
 use super::cpu::{self, rows, values};
+use super::op::{Arg, DeviceOp, Op};
 use super::param_grads::param_grad;
 
 /// The rows of `table` (`[vocab, d]`, f32) at `ids` (`[n]`, u32): `[n, d]`.
@@ -26,7 +27,7 @@ pub fn embedding(table: &Tensor, ids: &Tensor) -> Result<Tensor> {
     if table.dtype() == DType::F32 {
         return Ok(table
             .contiguous()?
-            .apply_op2(&ids.contiguous()?, Lookup { vocab })?);
+            .apply_op2(&ids.contiguous()?, Op(Lookup { vocab }))?);
     }
     Ok(table.index_select(ids, 0)?)
 }
@@ -41,19 +42,15 @@ struct Backward {
     vocab: usize,
 }
 
-impl CustomOp2 for Lookup {
+impl DeviceOp<2> for Lookup {
     fn name(&self) -> &'static str {
         "homeadam-embedding"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        table: &CpuStorage,
-        table_layout: &Layout,
-        ids: &CpuStorage,
-        ids_layout: &Layout,
+        [(table, table_layout), (ids, ids_layout)]: [Arg<'_, CpuStorage>; 2],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let (_, d) = table_layout.shape().dims2()?;
         let table = values(table, table_layout, self.name())?;
         let ids = cpu::ids(ids, ids_layout, self.vocab, "embedding: token id")?;
@@ -64,43 +61,34 @@ impl CustomOp2 for Lookup {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        table: &candle_core::CudaStorage,
-        table_layout: &Layout,
-        ids: &candle_core::CudaStorage,
-        ids_layout: &Layout,
+        [(table, table_layout), (ids, ids_layout)]: [Arg<'_, candle_core::CudaStorage>; 2],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::lookup((table, table_layout), (ids, ids_layout))
     }
 
-    fn bwd(
+    fn gradients(
         &self,
-        table: &Tensor,
-        ids: &Tensor,
+        [table, ids]: [&Tensor; 2],
         _: &Tensor,
         grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+    ) -> candle_core::Result<[Option<Tensor>; 2]> {
         let backward = Backward { vocab: self.vocab };
-        let d_table = ids.apply_op2_no_bwd(&grad.contiguous()?, &backward)?;
-        Ok((param_grad(table, d_table)?, None))
+        let d_table = ids.apply_op2_no_bwd(&grad.contiguous()?, &Op(backward))?;
+        Ok([param_grad(table, d_table)?, None])
     }
 }
 
-impl CustomOp2 for Backward {
+impl DeviceOp<2> for Backward {
     fn name(&self) -> &'static str {
         "homeadam-embedding-backward"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        ids: &CpuStorage,
-        ids_layout: &Layout,
-        grad: &CpuStorage,
-        grad_layout: &Layout,
+        [(ids, ids_layout), (grad, grad_layout)]: [Arg<'_, CpuStorage>; 2],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let (n, d) = grad_layout.shape().dims2()?;
         let ids = cpu::ids(ids, ids_layout, self.vocab, "embedding: token id")?;
         if ids.len() != n {
@@ -112,14 +100,10 @@ impl CustomOp2 for Backward {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        ids: &candle_core::CudaStorage,
-        ids_layout: &Layout,
-        grad: &candle_core::CudaStorage,
-        grad_layout: &Layout,
+        [(ids, ids_layout), (grad, grad_layout)]: [Arg<'_, candle_core::CudaStorage>; 2],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::backward(self.vocab, (ids, ids_layout), (grad, grad_layout))
     }
 }

@@ -8,7 +8,9 @@
 //! one part, and the backward pass of a split writes its part and zeros in the others.
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, Shape, Tensor};
+
+use super::op::{Arg, DeviceOp, Op};
 
 /// Part `which` of `packed` (`[b, t, parts · heads · e]`) as `[b, heads, t, e]`, contiguous.
 pub fn to_heads(packed: &Tensor, parts: usize, which: usize, heads: usize) -> Result<Tensor> {
@@ -25,7 +27,7 @@ pub fn to_heads(packed: &Tensor, parts: usize, which: usize, heads: usize) -> Re
             parts,
             which,
         };
-        return Ok(packed.contiguous()?.apply_op1(op)?);
+        return Ok(packed.contiguous()?.apply_op1(Op(op))?);
     }
     let d = heads * e;
     Ok(packed
@@ -45,7 +47,7 @@ pub fn merge_heads(x: &Tensor) -> Result<Tensor> {
             parts: 1,
             which: 0,
         };
-        return Ok(x.contiguous()?.apply_op1(op)?);
+        return Ok(x.contiguous()?.apply_op1(Op(op))?);
     }
     Ok(x.transpose(1, 2)?.reshape((b, t, heads * e))?)
 }
@@ -104,13 +106,13 @@ impl Heads {
     }
 }
 
-impl CustomOp1 for Heads {
+impl DeviceOp<1> for Heads {
     fn name(&self) -> &'static str {
         "homeadam-attention-heads"
     }
 
     /// The kernels' loops, for the unit tests (the CPU's models compose candle's ops).
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu(&self, [(storage, layout)]: [Arg<'_, CpuStorage>; 1]) -> candle_core::Result<(CpuStorage, Shape)> {
         let Some((start, end)) = layout.contiguous_offsets() else {
             candle_core::bail!("attention heads: the input is not contiguous");
         };
@@ -123,17 +125,20 @@ impl CustomOp1 for Heads {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        x: &candle_core::CudaStorage,
-        layout: &Layout,
+        [(x, layout)]: [Arg<'_, candle_core::CudaStorage>; 1],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::run(self, x, layout)
     }
 
-    fn bwd(&self, _: &Tensor, _: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&self.inverse())?))
+    fn gradients(
+        &self,
+        [_]: [&Tensor; 1],
+        _: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<[Option<Tensor>; 1]> {
+        Ok([Some(grad.contiguous()?.apply_op1_no_bwd(&Op(self.inverse()))?)])
     }
 }
 
@@ -228,7 +233,7 @@ mod tests {
                 parts: 3,
                 which,
             };
-            let fused = x.as_tensor().apply_op1(op).unwrap();
+            let fused = x.as_tensor().apply_op1(Op(op)).unwrap();
             let composed = to_heads(x.as_tensor(), 3, which, h).unwrap();
             assert_eq!(values(&fused), values(&composed), "part {which}");
             let weights = Tensor::arange(0f32, fused.elem_count() as f32, &Device::Cpu)
@@ -258,7 +263,7 @@ mod tests {
                 which: 0,
                 ..op
             };
-            let merged = composed.apply_op1_no_bwd(&merge).unwrap();
+            let merged = composed.apply_op1_no_bwd(&Op(merge)).unwrap();
             assert_eq!(
                 values(&merged),
                 values(&merge_heads(&composed).unwrap()),

@@ -11,10 +11,10 @@
 //! the rows in a fixed order.
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, DType, Shape, Tensor};
 
 use super::cpu::{rows, values};
-
+use super::op::{Arg, DeviceOp, Op};
 use super::param_grads::unpack_normalisation;
 
 /// Layer norm of `x` (`[.., d]`) with weight `gamma` and bias `beta` (`[d]`).
@@ -29,7 +29,7 @@ pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32) -> Result
     );
     if x.dtype() == DType::F32 {
         let (gamma, beta) = (gamma.contiguous()?, beta.contiguous()?);
-        return Ok(x.contiguous()?.apply_op3(&gamma, &beta, Forward { eps })?);
+        return Ok(x.contiguous()?.apply_op3(&gamma, &beta, Op(Forward { eps }))?);
     }
     Ok(candle_nn::ops::layer_norm_slow(x, gamma, beta, eps)?)
 }
@@ -44,21 +44,15 @@ struct Backward {
     eps: f32,
 }
 
-impl CustomOp3 for Forward {
+impl DeviceOp<3> for Forward {
     fn name(&self) -> &'static str {
         "homeadam-layer-norm"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        x: &CpuStorage,
-        x_layout: &Layout,
-        gamma: &CpuStorage,
-        gamma_layout: &Layout,
-        beta: &CpuStorage,
-        beta_layout: &Layout,
+        [(x, x_layout), (gamma, gamma_layout), (beta, beta_layout)]: [Arg<'_, CpuStorage>; 3],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let x = values(x, x_layout, self.name())?;
         let gamma = values(gamma, gamma_layout, self.name())?;
         let beta = values(beta, beta_layout, self.name())?;
@@ -67,16 +61,10 @@ impl CustomOp3 for Forward {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        x: &candle_core::CudaStorage,
-        x_layout: &Layout,
-        gamma: &candle_core::CudaStorage,
-        gamma_layout: &Layout,
-        beta: &candle_core::CudaStorage,
-        beta_layout: &Layout,
+        [(x, x_layout), (gamma, gamma_layout), (beta, beta_layout)]: [Arg<'_, candle_core::CudaStorage>; 3],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::run(
             cuda::Pass::Forward,
             self.eps,
@@ -86,34 +74,26 @@ impl CustomOp3 for Forward {
         )
     }
 
-    fn bwd(
+    fn gradients(
         &self,
-        x: &Tensor,
-        gamma: &Tensor,
-        beta: &Tensor,
+        [x, gamma, beta]: [&Tensor; 3],
         _: &Tensor,
         grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let packed = x.apply_op3_no_bwd(gamma, &grad.contiguous()?, &Backward { eps: self.eps })?;
+    ) -> candle_core::Result<[Option<Tensor>; 3]> {
+        let packed = x.apply_op3_no_bwd(gamma, &grad.contiguous()?, &Op(Backward { eps: self.eps }))?;
         unpack_normalisation(&packed, x, gamma, beta)
     }
 }
 
-impl CustomOp3 for Backward {
+impl DeviceOp<3> for Backward {
     fn name(&self) -> &'static str {
         "homeadam-layer-norm-backward"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        x: &CpuStorage,
-        x_layout: &Layout,
-        gamma: &CpuStorage,
-        gamma_layout: &Layout,
-        dy: &CpuStorage,
-        dy_layout: &Layout,
+        [(x, x_layout), (gamma, gamma_layout), (dy, dy_layout)]: [Arg<'_, CpuStorage>; 3],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         if dy_layout.shape() != x_layout.shape() {
             candle_core::bail!(
                 "layer norm: a gradient {:?} for {:?}",
@@ -130,16 +110,10 @@ impl CustomOp3 for Backward {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        x: &candle_core::CudaStorage,
-        x_layout: &Layout,
-        gamma: &candle_core::CudaStorage,
-        gamma_layout: &Layout,
-        grad: &candle_core::CudaStorage,
-        grad_layout: &Layout,
+        [(x, x_layout), (gamma, gamma_layout), (grad, grad_layout)]: [Arg<'_, candle_core::CudaStorage>; 3],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::run(
             cuda::Pass::Backward,
             self.eps,

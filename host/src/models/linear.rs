@@ -11,10 +11,10 @@
 //! fixed-order column sum, so that a seed repeats its bits.
 
 use anyhow::{bail, ensure, Result};
-use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, DType, Shape, Tensor};
 
 use super::cpu::{rows, values};
-
+use super::op::{Arg, DeviceOp, Op};
 use super::param_grads::param_grad;
 
 /// `x Wᵀ + b` for `x` `[.., in]`, `w` `[out, in]` and `b` `[out]`; the result is `[.., out]`.
@@ -32,7 +32,7 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
         ensure!(b.dims() == [out], "linear: bias {:?} for {out} outputs", b.dims());
         if x.dtype() == DType::F32 {
             let (w, b) = (w.contiguous()?, b.contiguous()?);
-            return Ok(x.contiguous()?.apply_op3(&w, &b, Affine)?);
+            return Ok(x.contiguous()?.apply_op3(&w, &b, Op(Affine))?);
         }
     }
     // One 2-D matmul over all leading positions: cheaper than a broadcast batched matmul.
@@ -52,21 +52,15 @@ struct Affine;
 /// `g → Σ_r g_r` for a `[rows, cols]` tensor.
 struct ColumnSum;
 
-impl CustomOp3 for Affine {
+impl DeviceOp<3> for Affine {
     fn name(&self) -> &'static str {
         "homeadam-linear"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        x: &CpuStorage,
-        x_layout: &Layout,
-        w: &CpuStorage,
-        w_layout: &Layout,
-        b: &CpuStorage,
-        b_layout: &Layout,
+        [(x, x_layout), (w, w_layout), (b, b_layout)]: [Arg<'_, CpuStorage>; 3],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let x = values(x, x_layout, self.name())?;
         let (w, b) = (
             values(w, w_layout, self.name())?,
@@ -87,55 +81,44 @@ impl CustomOp3 for Affine {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        x: &candle_core::CudaStorage,
-        x_layout: &Layout,
-        w: &candle_core::CudaStorage,
-        w_layout: &Layout,
-        b: &candle_core::CudaStorage,
-        b_layout: &Layout,
+        [(x, x_layout), (w, w_layout), (b, b_layout)]: [Arg<'_, candle_core::CudaStorage>; 3],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::forward((x, x_layout), (w, w_layout), (b, b_layout))
     }
 
-    fn bwd(
+    fn gradients(
         &self,
-        x: &Tensor,
-        w: &Tensor,
-        b: &Tensor,
+        [x, w, b]: [&Tensor; 3],
         _: &Tensor,
         grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    ) -> candle_core::Result<[Option<Tensor>; 3]> {
         let (out, inp) = w.dims2()?;
         let g = grad.contiguous()?.reshape(((), out))?;
         let dx = g.matmul(&w.detach())?.reshape(x.dims())?;
         let dw = g.t()?.matmul(&x.detach().reshape(((), inp))?)?;
-        let db = g.apply_op1_no_bwd(&ColumnSum)?;
-        Ok((Some(dx), param_grad(w, dw)?, param_grad(b, db)?))
+        let db = g.apply_op1_no_bwd(&Op(ColumnSum))?;
+        Ok([Some(dx), param_grad(w, dw)?, param_grad(b, db)?])
     }
 }
 
-impl CustomOp1 for ColumnSum {
+impl DeviceOp<1> for ColumnSum {
     fn name(&self) -> &'static str {
         "homeadam-column-sum"
     }
 
-    fn cpu_fwd(&self, g: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
+    fn cpu(&self, [(g, layout)]: [Arg<'_, CpuStorage>; 1]) -> candle_core::Result<(CpuStorage, Shape)> {
         let (_, cols) = layout.shape().dims2()?;
         let sums = rows::column_sums(values(g, layout, self.name())?, cols);
         Ok((CpuStorage::F32(sums), Shape::from(cols)))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        g: &candle_core::CudaStorage,
-        layout: &Layout,
+        [(g, layout)]: [Arg<'_, candle_core::CudaStorage>; 1],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let (rows, cols) = layout.shape().dims2()?;
         let dev = g.device.clone();
         let g = crate::models::cuda::contiguous::<f32>(g, layout, "column sum")?;

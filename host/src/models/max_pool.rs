@@ -12,10 +12,11 @@
 //! devices give the same bits.
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::cpu::values;
+use super::op::{Arg, DeviceOp, Op};
 
 /// A pooling window: size `k`, stride `s`, padding `p`, over an input `[n, c, h, w]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,7 +78,7 @@ pub fn max_pool2d(x: &Tensor, kernel: usize, stride: usize, padding: usize) -> R
         p: padding,
         dims,
     };
-    Ok(x.contiguous()?.apply_op1(Forward(pool))?)
+    Ok(x.contiguous()?.apply_op1(Op(Forward(pool)))?)
 }
 
 /// `x → y`.
@@ -88,13 +89,12 @@ struct Forward(Pool);
 #[derive(Clone, Copy)]
 struct Backward(Pool);
 
-impl CustomOp1 for Forward {
+impl DeviceOp<1> for Forward {
     fn name(&self) -> &'static str {
         "homeadam-max-pool2d"
     }
 
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
+    fn cpu(&self, [(s, l)]: [Arg<'_, CpuStorage>; 1]) -> candle_core::Result<(CpuStorage, Shape)> {
         let pool = self.0;
         let x = values(s, l, "max_pool2d")?;
         let [n, c, h, w] = pool.dims;
@@ -111,33 +111,34 @@ impl CustomOp1 for Forward {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        s: &candle_core::CudaStorage,
-        l: &Layout,
+        [(s, l)]: [Arg<'_, candle_core::CudaStorage>; 1],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::run(&self.0, (s, l), None)
     }
 
-    fn bwd(&self, x: &Tensor, _: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(x.apply_op2_no_bwd(&grad.contiguous()?, &Backward(self.0))?))
+    fn gradients(
+        &self,
+        [x]: [&Tensor; 1],
+        _: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<[Option<Tensor>; 1]> {
+        Ok([Some(
+            x.apply_op2_no_bwd(&grad.contiguous()?, &Op(Backward(self.0)))?,
+        )])
     }
 }
 
-impl CustomOp2 for Backward {
+impl DeviceOp<2> for Backward {
     fn name(&self) -> &'static str {
         "homeadam-max-pool2d-backward"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        xs: &CpuStorage,
-        xl: &Layout,
-        gs: &CpuStorage,
-        gl: &Layout,
+        [(xs, xl), (gs, gl)]: [Arg<'_, CpuStorage>; 2],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let pool = self.0;
         let (x, g) = (values(xs, xl, "max_pool2d")?, values(gs, gl, "max_pool2d")?);
         let [n, c, h, w] = pool.dims;
@@ -158,14 +159,10 @@ impl CustomOp2 for Backward {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        xs: &candle_core::CudaStorage,
-        xl: &Layout,
-        gs: &candle_core::CudaStorage,
-        gl: &Layout,
+        [(xs, xl), (gs, gl)]: [Arg<'_, candle_core::CudaStorage>; 2],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::run(&self.0, (xs, xl), Some((gs, gl)))
     }
 }

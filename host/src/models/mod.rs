@@ -35,6 +35,7 @@ mod layers;
 pub mod linear;
 pub mod max_pool;
 pub mod mlp;
+mod op;
 pub mod param_grads;
 pub mod relu;
 pub mod resnet;
@@ -47,14 +48,6 @@ pub use mlp::{Mlp, MlpConfig};
 pub use resnet::{ResNet, ResNetConfig, ResNetStem};
 pub use transformer::{TransformerConfig, TransformerLm};
 pub use vgg::{Vgg, VggConfig, VggVariant};
-
-/// The CPU half of a candle op that runs on CUDA only: an error naming the op (`what`); the
-/// models call each such op on CUDA tensors (cuDNN's batch norm, whose CPU twin is
-/// `cpu::batch_norm`).
-#[cfg(feature = "cuda")]
-pub(crate) fn cuda_only(what: &str) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-    candle_core::bail!("{what} runs on CUDA tensors only (the CPU composes candle's ops)")
-}
 
 /// One saved variable: its name, shape and values (row-major).
 #[derive(Clone, Debug, PartialEq)]

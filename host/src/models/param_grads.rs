@@ -78,14 +78,14 @@ pub(crate) fn unpack_normalisation(
     x: &Tensor,
     gamma: &Tensor,
     beta: &Tensor,
-) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+) -> candle_core::Result<[Option<Tensor>; 3]> {
     let (n, c) = (x.elem_count(), gamma.elem_count());
     let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?;
-    Ok((
+    Ok([
         Some(dx),
         param_grad(gamma, packed.narrow(0, n, c)?)?,
         param_grad(beta, packed.narrow(0, n + c, c)?)?,
-    ))
+    ])
 }
 
 #[cfg(test)]

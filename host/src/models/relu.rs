@@ -8,17 +8,18 @@
 //! so candle's backward pass has one gradient fewer to add into a zero-filled buffer.
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, DType, Shape, Tensor};
 
 use super::cpu::elementwise::{map2, map3};
 use super::cpu::{same_shape_values, values};
+use super::op::{Arg, DeviceOp, Op};
 
 /// `max(x, 0)` elementwise.
 pub fn relu(x: &Tensor) -> Result<Tensor> {
     if x.dtype() != DType::F32 {
         return Ok(x.relu()?);
     }
-    Ok(x.contiguous()?.apply_op1(Forward)?)
+    Ok(x.contiguous()?.apply_op1(Op(Forward))?)
 }
 
 /// `max(a + b, 0)` elementwise, for `a` and `b` of one shape.
@@ -32,7 +33,7 @@ pub fn relu_of_sum(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     if a.dtype() != DType::F32 {
         return Ok((a + b)?.relu()?);
     }
-    Ok(a.contiguous()?.apply_op2(&b.contiguous()?, SumForward)?)
+    Ok(a.contiguous()?.apply_op2(&b.contiguous()?, Op(SumForward))?)
 }
 
 /// `x → max(x, 0)`.
@@ -47,13 +48,12 @@ struct SumForward;
 /// `(a, b, ∂L/∂y) → ∂L/∂y [a + b ≥ 0]`, the gradient of both `a` and `b`.
 struct SumBackward;
 
-impl CustomOp1 for Forward {
+impl DeviceOp<1> for Forward {
     fn name(&self) -> &'static str {
         "homeadam-relu"
     }
 
-    fn cpu_fwd(&self, x: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
+    fn cpu(&self, [(x, layout)]: [Arg<'_, CpuStorage>; 1]) -> candle_core::Result<(CpuStorage, Shape)> {
         let x = values(x, layout, self.name())?;
         Ok((
             CpuStorage::F32(map2(x, x, |x, _| x.max(0.0))),
@@ -62,64 +62,55 @@ impl CustomOp1 for Forward {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        x: &candle_core::CudaStorage,
-        layout: &Layout,
+        [(x, layout)]: [Arg<'_, candle_core::CudaStorage>; 1],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::run(cuda::FORWARD, &[(x, layout)])
     }
 
-    fn bwd(&self, x: &Tensor, _: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(x.apply_op2_no_bwd(&grad.contiguous()?, &Backward)?))
+    fn gradients(
+        &self,
+        [x]: [&Tensor; 1],
+        _: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<[Option<Tensor>; 1]> {
+        Ok([Some(x.apply_op2_no_bwd(&grad.contiguous()?, &Op(Backward))?)])
     }
 }
 
-impl CustomOp2 for Backward {
+impl DeviceOp<2> for Backward {
     fn name(&self) -> &'static str {
         "homeadam-relu-backward"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        x: &CpuStorage,
-        x_layout: &Layout,
-        dy: &CpuStorage,
-        dy_layout: &Layout,
+        [(x, x_layout), (dy, dy_layout)]: [Arg<'_, CpuStorage>; 2],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let [x, dy] = same_shape_values(self.name(), [(x, x_layout), (dy, dy_layout)])?;
         let dx = map2(x, dy, |x, dy| if x >= 0.0 { dy } else { 0.0 });
         Ok((CpuStorage::F32(dx), x_layout.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        x: &candle_core::CudaStorage,
-        x_layout: &Layout,
-        grad: &candle_core::CudaStorage,
-        grad_layout: &Layout,
+        [(x, x_layout), (grad, grad_layout)]: [Arg<'_, candle_core::CudaStorage>; 2],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::run(cuda::BACKWARD, &[(x, x_layout), (grad, grad_layout)])
     }
 }
 
-impl CustomOp2 for SumForward {
+impl DeviceOp<2> for SumForward {
     fn name(&self) -> &'static str {
         "homeadam-relu-of-sum"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        a: &CpuStorage,
-        a_layout: &Layout,
-        b: &CpuStorage,
-        b_layout: &Layout,
+        [(a, a_layout), (b, b_layout)]: [Arg<'_, CpuStorage>; 2],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let [a, b] = same_shape_values(self.name(), [(a, a_layout), (b, b_layout)])?;
         Ok((
             CpuStorage::F32(map2(a, b, |a, b| (a + b).max(0.0))),
@@ -128,60 +119,43 @@ impl CustomOp2 for SumForward {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        a: &candle_core::CudaStorage,
-        a_layout: &Layout,
-        b: &candle_core::CudaStorage,
-        b_layout: &Layout,
+        [(a, a_layout), (b, b_layout)]: [Arg<'_, candle_core::CudaStorage>; 2],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::run("homeadam_relu_of_sum_f32", &[(a, a_layout), (b, b_layout)])
     }
 
-    fn bwd(
+    fn gradients(
         &self,
-        a: &Tensor,
-        b: &Tensor,
+        [a, b]: [&Tensor; 2],
         _: &Tensor,
         grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let d = a.apply_op3_no_bwd(b, &grad.contiguous()?, &SumBackward)?;
-        Ok((Some(d.clone()), Some(d)))
+    ) -> candle_core::Result<[Option<Tensor>; 2]> {
+        let d = a.apply_op3_no_bwd(b, &grad.contiguous()?, &Op(SumBackward))?;
+        Ok([Some(d.clone()), Some(d)])
     }
 }
 
-impl CustomOp3 for SumBackward {
+impl DeviceOp<3> for SumBackward {
     fn name(&self) -> &'static str {
         "homeadam-relu-of-sum-backward"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        a: &CpuStorage,
-        a_layout: &Layout,
-        b: &CpuStorage,
-        b_layout: &Layout,
-        dy: &CpuStorage,
-        dy_layout: &Layout,
+        [(a, a_layout), (b, b_layout), (dy, dy_layout)]: [Arg<'_, CpuStorage>; 3],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let [a, b, dy] = same_shape_values(self.name(), [(a, a_layout), (b, b_layout), (dy, dy_layout)])?;
         let d = map3(a, b, dy, |a, b, dy| if a + b >= 0.0 { dy } else { 0.0 });
         Ok((CpuStorage::F32(d), a_layout.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        a: &candle_core::CudaStorage,
-        a_layout: &Layout,
-        b: &candle_core::CudaStorage,
-        b_layout: &Layout,
-        grad: &candle_core::CudaStorage,
-        grad_layout: &Layout,
+        [(a, a_layout), (b, b_layout), (grad, grad_layout)]: [Arg<'_, candle_core::CudaStorage>; 3],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::run(
             "homeadam_relu_of_sum_backward_f32",
             &[(a, a_layout), (b, b_layout), (grad, grad_layout)],

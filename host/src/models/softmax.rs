@@ -10,9 +10,10 @@
 //! row (`host/kernels/softmax.cu`).
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor, D};
+use candle_core::{CpuStorage, DType, Shape, Tensor, D};
 
 use super::cpu::{rows, same_shape_values, values};
+use super::op::{Arg, DeviceOp, Op};
 
 /// The causal softmax of `scores` (`[.., t, t]`) divided by `divisor`; `mask` is the `[t, t]`
 /// additive causal mask of the f64 reference (0 or `−∞`); the op computes it.
@@ -27,7 +28,7 @@ pub fn causal_softmax(scores: &Tensor, divisor: f64, mask: &Tensor) -> Result<Te
     );
     if scores.dtype() == DType::F32 {
         let divisor = divisor as f32;
-        return Ok(scores.contiguous()?.apply_op1(Forward { divisor })?);
+        return Ok(scores.contiguous()?.apply_op1(Op(Forward { divisor }))?);
     }
     Ok(candle_nn::ops::softmax(
         &(scores / divisor)?.broadcast_add(mask)?,
@@ -45,49 +46,47 @@ struct Backward {
     divisor: f32,
 }
 
-impl CustomOp1 for Forward {
+impl DeviceOp<1> for Forward {
     fn name(&self) -> &'static str {
         "homeadam-causal-softmax"
     }
 
-    fn cpu_fwd(&self, s: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
+    fn cpu(&self, [(s, layout)]: [Arg<'_, CpuStorage>; 1]) -> candle_core::Result<(CpuStorage, Shape)> {
         let t = *layout.dims().last().expect("scores of rank ≥ 2");
         let y = rows::causal_softmax(values(s, layout, self.name())?, t, self.divisor);
         Ok((CpuStorage::F32(y), layout.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        s: &candle_core::CudaStorage,
-        layout: &Layout,
+        [(s, layout)]: [Arg<'_, candle_core::CudaStorage>; 1],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::run(self.divisor, (s, layout), None)
     }
 
-    fn bwd(&self, _: &Tensor, y: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+    fn gradients(
+        &self,
+        [_]: [&Tensor; 1],
+        y: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<[Option<Tensor>; 1]> {
         let backward = Backward {
             divisor: self.divisor,
         };
-        Ok(Some(y.apply_op2_no_bwd(&grad.contiguous()?, &backward)?))
+        Ok([Some(y.apply_op2_no_bwd(&grad.contiguous()?, &Op(backward))?)])
     }
 }
 
-impl CustomOp2 for Backward {
+impl DeviceOp<2> for Backward {
     fn name(&self) -> &'static str {
         "homeadam-causal-softmax-backward"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        y: &CpuStorage,
-        y_layout: &Layout,
-        dy: &CpuStorage,
-        dy_layout: &Layout,
+        [(y, y_layout), (dy, dy_layout)]: [Arg<'_, CpuStorage>; 2],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let [y, dy] = same_shape_values(self.name(), [(y, y_layout), (dy, dy_layout)])?;
         let t = *y_layout.dims().last().expect("scores of rank ≥ 2");
         let ds = rows::causal_softmax_backward(y, dy, t, self.divisor);
@@ -95,14 +94,10 @@ impl CustomOp2 for Backward {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
+    fn cuda(
         &self,
-        y: &candle_core::CudaStorage,
-        y_layout: &Layout,
-        grad: &candle_core::CudaStorage,
-        grad_layout: &Layout,
+        [(y, y_layout), (grad, grad_layout)]: [Arg<'_, candle_core::CudaStorage>; 2],
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         cuda::run(self.divisor, (y, y_layout), Some((grad, grad_layout)))
     }
 }

@@ -15,11 +15,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor, Var};
+use candle_core::{CpuStorage, Layout, Shape, Tensor, Var};
 use rayon::prelude::*;
 
 use super::elementwise::{squares_about, sum};
 use super::values;
+use crate::models::op::{Arg, DeviceOp, Op};
 use crate::models::param_grads::unpack_normalisation;
 
 /// What the forward pass leaves: per channel `μ_B`, `σ²_B` (for the running variance),
@@ -55,7 +56,7 @@ pub(crate) fn train(
     let stash = op.stash.clone();
     let y = x
         .contiguous()?
-        .apply_op3(&weight.contiguous()?, &bias.contiguous()?, op)?;
+        .apply_op3(&weight.contiguous()?, &bias.contiguous()?, Op(op))?;
     let stats = lock(&stash)?.clone();
     let Some(stats) = stats else {
         anyhow::bail!("batch norm: the forward pass left no statistics");
@@ -112,7 +113,7 @@ fn per_channel_sums<T: std::iter::Sum + Send>(
         .collect()
 }
 
-impl CustomOp3 for Forward {
+impl DeviceOp<3> for Forward {
     fn name(&self) -> &'static str {
         if self.relu {
             "homeadam-batch-norm-relu"
@@ -121,16 +122,10 @@ impl CustomOp3 for Forward {
         }
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        x: &CpuStorage,
-        x_layout: &Layout,
-        w: &CpuStorage,
-        w_layout: &Layout,
-        b: &CpuStorage,
-        b_layout: &Layout,
+        [(x, x_layout), (w, w_layout), (b, b_layout)]: [Arg<'_, CpuStorage>; 3],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let (n, c, plane) = sizes(x_layout)?;
         let (x, gamma, beta) = (
             values(x, x_layout, "batch norm")?,
@@ -177,19 +172,17 @@ impl CustomOp3 for Forward {
         Ok((CpuStorage::F32(y), x_layout.shape().clone()))
     }
 
-    fn bwd(
+    fn gradients(
         &self,
-        x: &Tensor,
-        w: &Tensor,
-        b: &Tensor,
+        [x, w, b]: [&Tensor; 3],
         _: &Tensor,
         grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    ) -> candle_core::Result<[Option<Tensor>; 3]> {
         let backward = Backward {
             relu: self.relu,
             stash: self.stash.clone(),
         };
-        let packed = x.apply_op3_no_bwd(&grad.contiguous()?, w, &backward)?;
+        let packed = x.apply_op3_no_bwd(&grad.contiguous()?, w, &Op(backward))?;
         unpack_normalisation(&packed, x, w, b)
     }
 }
@@ -225,21 +218,15 @@ impl std::iter::Sum for Pair {
     }
 }
 
-impl CustomOp3 for Backward {
+impl DeviceOp<3> for Backward {
     fn name(&self) -> &'static str {
         "homeadam-batch-norm-backward"
     }
 
-    fn cpu_fwd(
+    fn cpu(
         &self,
-        x: &CpuStorage,
-        x_layout: &Layout,
-        dy: &CpuStorage,
-        dy_layout: &Layout,
-        w: &CpuStorage,
-        w_layout: &Layout,
+        [(x, x_layout), (dy, dy_layout), (w, w_layout)]: [Arg<'_, CpuStorage>; 3],
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let (n, c, plane) = sizes(x_layout)?;
         if dy_layout.shape() != x_layout.shape() {
             candle_core::bail!(

@@ -15,11 +15,12 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
-use candle_core::{CpuStorage, CudaStorage, CustomOp3, Layout, Shape, Storage, Tensor, Var};
+use candle_core::{CudaStorage, Shape, Storage, Tensor, Var};
 use cudarc::cudnn::sys;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 
 use super::{check, int, scalar, view, with_handle, CandleResult, ONE, ZERO};
+use crate::models::op::{Arg, DeviceOp, Op};
 use crate::models::param_grads::unpack_normalisation;
 use crate::models::relu::cuda as relu;
 
@@ -66,7 +67,7 @@ pub(crate) fn train(
         stash: Arc::new(Mutex::new(None)),
     };
     Ok(x.contiguous()?
-        .apply_op3(&weight.contiguous()?, &bias.contiguous()?, op)?)
+        .apply_op3(&weight.contiguous()?, &bias.contiguous()?, Op(op))?)
 }
 
 /// The device address of the contiguous f32 values of `var`, for cuDNN to update in place.
@@ -165,7 +166,7 @@ struct Backward {
     stash: Stash,
 }
 
-impl CustomOp3 for Forward {
+impl DeviceOp<3> for Forward {
     fn name(&self) -> &'static str {
         if self.relu {
             "homeadam-cudnn-batch-norm-relu"
@@ -174,28 +175,10 @@ impl CustomOp3 for Forward {
         }
     }
 
-    fn cpu_fwd(
+    fn cuda(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        crate::models::cuda_only("cuDNN's batch norm")
-    }
-
-    fn cuda_fwd(
-        &self,
-        x: &CudaStorage,
-        x_layout: &Layout,
-        w: &CudaStorage,
-        w_layout: &Layout,
-        b: &CudaStorage,
-        b_layout: &Layout,
+        [(x, x_layout), (w, w_layout), (b, b_layout)]: [Arg<'_, candle_core::CudaStorage>; 3],
     ) -> candle_core::Result<(CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let dev = x.device.clone();
         let stream = dev.cuda_stream();
         let shape = x_layout.shape().clone();
@@ -266,50 +249,30 @@ impl CustomOp3 for Forward {
         Ok((CudaStorage::wrap_cuda_slice(y, dev), shape))
     }
 
-    fn bwd(
+    fn gradients(
         &self,
-        x: &Tensor,
-        w: &Tensor,
-        b: &Tensor,
+        [x, w, b]: [&Tensor; 3],
         _: &Tensor,
         grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    ) -> candle_core::Result<[Option<Tensor>; 3]> {
         let backward = Backward {
             eps: self.eps,
             stash: self.stash.clone(),
         };
-        let packed = x.apply_op3_no_bwd(&grad.contiguous()?, w, &backward)?;
+        let packed = x.apply_op3_no_bwd(&grad.contiguous()?, w, &Op(backward))?;
         unpack_normalisation(&packed, x, w, b)
     }
 }
 
-impl CustomOp3 for Backward {
+impl DeviceOp<3> for Backward {
     fn name(&self) -> &'static str {
         "homeadam-cudnn-batch-norm-backward"
     }
 
-    fn cpu_fwd(
+    fn cuda(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        crate::models::cuda_only("cuDNN's batch norm")
-    }
-
-    fn cuda_fwd(
-        &self,
-        x: &CudaStorage,
-        x_layout: &Layout,
-        dy: &CudaStorage,
-        dy_layout: &Layout,
-        w: &CudaStorage,
-        w_layout: &Layout,
+        [(x, x_layout), (dy, dy_layout), (w, w_layout)]: [Arg<'_, candle_core::CudaStorage>; 3],
     ) -> candle_core::Result<(CudaStorage, Shape)> {
-        let _span = crate::models::host_time::span(self.name());
         let dev = x.device.clone();
         let stream = dev.cuda_stream();
         let n = x_layout.shape().elem_count();
