@@ -1,16 +1,23 @@
 //! Attention's heads: the `[b, h, t, e]` heads of one part of a packed `[b, t, parts · h · e]`
-//! tensor (the input projection's `q`, `k` and `v` side by side), and back. On the CPU candle's
-//! narrow, reshape, transpose and copy; on CUDA one op each way, each the other's backward pass.
+//! tensor (the input projection's `q`, `k` and `v` side by side), and back: one op each way,
+//! each the other's backward pass (candle's narrow, reshape, transpose and copy for another
+//! dtype than f32, the tests' f64 references).
 //!
 //! Composed, a split is four autograd nodes whose backward steps each add into a zero-filled
-//! gradient (the narrow's also concatenates zeros on either side), and a merge three. On CUDA
-//! each direction is one kernel (`host/kernels/heads.cu`); the merge is a split's inverse with
-//! one part, and the backward pass of a split writes its part and zeros in the others.
+//! gradient (the narrow's also concatenates zeros on either side), and a merge three. Here each
+//! direction is one pass: on CUDA one kernel (`host/kernels/heads.cu`), on the CPU a copy per
+//! row of `e` values; the merge is a split's inverse with one part, and the backward pass of a
+//! split writes its part and zeros in the others.
 
 use anyhow::{ensure, Result};
-use candle_core::{CpuStorage, Shape, Tensor};
+use candle_core::{CpuStorage, DType, Shape, Tensor};
+use rayon::prelude::*;
 
+use super::cpu::values;
 use super::op::{Arg, DeviceOp, Op};
+
+/// Rows of `e` values one parallel task copies.
+const ROWS_PER_TASK: usize = 256;
 
 /// Part `which` of `packed` (`[b, t, parts · heads · e]`) as `[b, heads, t, e]`, contiguous.
 pub fn to_heads(packed: &Tensor, parts: usize, which: usize, heads: usize) -> Result<Tensor> {
@@ -20,7 +27,7 @@ pub fn to_heads(packed: &Tensor, parts: usize, which: usize, heads: usize) -> Re
         "attention heads: part {which} of {parts} in {heads} heads from a width of {width}"
     );
     let e = width / parts / heads;
-    if packed.device().is_cuda() {
+    if packed.dtype() == DType::F32 {
         let op = Heads {
             direction: Direction::ToHeads,
             dims: [b, t, heads, e],
@@ -40,7 +47,7 @@ pub fn to_heads(packed: &Tensor, parts: usize, which: usize, heads: usize) -> Re
 /// `[b, heads, t, e]` heads merged into `[b, t, heads · e]`, contiguous.
 pub fn merge_heads(x: &Tensor) -> Result<Tensor> {
     let (b, heads, t, e) = x.dims4()?;
-    if x.device().is_cuda() {
+    if x.dtype() == DType::F32 {
         let op = Heads {
             direction: Direction::FromHeads,
             dims: [b, t, heads, e],
@@ -111,16 +118,24 @@ impl DeviceOp<1> for Heads {
         "homeadam-attention-heads"
     }
 
-    /// The kernels' loops, for the unit tests (the CPU's models compose candle's ops).
+    /// The kernels' index map a row of `e` values at a time: each row of the output is one
+    /// contiguous row of the input, or zeros.
     fn cpu(&self, [(storage, layout)]: [Arg<'_, CpuStorage>; 1]) -> candle_core::Result<(CpuStorage, Shape)> {
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("attention heads: the input is not contiguous");
-        };
-        let x = &storage.as_slice::<f32>()?[start..end];
+        let x = values(storage, layout, self.name())?;
         let shape = self.output();
-        let out = (0..shape.elem_count())
-            .map(|o| self.source(o).map_or(0.0, |i| x[i]))
-            .collect();
+        let e = self.dims[3];
+        let mut out = vec![0.0; shape.elem_count()];
+        if e > 0 {
+            out.par_chunks_mut(e * ROWS_PER_TASK)
+                .enumerate()
+                .for_each(|(block, rows)| {
+                    for (r, row) in rows.chunks_mut(e).enumerate() {
+                        if let Some(i) = self.source((block * ROWS_PER_TASK + r) * e) {
+                            row.copy_from_slice(&x[i..i + e]);
+                        }
+                    }
+                });
+        }
         Ok((CpuStorage::F32(out), shape))
     }
 
@@ -222,51 +237,34 @@ mod tests {
     /// The op's index math (the kernels') against candle's narrow, reshape and transpose, both
     /// directions and the backward pass.
     #[test]
-    fn the_kernels_index_math_equals_candles_composition() {
+    fn the_ops_equal_candles_composition() {
         let (b, t, h, e) = (2, 5, 3, 4);
         let packed: Vec<f32> = (0..b * t * 3 * h * e).map(|i| i as f32).collect();
         let x = Var::from_vec(packed, (b, t, 3 * h * e), &Device::Cpu).unwrap();
+        // In f64 the functions compose candle's ops; every value copies exactly.
+        let wide = Var::from_tensor(&x.as_tensor().to_dtype(DType::F64).unwrap()).unwrap();
+        let narrow = |y: &Tensor| y.to_dtype(DType::F32).unwrap();
         for which in 0..3 {
-            let op = Heads {
-                direction: Direction::ToHeads,
-                dims: [b, t, h, e],
-                parts: 3,
-                which,
-            };
-            let fused = x.as_tensor().apply_op1(Op(op)).unwrap();
-            let composed = to_heads(x.as_tensor(), 3, which, h).unwrap();
-            assert_eq!(values(&fused), values(&composed), "part {which}");
+            let fused = to_heads(x.as_tensor(), 3, which, h).unwrap();
+            let composed = to_heads(wide.as_tensor(), 3, which, h).unwrap();
+            assert_eq!(values(&fused), values(&narrow(&composed)), "part {which}");
             let weights = Tensor::arange(0f32, fused.elem_count() as f32, &Device::Cpu)
                 .unwrap()
                 .reshape(fused.dims())
                 .unwrap();
-            let gradient = |y: &Tensor| {
-                values(
-                    y.mul(&weights)
-                        .unwrap()
-                        .sum_all()
-                        .unwrap()
-                        .backward()
-                        .unwrap()
-                        .get(&x)
-                        .unwrap(),
-                )
+            let gradient = |y: &Tensor, v: &Var| {
+                let weights = weights.to_dtype(y.dtype()).unwrap();
+                let grads = y.mul(&weights).unwrap().sum_all().unwrap().backward().unwrap();
+                values(&narrow(grads.get(v).unwrap()))
             };
             assert_eq!(
-                gradient(&fused),
-                gradient(&composed),
+                gradient(&fused, &x),
+                gradient(&composed, &wide),
                 "part {which}: the gradient"
             );
-            let merge = Heads {
-                direction: Direction::FromHeads,
-                parts: 1,
-                which: 0,
-                ..op
-            };
-            let merged = composed.apply_op1_no_bwd(&Op(merge)).unwrap();
             assert_eq!(
-                values(&merged),
-                values(&merge_heads(&composed).unwrap()),
+                values(&merge_heads(&fused).unwrap()),
+                values(&narrow(&merge_heads(&composed).unwrap())),
                 "part {which}: merged"
             );
         }
