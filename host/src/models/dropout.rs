@@ -14,6 +14,7 @@ use anyhow::{ensure, Result};
 use candle_core::{CpuStorage, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::cpu::values;
 use super::op::{Arg, DeviceOp, Op};
 use crate::rng::Rng;
 
@@ -72,13 +73,7 @@ impl DeviceOp<1> for Apply {
     }
 
     fn cpu(&self, [(storage, layout)]: [Arg<'_, CpuStorage>; 1]) -> candle_core::Result<(CpuStorage, Shape)> {
-        let CpuStorage::F32(values) = storage else {
-            candle_core::bail!("dropout: f32 input expected");
-        };
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("dropout: the input is not contiguous");
-        };
-        let x = &values[start..end];
+        let x = values(storage, layout, self.name())?;
         let mut y = vec![0.0; x.len()];
         y.par_chunks_mut(BLOCK)
             .zip(x.par_chunks(BLOCK))
