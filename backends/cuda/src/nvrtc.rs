@@ -46,35 +46,63 @@ impl std::fmt::Display for CompileError {
 
 impl std::error::Error for CompileError {}
 
-fn c_string(s: &str) -> Result<CString, CompileError> {
+/// `s` as a C string: an error for an interior NUL.
+pub fn c_string(s: &str) -> Result<CString, CompileError> {
     CString::new(s).map_err(|e| CompileError(e.to_string()))
+}
+
+/// What `nvrtcCreateProgram` takes: the source, its file name and [`kernels::headers`] (names
+/// and texts), as C strings, so that every caller of NVRTC compiles the same program.
+pub struct ProgramText {
+    /// The program's source.
+    pub source: CString,
+    /// Its file name, `homeadam.cu`.
+    pub file: CString,
+    /// The headers' names, in [`kernels::headers`]'s order.
+    pub header_names: Vec<CString>,
+    /// The headers' texts, in the same order.
+    pub header_texts: Vec<CString>,
+}
+
+impl ProgramText {
+    /// `source` with the kernels' headers.
+    pub fn new(source: &str) -> Result<ProgramText, CompileError> {
+        let headers = kernels::headers();
+        let mut header_names = Vec::with_capacity(headers.len());
+        let mut header_texts = Vec::with_capacity(headers.len());
+        for (name, text) in &headers {
+            header_names.push(c_string(name)?);
+            header_texts.push(c_string(text)?);
+        }
+        Ok(ProgramText {
+            source: c_string(source)?,
+            file: c_string("homeadam.cu")?,
+            header_names,
+            header_texts,
+        })
+    }
+
+    /// Pointers to `strings`, alive as long as they are.
+    pub fn pointers(strings: &[CString]) -> Vec<*const c_char> {
+        strings.iter().map(|s| s.as_ptr()).collect()
+    }
 }
 
 /// Compiles `source` (e.g. [`kernels::INSTANTIATIONS`], [`kernels::model_source`]) for `arch`,
 /// with [`kernels::headers`] in memory. Needs libnvrtc (found on the loader path).
 pub fn compile(source: &str, arch: &str, ptxas_verbose: bool) -> Result<Compiled, CompileError> {
-    let src = c_string(source)?;
-    let name = c_string("homeadam.cu")?;
-    let headers = kernels::headers();
-    let texts = headers
-        .iter()
-        .map(|(_, text)| c_string(text))
-        .collect::<Result<Vec<_>, _>>()?;
-    let names = headers
-        .iter()
-        .map(|(name, _)| c_string(name))
-        .collect::<Result<Vec<_>, _>>()?;
-    let text_ptrs: Vec<*const c_char> = texts.iter().map(|t| t.as_ptr()).collect();
-    let name_ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
+    let text = ProgramText::new(source)?;
+    let text_ptrs = ProgramText::pointers(&text.header_texts);
+    let name_ptrs = ProgramText::pointers(&text.header_names);
     let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
     // SAFETY: every pointer is a NUL-terminated string alive for the call; the two arrays
-    // hold `headers.len()` entries each.
+    // hold `text_ptrs.len()` entries each.
     unsafe {
         sys::nvrtcCreateProgram(
             &mut prog,
-            src.as_ptr(),
-            name.as_ptr(),
-            headers.len() as i32,
+            text.source.as_ptr(),
+            text.file.as_ptr(),
+            text_ptrs.len() as i32,
             text_ptrs.as_ptr(),
             name_ptrs.as_ptr(),
         )

@@ -10,11 +10,10 @@
 //! [`CudaOptimizer::with_compiler`]: homeadam_cuda::CudaOptimizer::with_compiler
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use homeadam_cuda::kernels;
-use homeadam_cuda::nvrtc::{options, CompileError};
+use homeadam_cuda::nvrtc::{c_string, options, CompileError, ProgramText};
 
 type Program = *mut c_void;
 type Status = c_int;
@@ -80,24 +79,14 @@ impl Nvrtc {
 
     /// The SASS image of `source` for `arch`, as [`homeadam_cuda::nvrtc::compile`] builds it.
     fn compile(&self, source: &str, arch: &str) -> Result<Vec<u8>, CompileError> {
-        let c_string = |s: &str| CString::new(s).map_err(|e| CompileError(e.to_string()));
-        let headers = kernels::headers();
-        let texts = headers
-            .iter()
-            .map(|(_, t)| c_string(t))
-            .collect::<Result<Vec<_>, _>>()?;
-        let names = headers
-            .iter()
-            .map(|(n, _)| c_string(n))
-            .collect::<Result<Vec<_>, _>>()?;
-        let text_ptrs: Vec<*const c_char> = texts.iter().map(|t| t.as_ptr()).collect();
-        let name_ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
+        let text = ProgramText::new(source)?;
+        let text_ptrs = ProgramText::pointers(&text.header_texts);
+        let name_ptrs = ProgramText::pointers(&text.header_names);
         let opts = options(arch, false)
             .iter()
             .map(|o| c_string(o))
             .collect::<Result<Vec<_>, _>>()?;
-        let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
-        let (src, file) = (c_string(source)?, c_string("homeadam.cu")?);
+        let opt_ptrs = ProgramText::pointers(&opts);
         let mut prog: Program = std::ptr::null_mut();
         // SAFETY: every pointer is a NUL-terminated string alive for the calls; the arrays hold
         // the counts passed; `prog` is destroyed once, after its last use.
@@ -105,9 +94,9 @@ impl Nvrtc {
             self.check(
                 (self.create)(
                     &mut prog,
-                    src.as_ptr(),
-                    file.as_ptr(),
-                    headers.len() as c_int,
+                    text.source.as_ptr(),
+                    text.file.as_ptr(),
+                    text_ptrs.len() as c_int,
                     text_ptrs.as_ptr(),
                     name_ptrs.as_ptr(),
                 ),
