@@ -3,9 +3,10 @@
 //! [`crate::config`] the config's fields, their defaults, their range checks, the listing of
 //! knobs ([`crate::Config::knobs`]), the JSON keys ([`crate::Config::JSON_KEYS`]) and the
 //! per-step copies; in [`crate::scalars`] the fields of [`crate::scalars::StepScalars`] that
-//! hold them. The items a line names are those in scope where it is generated.
+//! hold them; in [`crate::rules::spec`] the knobs the rules' hooks read. The items a line
+//! names are those in scope where it is generated.
 //!
-//! A line reads `field: type = default, valid …, knob(…)…, json …, step|config;`:
+//! A line reads `field: type = default, valid …, knob(…)…, json …, step|rule|config;`:
 //! - the default, where `d` is the rule's [`crate::rules::spec::Defaults`];
 //! - `valid`: `-` (any value), `(range text, test)` on the value (finite, then the test), with
 //!   `if reads` to check it only where the rule reads it, or `[f]`, a check of its own;
@@ -15,7 +16,9 @@
 //! - `json`: the key of a JSON config that sets it alone, or `-` where a key sets more than one
 //!   (`betas`) or sets it in another form (`tau`, `home_lr`): the replay crate writes those;
 //! - `step`: the step copies it, as `f32`, into a [`crate::scalars::StepScalars`] field of the
-//!   same name (its per-step scalar); `config`: it stays in the config.
+//!   same name (its per-step scalar); `rule`: the step hands it to the rule's per-step hook
+//!   ([`crate::rules::spec::RuleKnobs`]), which derives the rule's scalars from it; `config`: it
+//!   stays in the config.
 //!
 //! Lines keep the order of [`crate::Config::knobs`], which a saved state records.
 
@@ -50,7 +53,7 @@ macro_rules! knob_table {
             /// HomeAdam(W): η_h / η, the home branch's learning rate relative to η (1: the paper).
             /// The home step is θ(1 − ηλ) − η_h m̂: with one η the branches differ by 1 / (v̂ + ε),
             /// 10³–10⁶ in practice. A ratio, so that schedules and group scales move η_h with η.
-            home_lr_scale: f64 = 1.0, valid (UP_TO_LARGEST, scale, if read::<{ reads::HOME }>), knob ("home_lr_scale", real, read::<{ reads::HOME }>, "the home branch is HomeAdam(W)'s"), json -, config;
+            home_lr_scale: f64 = 1.0, valid (UP_TO_LARGEST, scale, if read::<{ reads::HOME }>), knob ("home_lr_scale", real, read::<{ reads::HOME }>, "the home branch is HomeAdam(W)'s"), json -, rule;
             /// μ, SGD momentum.
             momentum: f64 = 0.0, valid (UP_TO_LARGEST, scale), knob ("momentum", real, read::<{ reads::MOMENTUM }>, "momentum is SGD's (Adam-like rules use beta1)"), json "momentum", config;
             /// SGD dampening ∈ [0, 1].
@@ -62,13 +65,13 @@ macro_rules! knob_table {
             /// AdaBelief / SWATS with `weight_decouple`: θ ← θ(1 − λ) instead of θ(1 − ηλ).
             fixed_decay: bool = false, valid -, knob ("fixed_decay", flag, |c| decouple_choice(c) && c.weight_decouple, "fixed_decay applies to AdaBelief / SWATS with weight_decouple"), json "fixed_decay", config;
             /// AdaBelief: RAdam's rectification.
-            rectify: bool = true, valid -, knob ("rectify", flag, read::<{ reads::ADABELIEF }>, "rectification is AdaBelief's"), json "rectify", config;
+            rectify: bool = true, valid -, knob ("rectify", flag, read::<{ reads::ADABELIEF }>, "rectification is AdaBelief's"), json "rectify", rule;
             /// AdaBelief: AMSGrad's running max of s.
             amsgrad: bool = false, valid -, knob ("amsgrad", flag, read::<{ reads::ADABELIEF }>, "AMSGrad is offered for AdaBelief only"), json "amsgrad", config;
             /// MIAdam: κ, the multiple-integration rate.
             kappa: f64 = 0.0, valid (UP_TO_LARGEST, scale), knob ("kappa", real, read::<{ reads::MIADAM }>, "κ is MIAdam's"), json "kappa", step;
             /// MIAdam: steps t ≤ switch_step use the integrated update.
-            switch_step: u64 = 0, valid -, knob ("switch_step", count, read::<{ reads::MIADAM }>, "the switch step is MIAdam's"), json "switch_step", config;
+            switch_step: u64 = 0, valid -, knob ("switch_step", count, read::<{ reads::MIADAM }>, "the switch step is MIAdam's"), json "switch_step", rule;
             /// How parameter stores round.
             rounding: Rounding = Rounding::Nearest, valid -, knob ("rounding", (|c| Knob::Choice(rounding_name(c.rounding)), |c, k| c.rounding = rounding(k)), always, ""), json -, config;
             /// Seed of stochastic rounding.

@@ -58,7 +58,7 @@ macro_rules! step_scalars {
             mi_phase: u32 "ha_u32",
             /// AdaBelief rectification: 0 off, 1 rectified step (N_sma ≥ 5), 2 SGD-like step.
             rect_mode: u32 "ha_u32",
-            /// HomeAdam(W)'s home step: η_h / bc1 with η_h = η · `home_lr_scale`.
+            /// HomeAdam(W)'s home step: η_h / bc1 with η_h = η · `home_lr_scale`; 0 for the other rules.
             home_lr_over_bc1: f32 "float",
             $($knobs)*
         }
@@ -69,7 +69,7 @@ macro_rules! step_scalars {
         step_scalars!(@ [$($knobs)* $(#[$doc])* $field: f32 "float",] $($rest)*);
     };
     (@ [$($knobs:tt)*] $(#[$doc:meta])* $field:ident: $ty:ty = $default:expr, valid $valid:tt,
-        $(knob $knob:tt,)* json $json:tt, config; $($rest:tt)*) => {
+        $(knob $knob:tt,)* json $json:tt, $kept:ident; $($rest:tt)*) => {
         step_scalars!(@ [$($knobs)*] $($rest)*);
     };
     (defaults $d:ident; $($lines:tt)*) => {

@@ -9,7 +9,7 @@ use crate::kernel::Options;
 use crate::knobs::knob_table;
 use crate::reduce::RhoOver;
 use crate::rounding::Rounding;
-use crate::rules::spec::{reads, Kernels, LastSlot, StepInputs, ONE_BETA2};
+use crate::rules::spec::{reads, Kernels, LastSlot, RuleKnobs, StepInputs, ONE_BETA2};
 use crate::rules::{ElementKernel, Rule, Switch, ALL_RULES};
 use crate::scalars::{powi_by_squaring, StepScalars};
 use crate::storage::Dtype;
@@ -99,10 +99,10 @@ macro_rules! config_from_table {
                 Ok(())
             }
 
-            /// `s` with the per-step knobs (the table's lines marked `step`) copied in.
-            fn with_knob_scalars(&self, mut s: StepScalars) -> StepScalars {
-                $(knob_scalar!($step, s, self, $field);)*
-                s
+            /// Copies the per-step knobs into `s` (the table's lines marked `step`) and those
+            /// the rule's hook reads into `knobs` (marked `rule`).
+            fn copy_step_knobs(&self, s: &mut StepScalars, knobs: &mut RuleKnobs) {
+                $(knob_scalar!($step, s, knobs, self, $field);)*
             }
         }
 
@@ -177,12 +177,16 @@ macro_rules! knob_spec {
     };
 }
 
-/// A line's per-step copy ([`crate::knobs`]): `step` lines only.
+/// A line's per-step copy ([`crate::knobs`]): `step` lines into the scalars, `rule` lines into
+/// the hook's knobs.
 macro_rules! knob_scalar {
-    (step, $s:ident, $c:ident, $field:ident) => {
+    (step, $s:ident, $k:ident, $c:ident, $field:ident) => {
         $s.$field = $c.$field as f32;
     };
-    (config, $s:ident, $c:ident, $field:ident) => {};
+    (rule, $s:ident, $k:ident, $c:ident, $field:ident) => {
+        $k.$field = $c.$field;
+    };
+    (config, $s:ident, $k:ident, $c:ident, $field:ident) => {};
 }
 
 /// Whether a line is a per-step scalar ([`crate::knobs`]).
@@ -190,6 +194,9 @@ macro_rules! knob_scalar {
 macro_rules! per_step {
     (step) => {
         true
+    };
+    (rule) => {
+        false
     };
     (config) => {
         false
@@ -523,7 +530,7 @@ impl StepScalars {
         };
         // Once: in software on cores without a double-precision FPU.
         let sqrt_bc2 = libm::sqrt(bc2);
-        let mut s = config.with_knob_scalars(StepScalars {
+        let mut s = StepScalars {
             lr: lr as f32,
             one_minus_beta1: (1.0 - beta1) as f32,
             one_minus_beta2: (1.0 - beta2) as f32,
@@ -535,10 +542,10 @@ impl StepScalars {
             one_minus_dampening: (1.0 - config.dampening) as f32,
             inv_grad_scale: (1.0 / grad_scale) as f32,
             first_step: (t == 1) as u32,
-            mi_phase: (t <= config.switch_step) as u32,
-            home_lr_over_bc1: (lr * config.home_lr_scale / bc1) as f32,
             ..StepScalars::default()
-        });
+        };
+        let mut knobs = RuleKnobs::default();
+        config.copy_step_knobs(&mut s, &mut knobs);
         let inputs = StepInputs {
             t,
             lr,
@@ -547,7 +554,7 @@ impl StepScalars {
             beta2_t,
             bc1,
             sqrt_bc2,
-            rectify: config.rectify,
+            knobs,
         };
         (config.rule.spec().scalars)(&inputs, &mut s);
         s

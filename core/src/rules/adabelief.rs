@@ -43,7 +43,7 @@ pub const SPEC: Spec = Spec {
 /// With `rectify`, the rectification's mode and step size ([`StepScalars::rect_mode`],
 /// [`StepScalars::rect_lr`]); without, both stay 0.
 fn step_scalars(i: &StepInputs, s: &mut StepScalars) {
-    if i.rectify {
+    if i.knobs.rectify {
         let (mode, lr) = rectification(i.beta2, i.beta2_t, i.t, i.bc1, i.lr);
         s.rect_mode = mode;
         s.rect_lr = lr as f32;

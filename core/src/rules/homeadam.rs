@@ -18,7 +18,7 @@ use crate::kernel::{Apply, Elem, Kernel, Options, SCALAR_FPU, SCALAR_LOOP};
 use crate::reduce::SecondMomentMin;
 use crate::rules::adam::{ADAM, ADAMW};
 use crate::rules::only::RuleSet;
-use crate::rules::spec::{reads, Decay, Defaults, Kernels, Spec};
+use crate::rules::spec::{reads, Decay, Defaults, Kernels, Spec, StepInputs};
 use crate::rules::{ElementKernel, Rule, Switch};
 use crate::scalars::StepScalars;
 use crate::simd::{Convert, Portable};
@@ -61,8 +61,15 @@ pub const fn spec(switch: Switch, decoupled: bool) -> Spec {
     };
     Spec {
         reads: srf.reads | reads::HOME | rho_over,
+        scalars: step_scalars,
         ..srf
     }
+}
+
+/// The home branch's step η_h / bc1 with η_h = η · `home_lr_scale`
+/// ([`StepScalars::home_lr_over_bc1`]).
+fn step_scalars(i: &StepInputs, s: &mut StepScalars) {
+    s.home_lr_over_bc1 = (i.lr * i.knobs.home_lr_scale / i.bc1) as f32;
 }
 
 /// Whether an element's step η m̂/(v̂ + ε) or η_h m̂ is a select between the two products

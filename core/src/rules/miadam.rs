@@ -30,10 +30,12 @@ pub const SPEC: Spec = Spec {
     model_wide: &[],
 };
 
-/// η² / bc1, the integrated update's step size ([`StepScalars::lr2_over_bc1`]); computed for
-/// this rule only, in software on cores without a double-precision FPU.
+/// η² / bc1, the integrated update's step size ([`StepScalars::lr2_over_bc1`]), computed for
+/// this rule only, in software on cores without a double-precision FPU; and whether step t is
+/// in the integration phase, t ≤ switch_step ([`StepScalars::mi_phase`]).
 fn step_scalars(i: &StepInputs, s: &mut StepScalars) {
     s.lr2_over_bc1 = (i.lr * i.lr / i.bc1) as f32;
+    s.mi_phase = (i.t <= i.knobs.switch_step) as u32;
 }
 
 /// The MIAdam kernel; `MI`: the integration phase (t ≤ switch_step), a constant of the kernel,

@@ -6,6 +6,7 @@
 //! with its spec, name and checkpoint code.
 
 use crate::kernel::Options;
+use crate::knobs::knob_table;
 use crate::rules::ElementKernel;
 use crate::scalars::StepScalars;
 
@@ -187,8 +188,8 @@ pub struct Spec {
     pub defaults: Defaults,
     /// Its element kernels.
     pub kernels: Kernels,
-    /// Its per-step scalars beyond the shared ones, from the step's values ([`no_scalars`]:
-    /// none).
+    /// Its per-step scalars beyond the shared ones and the knobs copied as they are, from the
+    /// step's values and the knobs of [`RuleKnobs`] ([`no_scalars`]: none).
     pub scalars: fn(&StepInputs, &mut StepScalars),
     /// The group overrides it refuses, as bits of [`reads`] (β2, ε), each with why one value
     /// must hold for the whole model.
@@ -205,7 +206,8 @@ impl Spec {
     }
 }
 
-/// What a rule's per-step hook ([`Spec::scalars`]) reads: the step's values, in `f64`.
+/// What a rule's per-step hook ([`Spec::scalars`]) reads: the step's values, in `f64`, and the
+/// config's knobs the hooks read ([`RuleKnobs`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepInputs {
     /// The step t ≥ 1.
@@ -222,9 +224,34 @@ pub struct StepInputs {
     pub bc1: f64,
     /// √bc2.
     pub sqrt_bc2: f64,
-    /// The config's `rectify` (AdaBelief).
-    pub rectify: bool,
+    /// The config's knobs the hooks read.
+    pub knobs: RuleKnobs,
 }
+
+/// Generates [`RuleKnobs`] from the knob table's lines marked `rule` ([`crate::knobs`]).
+macro_rules! rule_knobs {
+    (@ [$($fields:tt)*]) => {
+        /// The config's knobs a rule derives its per-step scalars from ([`Spec::scalars`]): the
+        /// knob table's lines marked `rule`, each under its field's name and of its type.
+        #[derive(Clone, Copy, Debug, Default, PartialEq)]
+        pub struct RuleKnobs {
+            $($fields)*
+        }
+    };
+    (@ [$($fields:tt)*] $(#[$doc:meta])* $field:ident: $ty:ty = $default:expr, valid $valid:tt,
+        $(knob $knob:tt,)* json $json:tt, rule; $($rest:tt)*) => {
+        rule_knobs!(@ [$($fields)* $(#[$doc])* pub $field: $ty,] $($rest)*);
+    };
+    (@ [$($fields:tt)*] $(#[$doc:meta])* $field:ident: $ty:ty = $default:expr, valid $valid:tt,
+        $(knob $knob:tt,)* json $json:tt, $kept:ident; $($rest:tt)*) => {
+        rule_knobs!(@ [$($fields)*] $($rest)*);
+    };
+    (defaults $d:ident; $($lines:tt)*) => {
+        rule_knobs!(@ [] $($lines)*);
+    };
+}
+
+knob_table!(rule_knobs);
 
 /// The hook of a rule whose kernels read the shared scalars only.
 pub fn no_scalars(_: &StepInputs, _: &mut StepScalars) {}
