@@ -68,10 +68,7 @@ fn rectification(beta2: f64, beta2_t: f64, t: u64, bc1: f64, lr: f64) -> (u32, f
 
 /// `AMSGRAD`: keep `s_max`.
 #[derive(Clone, Copy)]
-pub(crate) struct AdaBelief<const AMSGRAD: bool> {
-    s: StepScalars,
-    decay: ChosenDecay,
-}
+pub(crate) struct AdaBelief<const AMSGRAD: bool>(ChosenDecay);
 
 impl<const AMSGRAD: bool> Kernel for AdaBelief<AMSGRAD> {
     const SLOTS: usize = SPEC.slots.len() - !AMSGRAD as usize;
@@ -79,16 +76,13 @@ impl<const AMSGRAD: bool> Kernel for AdaBelief<AMSGRAD> {
     const DOTS: bool = false;
 
     fn new(s: &StepScalars, options: Options) -> Self {
-        AdaBelief {
-            s: *s,
-            decay: ChosenDecay::new(s, options),
-        }
+        AdaBelief(ChosenDecay::new(s, options))
     }
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {
-        let s = &self.s;
-        let (p, g) = self.decay.apply(s, p, g);
+        let (p, g) = self.0.apply(p, g);
+        let s = &self.0.s;
         let m = s.beta1 * st[0] + s.one_minus_beta1 * g;
         let residual = g - m;
         let var = s.beta2 * st[1] + s.one_minus_beta2 * (residual * residual) + s.eps;

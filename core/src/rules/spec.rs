@@ -23,11 +23,13 @@ pub enum Decay {
     Chosen,
 }
 
-/// λ as the kernels of a rule of [`Decay::Chosen`] apply it: coupled, g ← g + λθ (with
-/// `weight_decouple` off and λ ≠ 0), then θ ← θ · [`StepScalars::decay`] (1 − ηλ, or 1 − λ with
-/// `fixed_decay`, when decoupled; 1 otherwise).
+/// A step's scalars with λ as the kernels of a rule of [`Decay::Chosen`] apply it: coupled,
+/// g ← g + λθ (with `weight_decouple` off and λ ≠ 0), then θ ← θ · [`StepScalars::decay`]
+/// (1 − ηλ, or 1 − λ with `fixed_decay`, when decoupled; 1 otherwise).
 #[derive(Clone, Copy)]
 pub(crate) struct ChosenDecay {
+    /// The step's scalars.
+    pub(crate) s: StepScalars,
     coupled: bool,
 }
 
@@ -35,13 +37,15 @@ impl ChosenDecay {
     /// The decay of a kernel built from `s` and `options`.
     pub(crate) fn new(s: &StepScalars, options: Options) -> Self {
         ChosenDecay {
+            s: *s,
             coupled: !options.weight_decouple && s.weight_decay != 0.0,
         }
     }
 
     /// (θ, g) after the decay.
     #[inline(always)]
-    pub(crate) fn apply(self, s: &StepScalars, p: f32, g: f32) -> (f32, f32) {
+    pub(crate) fn apply(&self, p: f32, g: f32) -> (f32, f32) {
+        let s = &self.s;
         let g = if self.coupled { g + s.weight_decay * p } else { g };
         (p * s.decay, g)
     }

@@ -69,16 +69,12 @@ fn step_scalars(i: &StepInputs, s: &mut StepScalars) {
 
 /// The Adam phase, which also yields the step p and gradient g for the dot products.
 #[derive(Clone, Copy)]
-pub(crate) struct SwatsAdam {
-    s: StepScalars,
-    decay: ChosenDecay,
-}
+pub(crate) struct SwatsAdam(ChosenDecay);
 
 /// The SGD phase.
 #[derive(Clone, Copy)]
 pub(crate) struct SwatsSgd {
-    s: StepScalars,
-    decay: ChosenDecay,
+    decayed: ChosenDecay,
     nesterov: bool,
 }
 
@@ -93,16 +89,13 @@ impl Kernel for SwatsAdam {
     const DOTS: bool = true;
 
     fn new(s: &StepScalars, options: Options) -> Self {
-        SwatsAdam {
-            s: *s,
-            decay: ChosenDecay::new(s, options),
-        }
+        SwatsAdam(ChosenDecay::new(s, options))
     }
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {
-        let s = &self.s;
-        let (p, g) = self.decay.apply(s, p, g);
+        let (p, g) = self.0.apply(p, g);
+        let s = &self.0.s;
         let m = s.beta1 * st[0] + s.one_minus_beta1 * g;
         let v = s.beta2 * st[1] + s.one_minus_beta2 * (g * g);
         st[0] = m;
@@ -126,16 +119,15 @@ impl Kernel for SwatsSgd {
 
     fn new(s: &StepScalars, options: Options) -> Self {
         SwatsSgd {
-            s: *s,
-            decay: ChosenDecay::new(s, options),
+            decayed: ChosenDecay::new(s, options),
             nesterov: options.nesterov,
         }
     }
 
     #[inline(always)]
     fn element(self, p: f32, g: f32, st: &mut [f32; 3]) -> Elem {
-        let s = &self.s;
-        let (p, g) = self.decay.apply(s, p, g);
+        let (p, g) = self.decayed.apply(p, g);
+        let s = &self.decayed.s;
         let b = s.beta1 * st[2] + g;
         st[2] = b;
         let update = b * s.one_minus_beta1;
