@@ -493,7 +493,7 @@ unsafe fn mix64(z: __m512i) -> __m512i {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{check_convert, check_q8};
+    use super::super::tests::{check_conversions, check_q8};
     use super::*;
     use half::{bf16, f16};
 
@@ -504,9 +504,7 @@ mod tests {
         };
         // With AVX512-BF16's conversion where the CPU has it, and without.
         for avx512 in [avx512, Avx512 { bf16: false }] {
-            check_convert::<bf16, _>(avx512);
-            check_convert::<f16, _>(avx512);
-            check_convert::<f32, _>(avx512);
+            check_conversions(avx512);
         }
     }
 

@@ -376,11 +376,16 @@ mod tests {
         }
     }
 
+    /// [`check_convert`] for every storage type.
+    pub(super) fn check_conversions<C: Convert>(conv: C) {
+        check_convert::<bf16, _>(conv);
+        check_convert::<f16, _>(conv);
+        check_convert::<f32, _>(conv);
+    }
+
     #[test]
     fn portable_is_the_scalar_conversion() {
-        check_convert::<bf16, _>(Portable);
-        check_convert::<f16, _>(Portable);
-        check_convert::<f32, _>(Portable);
+        check_conversions(Portable);
     }
 
     /// Tensor sizes around the 256-element block and the vector widths.

@@ -481,14 +481,12 @@ unsafe fn bf16_nearest(x: float32x4_t) -> uint32x4_t {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{check_convert, check_q8};
+    use super::super::tests::{check_conversions, check_q8};
     use super::*;
 
     #[test]
     fn neon_is_the_scalar_conversion() {
-        check_convert::<bf16, _>(Neon);
-        check_convert::<f16, _>(Neon);
-        check_convert::<f32, _>(Neon);
+        check_conversions(Neon);
     }
 
     #[test]

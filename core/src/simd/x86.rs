@@ -542,7 +542,7 @@ unsafe fn mul64(a: __m256i, c: u64) -> __m256i {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{check_convert, check_q8};
+    use super::super::tests::{check_conversions, check_q8};
     use super::*;
 
     #[test]
@@ -550,9 +550,7 @@ mod tests {
         let Some(avx2) = Avx2::detect() else {
             return;
         };
-        check_convert::<bf16, _>(avx2);
-        check_convert::<f16, _>(avx2);
-        check_convert::<f32, _>(avx2);
+        check_conversions(avx2);
     }
 
     #[test]
