@@ -148,14 +148,8 @@ impl StepReport {
     /// The report of a skipped step: nothing changed and the counter stays at `count`.
     pub const fn skipped(count: u64) -> Self {
         StepReport {
-            step: count,
             skipped: true,
-            rho: None,
-            rho_active: None,
-            tau: None,
-            home_elements: 0,
-            nonfinite_applied: false,
-            swats_switched: false,
+            ..StepReport::applied(count)
         }
     }
 }
