@@ -7,6 +7,7 @@
 
 pub use crate::bits::{mix64, stochastic_bits, tensor_key};
 pub use crate::calibration::{Histogram, BUCKETS};
+pub use crate::checkpoint::layout as checkpoint_layout;
 pub use crate::crc32::Crc32;
 pub use crate::external::{Outcome, SwatsDots};
 pub use crate::math::sqrt;

@@ -34,9 +34,34 @@ use crate::state::StateStorage;
 use crate::storage::Dtype;
 use crate::tensor::TensorAux;
 
+use layout::{COUNT, DTYPE, HEADER, PHASE, PHASE_LR, RULE, SLOTS, STEP, TENSOR_HEADER};
+
 const CALIBRATION: usize = 4 + 4 * BUCKETS;
-const HEADER: usize = 36;
-const TENSOR_HEADER: usize = 12;
+
+/// Where the fields of the format (the [module](self)'s table) start, in bytes: what a tool
+/// that reads or mutates saved bytes reads them at.
+pub mod layout {
+    /// The format version (u16).
+    pub const VERSION: usize = 8;
+    /// The rule code.
+    pub const RULE: usize = 10;
+    /// The state dtype.
+    pub const DTYPE: usize = 11;
+    /// State slots per element.
+    pub const SLOTS: usize = 12;
+    /// The phase.
+    pub const PHASE: usize = 13;
+    /// The step t (u64).
+    pub const STEP: usize = 16;
+    /// The second phase's rate η' (f64 bits).
+    pub const PHASE_LR: usize = 24;
+    /// The tensor count (u32).
+    pub const COUNT: usize = 32;
+    /// The header's length: where the first tensor starts.
+    pub const HEADER: usize = 36;
+    /// A tensor's header: its element count (u64) and the phase switch's running value (f32).
+    pub const TENSOR_HEADER: usize = 12;
+}
 
 /// Where saved bytes go: a buffer, a file, flash pages.
 pub trait ByteSink {
@@ -165,14 +190,14 @@ pub(crate) fn write<S: StateStorage, W: ByteSink>(
         None => VERSION,
         Some(_) => VERSION_CALIBRATED,
     };
-    bytes[8..10].copy_from_slice(&version.to_le_bytes());
-    bytes[10] = header.rule;
-    bytes[11] = S::DTYPE.code();
-    bytes[12] = slots as u8;
-    bytes[13] = header.phase_lr.is_some() as u8;
-    bytes[16..24].copy_from_slice(&header.step.to_le_bytes());
-    bytes[24..32].copy_from_slice(&header.phase_lr.unwrap_or(0.0).to_bits().to_le_bytes());
-    bytes[32..36].copy_from_slice(&(tensors.len() as u32).to_le_bytes());
+    bytes[layout::VERSION..RULE].copy_from_slice(&version.to_le_bytes());
+    bytes[RULE] = header.rule;
+    bytes[DTYPE] = S::DTYPE.code();
+    bytes[SLOTS] = slots as u8;
+    bytes[PHASE] = header.phase_lr.is_some() as u8;
+    bytes[STEP..PHASE_LR].copy_from_slice(&header.step.to_le_bytes());
+    bytes[PHASE_LR..COUNT].copy_from_slice(&header.phase_lr.unwrap_or(0.0).to_bits().to_le_bytes());
+    bytes[COUNT..HEADER].copy_from_slice(&(tensors.len() as u32).to_le_bytes());
     out.put(&bytes)?;
     for (k, t) in tensors.iter().enumerate() {
         if Some(t.state.len()) != slots.checked_mul(S::slot_len(t.numel)) {
@@ -238,15 +263,15 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed<'_>, CheckpointError> {
     if bytes.len() < HEADER + 4 {
         return Err(Truncated);
     }
-    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    let version = u16::from_le_bytes([bytes[layout::VERSION], bytes[layout::VERSION + 1]]);
     let calibration = match version {
         VERSION => 0,
         VERSION_CALIBRATED => CALIBRATION,
         _ => return Err(UnsupportedVersion(version)),
     };
-    let count = read_u32(bytes, 32);
-    let dtype = Dtype::from_code(bytes[11]).ok_or(Corrupt)?;
-    let slots = bytes[12] as usize;
+    let count = read_u32(bytes, COUNT);
+    let dtype = Dtype::from_code(bytes[DTYPE]).ok_or(Corrupt)?;
+    let slots = bytes[SLOTS] as usize;
     let mut at = HEADER;
     for _ in 0..count {
         let numel = read_u64(bytes, at).ok_or(Truncated)?;
@@ -277,7 +302,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed<'_>, CheckpointError> {
     }
     Ok(Parsed {
         bytes,
-        rule: bytes[10],
+        rule: bytes[RULE],
         dtype,
         slots,
         count,
@@ -309,14 +334,14 @@ impl Parsed<'_> {
     pub fn values(&self, switches: bool) -> Result<Values, CheckpointError> {
         use CheckpointError::Corrupt;
         let bytes = self.bytes;
-        let lr_bits = read_u64(bytes, 24).ok_or(CheckpointError::Truncated)?;
+        let lr_bits = read_u64(bytes, PHASE_LR).ok_or(CheckpointError::Truncated)?;
         let lr = f64::from_bits(lr_bits);
-        let phase_lr = match bytes[13] {
+        let phase_lr = match bytes[PHASE] {
             0 if lr_bits == 0 => None,
             1 if switches && lr > 0.0 && lr.is_finite() => Some(lr),
             _ => return Err(Corrupt),
         };
-        if bytes[14] != 0 || bytes[15] != 0 {
+        if bytes[PHASE + 1..STEP] != [0, 0] {
             return Err(Corrupt);
         }
         let (mut tau, mut window) = (None, Histogram::new());
@@ -333,7 +358,7 @@ impl Parsed<'_> {
             }
         }
         Ok(Values {
-            step: read_u64(bytes, 16).ok_or(CheckpointError::Truncated)?,
+            step: read_u64(bytes, STEP).ok_or(CheckpointError::Truncated)?,
             phase_lr,
             tau,
             window,

@@ -11,20 +11,13 @@
 //!
 //! Mode 0 loads a checkpoint as written: the seeds are `0` followed by a saved checkpoint.
 
+use homeadam_core::backend::checkpoint_layout::{COUNT, DTYPE, HEADER, RULE, SLOTS, TENSOR_HEADER};
 use homeadam_core::backend::Crc32;
 use homeadam_core::{
     bf16, f16, ByteSink, CheckpointError, Config, Optimizer, Q8Block, Rule, StateStorage, Storage, TensorAux,
     TensorState, TensorStateMut, ALL_RULES,
 };
 
-/// Header offsets of the format (core/src/checkpoint.rs).
-const RULE: usize = 10;
-const DTYPE: usize = 11;
-const SLOTS: usize = 12;
-const COUNT: usize = 32;
-const HEADER: usize = 36;
-/// A tensor's header: element count (u64) and SWATS Λ (f32).
-const TENSOR_HEADER: usize = 12;
 /// Bounds on the model built from a header, so that a huge stored size cannot exhaust memory.
 const MAX_TENSORS: usize = 64;
 const MAX_ELEMENTS: usize = 1 << 16;
