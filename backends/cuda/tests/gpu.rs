@@ -259,29 +259,21 @@ fn run<P: Storage, G: Storage, S: DeviceState>(case: &Case, stream: &Arc<CudaStr
         .map(|p| vec![S::default(); core.state_len_of::<S>(p.len())])
         .collect();
     let mut auxes = vec![TensorAux::default(); params.len()];
-    let up = |b: Vec<u8>| -> CudaSlice<u8> {
-        stream
-            .clone_htod(&if b.is_empty() { vec![0u8] } else { b })
-            .expect("upload")
-    };
-    let d_params: Vec<CudaSlice<u8>> = params.iter().map(|p| up(bytes(p))).collect();
+    let d_params: Vec<CudaSlice<u8>> = params.iter().map(|p| upload(stream, p)).collect();
     let mut d_grads: Vec<CudaSlice<u8>> = params
         .iter()
-        .map(|p| up(vec![0u8; p.len() * G::DTYPE.size()]))
+        .map(|p| upload_bytes(stream, vec![0u8; p.len() * G::DTYPE.size()]))
         .collect();
-    let d_states: Vec<CudaSlice<u8>> = states.iter().map(|s| up(S::state_bytes(s))).collect();
-    let ptr = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
-    let tensors: Vec<DeviceTensor> = (0..params.len())
-        .map(|k| {
-            DeviceTensor::new(
-                ptr(&d_params[k]),
-                ptr(&d_grads[k]),
-                ptr(&d_states[k]),
-                params[k].len(),
-            )
-            .in_group(case.groups[k])
-        })
+    let d_states: Vec<CudaSlice<u8>> = states
+        .iter()
+        .map(|s| upload_bytes(stream, S::state_bytes(s)))
         .collect();
+    let tensors = device_tensors(
+        stream,
+        [&d_params, &d_grads, &d_states],
+        params.iter().map(Vec::len),
+        case.groups.iter().copied(),
+    );
     // SAFETY: the buffers live until the end of this function and have the stated sizes.
     let mut cuda = unsafe { CudaOptimizer::new(case.config, case.dtypes, &tensors, stream.clone()) }
         .expect("cuda optimizer");
@@ -555,10 +547,32 @@ fn random_models_on_the_gpu_match_the_core_bit_for_bit() {
 
 /// Uploads `xs` (at least one byte, so that empty tensors get a pointer).
 fn upload<T: Storage>(stream: &Arc<CudaStream>, xs: &[T]) -> CudaSlice<u8> {
-    let b = bytes(xs);
+    upload_bytes(stream, bytes(xs))
+}
+
+/// Uploads `b` (at least one byte, so that empty tensors get a pointer).
+fn upload_bytes(stream: &Arc<CudaStream>, b: Vec<u8>) -> CudaSlice<u8> {
     stream
         .clone_htod(&if b.is_empty() { vec![0u8] } else { b })
         .expect("upload")
+}
+
+/// The device tensors of the buffers of θ, g and the state of each tensor, of `lens` elements,
+/// in `groups`.
+fn device_tensors(
+    stream: &Arc<CudaStream>,
+    [params, grads, states]: [&[CudaSlice<u8>]; 3],
+    lens: impl IntoIterator<Item = usize>,
+    groups: impl IntoIterator<Item = Group>,
+) -> Vec<DeviceTensor> {
+    let ptr = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
+    lens.into_iter()
+        .zip(groups)
+        .enumerate()
+        .map(|(k, (len, group))| {
+            DeviceTensor::new(ptr(&params[k]), ptr(&grads[k]), ptr(&states[k]), len).in_group(group)
+        })
+        .collect()
 }
 
 /// The core's ‖g‖₂ of `grads`: one exact sum of every g² (widened to `f32`), rounded once.
@@ -601,17 +615,12 @@ fn norm_and_new_grads<G: Storage>(stream: &Arc<CudaStream>) {
         .map(|row| row.iter().map(|g| upload(stream, g)).collect())
         .collect();
     let ptr = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
-    let tensors: Vec<DeviceTensor> = (0..params.len())
-        .map(|k| {
-            DeviceTensor::new(
-                ptr(&d_params[k]),
-                ptr(&d_rows[0][k]),
-                ptr(&d_states[k]),
-                params[k].len(),
-            )
-            .in_group(case.groups[k])
-        })
-        .collect();
+    let tensors = device_tensors(
+        stream,
+        [&d_params, &d_rows[0], &d_states],
+        params.iter().map(Vec::len),
+        case.groups.iter().copied(),
+    );
     // SAFETY: the buffers live until the end of this function and have the stated sizes.
     let mut cuda = unsafe { CudaOptimizer::new(case.config, case.dtypes, &tensors, stream.clone()) }
         .expect("cuda optimizer");
@@ -699,24 +708,14 @@ fn bounded<P: Storage, G: Storage, S: DeviceState>(
         .collect();
     let d_states: Vec<CudaSlice<u8>> = states
         .iter()
-        .map(|st| {
-            let b = S::state_bytes(st);
-            stream
-                .clone_htod(&if b.is_empty() { vec![0u8] } else { b })
-                .expect("upload")
-        })
+        .map(|st| upload_bytes(stream, S::state_bytes(st)))
         .collect();
-    let ptr = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
-    let tensors: Vec<DeviceTensor> = (0..BOUND_SIZES.len())
-        .map(|k| {
-            DeviceTensor::new(
-                ptr(&d_params[k]),
-                ptr(&d_grads[k]),
-                ptr(&d_states[k]),
-                BOUND_SIZES[k],
-            )
-        })
-        .collect();
+    let tensors = device_tensors(
+        stream,
+        [&d_params, &d_grads, &d_states],
+        BOUND_SIZES,
+        [Group::DEFAULT; BOUND_SIZES.len()],
+    );
     let dtypes = Dtypes {
         param: P::DTYPE,
         grad: G::DTYPE,
