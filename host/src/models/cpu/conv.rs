@@ -9,25 +9,26 @@
 //! - filter gradient: `∂W = ∂Y X̂ᵀ`, summed over fixed groups of images and then over the groups
 //!   in order.
 //!
-//! The images are unfolded a chunk at a time, so that the unfolded matrix stays within
-//! [`UNFOLDED_VALUES`]; the chunks and groups depend on the shapes only, so the bits do not
-//! depend on the thread count.
+//! Each task takes a few images whole, unfolds them into a buffer of at most [`TASK_VALUES`]
+//! and multiplies it on its own thread while the buffer is still in the core's cache. The
+//! tasks' images depend on the shapes only, so the bits do not depend on the thread count.
 
 use candle_core::{CpuStorage, Layout, Shape};
 use rayon::prelude::*;
 
-use super::{matmul, sum_in_order, values, Matrix};
+use super::{matmul, matmul_in_task, sum_in_order, values, Matrix};
 use crate::models::conv_geometry::{Conv, Geometry, Pass};
 
-/// The most values of the unfolded images held at once by a forward or input-gradient pass:
-/// 4 MiB of f32, wide enough that the products still run at full speed, small enough that the
-/// step's peak memory stays that of its activations. (The `homeadam` binary's allocator keeps
-/// freed blocks, so the next chunk or call reuses them.)
-const UNFOLDED_VALUES: usize = 1 << 20;
+/// The most values of unfolded images one task holds (unless one image alone has more):
+/// 512 KiB of f32, which stays in a core's second-level cache from the unfolding to the
+/// product that reads it. Unfolding more at once made the `--small` networks' passes
+/// memory-bound.
+const TASK_VALUES: usize = 1 << 17;
 
-/// The images of one partial sum of the filter gradient: enough partial sums to keep the cores
-/// of a desktop CPU busy on a batch of 64, few enough that adding them up costs little.
-const IMAGES_PER_PARTIAL_SUM: usize = 8;
+/// The most images of one task, and the images of one partial sum of the filter gradient: a
+/// batch of 64 makes at least eight tasks, enough for the cores of a desktop CPU, and few
+/// enough partial sums that adding them up costs little.
+const IMAGES_PER_TASK: usize = 8;
 
 /// The op's pass on CPU storage: `(x, w) → y`, `(∂L/∂y, w) → ∂L/∂x` or `(x, ∂L/∂y) → ∂L/∂w`.
 pub(crate) fn run(
@@ -92,87 +93,114 @@ impl Sizes {
         }
     }
 
-    /// The images unfolded at once: as many as fit [`UNFOLDED_VALUES`], at least one.
-    fn chunk(&self) -> usize {
-        (UNFOLDED_VALUES / (self.k * self.p).max(1)).clamp(1, self.n.max(1))
+    /// The images of one task: as many as fit [`TASK_VALUES`] unfolded, from one to
+    /// [`IMAGES_PER_TASK`].
+    fn images_per_task(&self) -> usize {
+        (TASK_VALUES / (self.k * self.p).max(1)).clamp(1, IMAGES_PER_TASK)
+    }
+}
+
+/// The product of a task: on the task's thread when other tasks run beside it, split among
+/// the threads when it is the only one (the same bits either way).
+type Product = fn(&mut [f32], Matrix, Matrix, bool);
+
+fn product_of(tasks: usize) -> Product {
+    if tasks > 1 {
+        matmul_in_task
+    } else {
+        matmul
     }
 }
 
 /// `y = w ⋆ x`.
 fn forward(g: &Geometry, x: &[f32], w: &[f32]) -> Vec<f32> {
     let s = Sizes::of(g);
+    let b = s.images_per_task();
+    let multiply = product_of(s.n.div_ceil(b));
+    let weights = Matrix::row_major(w, s.o, s.k);
     let mut y = vec![0.0; s.n * s.o * s.p];
-    let (mut unfolded, mut product) = (Vec::new(), Vec::new());
-    for (images, y) in x
-        .chunks(s.chunk() * s.c * s.hw)
-        .zip(y.chunks_mut(s.chunk() * s.o * s.p))
-    {
-        let b = images.len() / (s.c * s.hw);
-        im2col(g, images, resized(&mut unfolded, s.k * b * s.p));
-        let weights = Matrix::row_major(w, s.o, s.k);
-        let columns = Matrix::row_major(&unfolded, s.k, b * s.p);
-        if b == 1 {
-            matmul(y, weights, columns, false);
-        } else {
-            matmul(resized(&mut product, s.o * b * s.p), weights, columns, false);
-            images_from_rows(&product, y, s.o, s.p);
-        }
-    }
+    x.par_chunks(b * s.c * s.hw)
+        .zip(y.par_chunks_mut(b * s.o * s.p))
+        .for_each(|(images, y)| {
+            let b = images.len() / (s.c * s.hw);
+            let mut unfolded = vec![0.0; s.k * b * s.p];
+            im2col(g, images, &mut unfolded);
+            let columns = Matrix::row_major(&unfolded, s.k, b * s.p);
+            if b == 1 {
+                multiply(y, weights, columns, false);
+            } else {
+                let mut product = vec![0.0; y.len()];
+                multiply(&mut product, weights, columns, false);
+                images_from_rows(&product, y, s.o, s.p);
+            }
+        });
     y
 }
 
 /// `∂L/∂x` from `∂L/∂y` (`dy`).
 fn input_gradient(g: &Geometry, dy: &[f32], w: &[f32]) -> Vec<f32> {
     let s = Sizes::of(g);
+    let b = s.images_per_task();
+    let multiply = product_of(s.n.div_ceil(b));
+    let weights = Matrix::row_major(w, s.o, s.k).t();
     let mut dx = vec![0.0; s.n * s.c * s.hw];
-    let (mut rows, mut unfolded) = (Vec::new(), Vec::new());
-    for (dy, dx) in dy
-        .chunks(s.chunk() * s.o * s.p)
-        .zip(dx.chunks_mut(s.chunk() * s.c * s.hw))
-    {
-        let b = dy.len() / (s.o * s.p);
-        let dy = if b == 1 {
-            dy
-        } else {
-            rows_from_images(dy, resized(&mut rows, dy.len()), s.o, s.p);
-            &rows[..]
-        };
-        let weights = Matrix::row_major(w, s.o, s.k).t();
-        matmul(
-            resized(&mut unfolded, s.k * b * s.p),
-            weights,
-            Matrix::row_major(dy, s.o, b * s.p),
-            false,
-        );
-        col2im(g, &unfolded, dx);
-    }
+    dy.par_chunks(b * s.o * s.p)
+        .zip(dx.par_chunks_mut(b * s.c * s.hw))
+        .for_each(|(dy, dx)| {
+            let b = dy.len() / (s.o * s.p);
+            let mut rows = Vec::new();
+            let dy = if b == 1 {
+                dy
+            } else {
+                rows_from_images(dy, resized(&mut rows, dy.len()), s.o, s.p);
+                &rows[..]
+            };
+            let mut unfolded = vec![0.0; s.k * b * s.p];
+            multiply(&mut unfolded, weights, Matrix::row_major(dy, s.o, b * s.p), false);
+            col2im(g, &unfolded, dx);
+        });
     dx
 }
 
-/// `∂L/∂w` from the input `x` and `∂L/∂y` (`dy`).
+/// `∂L/∂w` from the input `x` and `∂L/∂y` (`dy`): a partial sum per [`IMAGES_PER_TASK`]
+/// images, each the tasks' products accumulated in order, then the partial sums in order.
+/// The products are `(∂L/∂w)ᵀ = X̂ ∂Yᵀ`, transposed at the end: with the unfolded images as
+/// `im2col` writes them, `gemm` runs this orientation several times faster than `∂Y X̂ᵀ`
+/// when `∂Y` has few rows.
 fn filter_gradient(g: &Geometry, x: &[f32], dy: &[f32]) -> Vec<f32> {
     let s = Sizes::of(g);
-    let group = IMAGES_PER_PARTIAL_SUM;
+    let (group, b) = (IMAGES_PER_TASK, s.images_per_task());
+    let multiply = product_of(s.n.div_ceil(group));
     let partial_sums: Vec<Vec<f32>> = x
         .par_chunks(group * s.c * s.hw)
         .zip(dy.par_chunks(group * s.o * s.p))
         .map(|(x, dy)| {
-            let b = x.len() / (s.c * s.hw);
-            let mut unfolded = vec![0.0; s.k * b * s.p];
-            im2col(g, x, &mut unfolded);
-            let mut rows = vec![0.0; dy.len()];
-            rows_from_images(dy, &mut rows, s.o, s.p);
-            let mut dw = vec![0.0; s.o * s.k];
-            matmul(
-                &mut dw,
-                Matrix::row_major(&rows, s.o, b * s.p),
-                Matrix::row_major(&unfolded, s.k, b * s.p).t(),
-                false,
-            );
-            dw
+            let mut dw_t = vec![0.0; s.k * s.o];
+            let (mut unfolded, mut rows) = (Vec::new(), Vec::new());
+            let tasks = x.chunks(b * s.c * s.hw).zip(dy.chunks(b * s.o * s.p));
+            for (index, (x, dy)) in tasks.enumerate() {
+                let b = x.len() / (s.c * s.hw);
+                im2col(g, x, resized(&mut unfolded, s.k * b * s.p));
+                let dy = if b == 1 {
+                    dy
+                } else {
+                    rows_from_images(dy, resized(&mut rows, dy.len()), s.o, s.p);
+                    &rows[..]
+                };
+                multiply(
+                    &mut dw_t,
+                    Matrix::row_major(&unfolded, s.k, b * s.p),
+                    Matrix::row_major(dy, s.o, b * s.p).t(),
+                    index > 0,
+                );
+            }
+            dw_t
         })
         .collect();
-    sum_in_order(partial_sums, s.o * s.k)
+    let dw_t = sum_in_order(partial_sums, s.k * s.o);
+    let mut dw = vec![0.0; s.o * s.k];
+    rows_from_images(&dw_t, &mut dw, s.o, 1);
+    dw
 }
 
 /// `buffer` with exactly `len` values (its old ones or zeros).
@@ -199,35 +227,32 @@ fn im2col(g: &Geometry, x: &[f32], columns: &mut [f32]) {
     let [_, _, ho, wo] = g.output();
     let (plane, p) = (h * w, ho * wo);
     let images = x.len() / (c * plane);
-    columns
-        .par_chunks_mut(images * p)
-        .enumerate()
-        .for_each(|(row, out)| {
-            let (channel, i, j) = (row / (kh * kw), row / kw % kh, row % kw);
-            let (rows, cols) = (inside(ho, h, i, g), inside(wo, w, j, g));
-            for (image, out) in out.chunks_mut(p).enumerate() {
-                let src = &x[(image * c + channel) * plane..][..plane];
-                for (oh, out) in out.chunks_mut(wo).enumerate() {
-                    if oh < rows.0 || oh >= rows.1 {
-                        out.fill(0.0);
-                        continue;
-                    }
-                    let line = &src[(oh * g.stride + i - g.padding) * w..][..w];
-                    out[..cols.0].fill(0.0);
-                    out[cols.1..].fill(0.0);
-                    let first = cols.0 * g.stride + j - g.padding;
-                    if g.stride == 1 {
-                        out[cols.0..cols.1].copy_from_slice(&line[first..first + cols.1 - cols.0]);
-                    } else {
-                        let inputs = line[first..].iter().step_by(g.stride);
-                        out[cols.0..cols.1]
-                            .iter_mut()
-                            .zip(inputs)
-                            .for_each(|(v, x)| *v = *x);
-                    }
+    for (row, out) in columns.chunks_mut(images * p).enumerate() {
+        let (channel, i, j) = (row / (kh * kw), row / kw % kh, row % kw);
+        let (rows, cols) = (inside(ho, h, i, g), inside(wo, w, j, g));
+        for (image, out) in out.chunks_mut(p).enumerate() {
+            let src = &x[(image * c + channel) * plane..][..plane];
+            for (oh, out) in out.chunks_mut(wo).enumerate() {
+                if oh < rows.0 || oh >= rows.1 {
+                    out.fill(0.0);
+                    continue;
+                }
+                let line = &src[(oh * g.stride + i - g.padding) * w..][..w];
+                out[..cols.0].fill(0.0);
+                out[cols.1..].fill(0.0);
+                let first = cols.0 * g.stride + j - g.padding;
+                if g.stride == 1 {
+                    out[cols.0..cols.1].copy_from_slice(&line[first..first + cols.1 - cols.0]);
+                } else {
+                    let inputs = line[first..].iter().step_by(g.stride);
+                    out[cols.0..cols.1]
+                        .iter_mut()
+                        .zip(inputs)
+                        .for_each(|(v, x)| *v = *x);
                 }
             }
-        });
+        }
+    }
 }
 
 /// Folds `columns` (`[K, b·P]`) back into images `dx` (`[b, C, H, W]`): each value the sum of
@@ -238,7 +263,7 @@ fn col2im(g: &Geometry, columns: &[f32], dx: &mut [f32]) {
     let [_, _, ho, wo] = g.output();
     let (plane, p) = (h * w, ho * wo);
     let images = dx.len() / (c * plane);
-    dx.par_chunks_mut(plane).enumerate().for_each(|(index, out)| {
+    for (index, out) in dx.chunks_mut(plane).enumerate() {
         let (image, channel) = (index / c, index % c);
         out.fill(0.0);
         for i in 0..kh {
@@ -249,31 +274,37 @@ fn col2im(g: &Geometry, columns: &[f32], dx: &mut [f32]) {
                 let src = &columns[(row * images + image) * p..][..p];
                 for oh in rows.0..rows.1 {
                     let line = &mut out[(oh * g.stride + i - g.padding) * w..][..w];
-                    for ow in cols.0..cols.1 {
-                        line[ow * g.stride + j - g.padding] += src[oh * wo + ow];
+                    let values = &src[oh * wo + cols.0..oh * wo + cols.1];
+                    let first = cols.0 * g.stride + j - g.padding;
+                    if g.stride == 1 {
+                        let line = &mut line[first..first + values.len()];
+                        line.iter_mut().zip(values).for_each(|(x, v)| *x += v);
+                    } else {
+                        let line = line[first..].iter_mut().step_by(g.stride);
+                        line.zip(values).for_each(|(x, v)| *x += v);
                     }
                 }
             }
         }
-    });
+    }
 }
 
 /// `[b, R, P]` (image by image) into `[R, b·P]` (a row per channel, the images side by side).
 fn rows_from_images(images: &[f32], rows: &mut [f32], r: usize, p: usize) {
     let b = images.len() / (r * p);
-    rows.par_chunks_mut(b * p).enumerate().for_each(|(row, out)| {
+    for (row, out) in rows.chunks_mut(b * p).enumerate() {
         for (image, out) in out.chunks_mut(p).enumerate() {
             out.copy_from_slice(&images[(image * r + row) * p..][..p]);
         }
-    });
+    }
 }
 
 /// `[R, b·P]` back into `[b, R, P]`.
 fn images_from_rows(rows: &[f32], images: &mut [f32], r: usize, p: usize) {
     let b = images.len() / (r * p);
-    images.par_chunks_mut(r * p).enumerate().for_each(|(image, out)| {
+    for (image, out) in images.chunks_mut(r * p).enumerate() {
         for (row, out) in out.chunks_mut(p).enumerate() {
             out.copy_from_slice(&rows[(row * b + image) * p..][..p]);
         }
-    });
+    }
 }

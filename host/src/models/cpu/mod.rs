@@ -124,6 +124,17 @@ impl<'a> Matrix<'a> {
 /// calling thread's rayon pool. Panics if a matrix does not fit its slice or the sizes do not
 /// chain, both bugs of the caller.
 pub(crate) fn matmul(c: &mut [f32], a: Matrix, b: Matrix, accumulate: bool) {
+    product(c, a, b, accumulate, gemm::Parallelism::Rayon(0));
+}
+
+/// [`matmul`] on the calling thread alone: for the products of a task that already runs
+/// beside others, where splitting a small product again costs more than it gains. The same
+/// bits as [`matmul`]: neither splits the inner dimension.
+pub(crate) fn matmul_in_task(c: &mut [f32], a: Matrix, b: Matrix, accumulate: bool) {
+    product(c, a, b, accumulate, gemm::Parallelism::None);
+}
+
+fn product(c: &mut [f32], a: Matrix, b: Matrix, accumulate: bool, parallelism: gemm::Parallelism) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert!(
         a.fits() && b.fits() && b.rows == k && c.len() == m * n,
@@ -155,7 +166,7 @@ pub(crate) fn matmul(c: &mut [f32], a: Matrix, b: Matrix, accumulate: bool) {
             false,
             false,
             false,
-            gemm::Parallelism::Rayon(0),
+            parallelism,
         );
     }
 }

@@ -100,15 +100,14 @@ fn convolutions_and_both_gradients_equal_candles_in_f64() {
 }
 
 #[test]
-fn a_large_batch_unfolds_in_chunks_as_in_one() {
-    // 0.32 Mi unfolded values an image: the forward and input-gradient passes take chunks of
-    // three images and two.
-    let inputs = [
-        normal_var(3, &[5, 16, 48, 48], 1.0),
-        normal_var(4, &[8, 16, 3, 3], 0.1),
-    ];
-    let conv = |v: &[Var]| conv2d(v[0].as_tensor(), v[1].as_tensor(), 1, 1).unwrap();
-    same_as_f64("conv in chunks", &inputs, conv, conv);
+fn batches_split_into_tasks_as_in_one() {
+    // 36 × 256 unfolded values an image: tasks of eight images and one of three, and partial
+    // sums of the filter gradient over the same. 0.32 Mi values an image: a task per image.
+    for (x, w) in [([11, 4, 16, 16], [4, 4, 3, 3]), ([3, 16, 48, 48], [8, 16, 3, 3])] {
+        let inputs = [normal_var(3, &x, 1.0), normal_var(4, &w, 0.1)];
+        let conv = |v: &[Var]| conv2d(v[0].as_tensor(), v[1].as_tensor(), 1, 1).unwrap();
+        same_as_f64(&format!("conv of {x:?} in tasks"), &inputs, conv, conv);
+    }
 }
 
 #[test]
