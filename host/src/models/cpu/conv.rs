@@ -221,38 +221,64 @@ fn inside(out: usize, side: usize, offset: usize, g: &Geometry) -> (usize, usize
 }
 
 /// Unfolds the images `x` (`[b, C, H, W]`) into `columns` (`[K, b·P]`, row `(c, i, j)`).
+///
+/// With a stride `s` above one, each input line is first split into its `s` phases (the
+/// columns `r, r + s, r + 2s, …` for `r < s`), so that every stretch of a row of `columns`
+/// is a copy of consecutive values, as with stride one.
 fn im2col(g: &Geometry, x: &[f32], columns: &mut [f32]) {
     let [_, c, h, w] = g.input;
     let [_, _, kh, kw] = g.filter;
     let [_, _, ho, wo] = g.output();
     let (plane, p) = (h * w, ho * wo);
     let images = x.len() / (c * plane);
+    let phase = w.div_ceil(g.stride);
+    let phased;
+    let (x, line_len) = if g.stride == 1 {
+        (x, w)
+    } else {
+        phased = phases(x, w, g.stride);
+        (&phased[..], g.stride * phase)
+    };
     for (row, out) in columns.chunks_mut(images * p).enumerate() {
         let (channel, i, j) = (row / (kh * kw), row / kw % kh, row % kw);
         let (rows, cols) = (inside(ho, h, i, g), inside(wo, w, j, g));
+        let first = cols.0 * g.stride + j - g.padding;
+        let start = first % g.stride * phase + first / g.stride;
         for (image, out) in out.chunks_mut(p).enumerate() {
-            let src = &x[(image * c + channel) * plane..][..plane];
+            let src = &x[(image * c + channel) * h * line_len..][..h * line_len];
             for (oh, out) in out.chunks_mut(wo).enumerate() {
                 if oh < rows.0 || oh >= rows.1 {
                     out.fill(0.0);
                     continue;
                 }
-                let line = &src[(oh * g.stride + i - g.padding) * w..][..w];
+                let line = &src[(oh * g.stride + i - g.padding) * line_len..][..line_len];
                 out[..cols.0].fill(0.0);
                 out[cols.1..].fill(0.0);
-                let first = cols.0 * g.stride + j - g.padding;
-                if g.stride == 1 {
-                    out[cols.0..cols.1].copy_from_slice(&line[first..first + cols.1 - cols.0]);
-                } else {
-                    let inputs = line[first..].iter().step_by(g.stride);
-                    out[cols.0..cols.1]
-                        .iter_mut()
-                        .zip(inputs)
-                        .for_each(|(v, x)| *v = *x);
-                }
+                let values = &line[start..start + cols.1 - cols.0];
+                // A loop, not `copy_from_slice`: the stretches are often a few values long,
+                // where a call to `memcpy` costs more than the copy.
+                out[cols.0..cols.1]
+                    .iter_mut()
+                    .zip(values)
+                    .for_each(|(v, x)| *v = *x);
             }
         }
     }
+}
+
+/// Each line of `w` values of `x` as its `stride` phases, each `⌈w / stride⌉` long (the
+/// shorter ones padded with zeros): phase `r` holds the columns `r, r + stride, …`.
+fn phases(x: &[f32], w: usize, stride: usize) -> Vec<f32> {
+    let phase = w.div_ceil(stride);
+    let mut out = vec![0.0; x.len() / w * stride * phase];
+    for (line, out) in x.chunks(w).zip(out.chunks_mut(stride * phase)) {
+        for (r, out) in out.chunks_mut(phase).enumerate() {
+            out.iter_mut()
+                .zip(line[r..].iter().step_by(stride))
+                .for_each(|(v, x)| *v = *x);
+        }
+    }
+    out
 }
 
 /// Folds `columns` (`[K, b·P]`) back into images `dx` (`[b, C, H, W]`): each value the sum of
