@@ -11,7 +11,7 @@ use homeadam_host::models::VggVariant;
 use homeadam_host::preset::{departures_markdown, DecayMask, Preset, ALL_OPTIMIZERS};
 use homeadam_host::report::StabilityRecord;
 use homeadam_host::sweep::output::summary_markdown;
-use homeadam_host::sweep::space::{Knob, Range};
+use homeadam_host::sweep::space::{Axis, Range};
 use homeadam_host::sweep::{run_sweep, SweepOptions};
 use homeadam_host::train::bench::{bench_train, BenchOptions};
 use homeadam_host::train::experiments::{BuildOptions, Experiment};
@@ -568,7 +568,7 @@ fn sweep(a: SweepArgs) -> Result<()> {
             let (knob, range) = r
                 .split_once('=')
                 .with_context(|| format!("--range {r:?}: expected KNOB=LOW:HIGH or KNOB=xFACTOR"))?;
-            let knob = Knob::from_name(knob.trim())?;
+            let knob = Axis::from_name(knob.trim())?;
             let range = Range::parse(range).with_context(|| format!("--range {r}"))?;
             range.check(knob)?;
             Ok((knob, range))

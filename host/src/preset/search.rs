@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use anyhow::{bail, Context, Result};
-use homeadam_core::{Config, Knob as CoreKnob};
+use homeadam_core::{Config, Knob};
 use serde::{Deserialize, Serialize};
 
-/// A hyper-parameter the sweep varies.
+/// An axis of the sweep's search space: a hyper-parameter it varies, in the form a preset
+/// writes it (τ, its home share and η_h are set in their own forms, not as the core's [`Knob`]s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Knob {
+pub enum Axis {
     /// η.
     Lr,
     /// ε.
@@ -26,34 +27,34 @@ pub enum Knob {
     HomeLr,
 }
 
-impl Knob {
-    /// Every knob, in the column order of `sweep.csv`.
-    pub const ALL: [Knob; 6] = [
-        Knob::Lr,
-        Knob::Eps,
-        Knob::WeightDecay,
-        Knob::Tau,
-        Knob::HomeShare,
-        Knob::HomeLr,
+impl Axis {
+    /// Every axis, in the column order of `sweep.csv`.
+    pub const ALL: [Axis; 6] = [
+        Axis::Lr,
+        Axis::Eps,
+        Axis::WeightDecay,
+        Axis::Tau,
+        Axis::HomeShare,
+        Axis::HomeLr,
     ];
 
     /// The preset key (and column) of the knob: for η, ε and λ the key of the core's knob
     /// table ([`Config::JSON_KEYS`]), for the others one of the forms τ and η_h are written in.
     pub fn name(self) -> &'static str {
         match self {
-            Knob::Lr => "lr",
-            Knob::Eps => "eps",
-            Knob::WeightDecay => "weight_decay",
-            Knob::Tau => "tau",
-            Knob::HomeShare => "home_share",
-            Knob::HomeLr => "home_lr",
+            Axis::Lr => "lr",
+            Axis::Eps => "eps",
+            Axis::WeightDecay => "weight_decay",
+            Axis::Tau => "tau",
+            Axis::HomeShare => "home_share",
+            Axis::HomeLr => "home_lr",
         }
     }
 
     /// The knob called `name`, or an error listing them.
-    pub fn from_name(name: &str) -> Result<Knob> {
-        Knob::ALL.into_iter().find(|k| k.name() == name).with_context(|| {
-            let names: Vec<_> = Knob::ALL.iter().map(|k| k.name()).collect();
+    pub fn from_name(name: &str) -> Result<Axis> {
+        Axis::ALL.into_iter().find(|k| k.name() == name).with_context(|| {
+            let names: Vec<_> = Axis::ALL.iter().map(|k| k.name()).collect();
             format!("unknown knob {name:?} (known: {})", names.join(", "))
         })
     }
@@ -63,21 +64,21 @@ impl Knob {
     /// has no λ to tune); for HomeAdam(W), τ (or the home share when τ is calibrated) and the
     /// home-branch rate. λ is drawn log-uniformly, so never 0: the decay-free candidate is the
     /// rule's non-W entry (`adam` for `adamw`), swept beside it.
-    pub fn read_by(c: &Config) -> Vec<Knob> {
+    pub fn read_by(c: &Config) -> Vec<Axis> {
         let reads = |name: &str| c.knobs().any(|(knob, _)| knob == name);
-        let mut knobs = vec![Knob::Lr];
+        let mut knobs = vec![Axis::Lr];
         if reads("eps") {
-            knobs.push(Knob::Eps);
+            knobs.push(Axis::Eps);
         }
         if c.weight_decay > 0.0 {
-            knobs.push(Knob::WeightDecay);
+            knobs.push(Axis::WeightDecay);
         }
         if reads("tau") {
             knobs.push(match c.tau_calibration {
-                Some(_) => Knob::HomeShare,
-                None => Knob::Tau,
+                Some(_) => Axis::HomeShare,
+                None => Axis::Tau,
             });
-            knobs.push(Knob::HomeLr);
+            knobs.push(Axis::HomeLr);
         }
         knobs
     }
@@ -85,18 +86,18 @@ impl Knob {
     /// The knob's value in `c`.
     pub fn value_in(self, c: &Config) -> f64 {
         match self {
-            Knob::Lr | Knob::Eps | Knob::WeightDecay => match c.knob(self.name()) {
-                Some(CoreKnob::Real(x)) => x,
+            Axis::Lr | Axis::Eps | Axis::WeightDecay => match c.knob(self.name()) {
+                Some(Knob::Real(x)) => x,
                 _ => f64::NAN,
             },
-            Knob::Tau => c.tau,
-            Knob::HomeShare => c.tau_calibration.map_or(f64::NAN, |t| t.home_share),
-            Knob::HomeLr => c.lr * c.home_lr_scale,
+            Axis::Tau => c.tau,
+            Axis::HomeShare => c.tau_calibration.map_or(f64::NAN, |t| t.home_share),
+            Axis::HomeLr => c.lr * c.home_lr_scale,
         }
     }
 }
 
-impl fmt::Display for Knob {
+impl fmt::Display for Axis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
@@ -145,7 +146,7 @@ impl TryFrom<RawRange> for Range {
 
 impl Range {
     /// Refuses a range that is empty, not positive or not finite.
-    pub fn check(&self, knob: Knob) -> Result<()> {
+    pub fn check(&self, knob: Axis) -> Result<()> {
         match *self {
             Range::Around { factor } if !(factor > 1.0 && factor.is_finite()) => {
                 bail!("range of {knob}: factor {factor} must be a finite number above 1")
@@ -153,7 +154,7 @@ impl Range {
             Range::Between { low, high } if !(low > 0.0 && low < high && high.is_finite()) => {
                 bail!("range of {knob}: {low}..{high} must satisfy 0 < low < high < inf (the draw is log-uniform)")
             }
-            Range::Between { high, .. } if knob == Knob::HomeShare && high >= 1.0 => {
+            Range::Between { high, .. } if knob == Axis::HomeShare && high >= 1.0 => {
                 bail!("range of {knob}: a home share must stay below 1")
             }
             _ => Ok(()),
@@ -195,7 +196,7 @@ pub struct SearchSpace {
     /// Why these ranges.
     pub source: String,
     /// Per knob, its range.
-    pub ranges: BTreeMap<Knob, Range>,
+    pub ranges: BTreeMap<Axis, Range>,
 }
 
 impl SearchSpace {
@@ -212,15 +213,15 @@ mod tests {
     #[test]
     fn knob_names_are_keys_of_the_core_table_or_the_forms_of_tau_and_home_lr() {
         let c = Config::new(homeadam_core::Rule::HomeAdamW(homeadam_core::Switch::Global));
-        for knob in Knob::ALL {
+        for knob in Axis::ALL {
             let table = Config::JSON_KEYS.iter().find(|(key, _)| *key == knob.name());
             match knob {
-                Knob::Lr | Knob::Eps | Knob::WeightDecay => {
+                Axis::Lr | Axis::Eps | Axis::WeightDecay => {
                     let (_, name) = table.unwrap_or_else(|| panic!("{knob} is no key of the table"));
-                    assert!(matches!(c.knob(name), Some(CoreKnob::Real(_))), "{knob}");
-                    assert_eq!(c.knob(name), Some(CoreKnob::Real(knob.value_in(&c))));
+                    assert!(matches!(c.knob(name), Some(Knob::Real(_))), "{knob}");
+                    assert_eq!(c.knob(name), Some(Knob::Real(knob.value_in(&c))));
                 }
-                Knob::Tau | Knob::HomeShare | Knob::HomeLr => assert!(table.is_none(), "{knob}"),
+                Axis::Tau | Axis::HomeShare | Axis::HomeLr => assert!(table.is_none(), "{knob}"),
             }
         }
     }

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use plotters::prelude::*;
 
-use super::space::Knob;
+use super::space::Axis;
 use super::{SweepOptions, SweepOutcome};
 use crate::report::figures::{plot_err, register_bundled_font, write_png, FONT, PALETTE};
 
@@ -17,7 +17,7 @@ const TITLE_HEIGHT: u32 = 56;
 /// Draws the figure of `outcome` at `path` (nothing to draw: no file).
 pub fn draw(path: &Path, opts: &SweepOptions, outcome: &SweepOutcome) -> Result<()> {
     register_bundled_font()?;
-    let knobs: Vec<Knob> = Knob::ALL
+    let knobs: Vec<Axis> = Axis::ALL
         .into_iter()
         .filter(|k| {
             outcome

@@ -31,7 +31,7 @@ use crate::progress::bar;
 use crate::report::{read_metrics, Task};
 use crate::train::experiments::{BuildOptions, EvalSplit, Experiment, Setup};
 use crate::train::run::{seed_folder, train, RunOptions, RunSettings};
-use space::{apply, draw, Knob, Range, SearchSpace, Trial};
+use space::{apply, draw, Axis, Range, SearchSpace, Trial};
 
 /// What to sweep and how.
 #[derive(Clone, Debug)]
@@ -54,7 +54,7 @@ pub struct SweepOptions {
     /// The share of the training split held out for validation.
     pub validation_fraction: f64,
     /// Ranges that replace the preset's.
-    pub ranges: Vec<(Knob, Range)>,
+    pub ranges: Vec<(Axis, Range)>,
     /// Runs at a time.
     pub jobs: usize,
     /// The sweep directory.

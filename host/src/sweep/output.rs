@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use super::space::{Knob, Trial};
+use super::space::{Axis, Trial};
 use super::stats::Estimate;
 use super::{OptimizerOutcome, SweepOptions, SweepOutcome};
 use crate::preset::Preset;
@@ -18,14 +18,14 @@ use crate::train::checkpoint::write_atomically;
 /// back to the same value, so the file is a function of the trials' results alone.
 pub fn sweep_csv(outcome: &SweepOutcome) -> String {
     let q = outcome.task.quality_column();
-    let knobs: Vec<_> = Knob::ALL.iter().map(|k| k.name()).collect();
+    let knobs: Vec<_> = Axis::ALL.iter().map(|k| k.name()).collect();
     let mut text = format!(
         "optimizer,trial,{},validation_loss,validation_{q},chosen\n",
         knobs.join(",")
     );
     for o in &outcome.optimizers {
         for (i, t) in o.trials.iter().enumerate() {
-            let values: Vec<String> = Knob::ALL
+            let values: Vec<String> = Axis::ALL
                 .iter()
                 .map(|k| t.trial.knobs.get(k).map_or(String::new(), |v| number(*v)))
                 .collect();
@@ -162,7 +162,7 @@ pub fn best_json(opts: &SweepOptions, outcome: &SweepOutcome) -> Result<String> 
         let c = o.chosen();
         for (knob, &value) in &c.trial.knobs {
             match knob {
-                Knob::HomeShare => entry["tau"]["home_share"] = json!(value),
+                Axis::HomeShare => entry["tau"]["home_share"] = json!(value),
                 k => entry[k.name()] = json!(value),
             }
         }

@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
-use homeadam_core::{Config, Knob as CoreKnob};
+use homeadam_core::{Config, Knob};
 use homeadam_replay::{Calibration, HyperParams, Tau};
 use serde::{Deserialize, Serialize};
 
-pub use crate::preset::search::{Knob, Range, SearchSpace};
+pub use crate::preset::search::{Axis, Range, SearchSpace};
 use crate::preset::OptimizerPreset;
 use crate::rng::Rng;
 
@@ -18,7 +18,7 @@ pub struct Trial {
     /// The trial's number among the optimizer's, from 0.
     pub index: usize,
     /// The drawn values.
-    pub knobs: BTreeMap<Knob, f64>,
+    pub knobs: BTreeMap<Axis, f64>,
 }
 
 /// Rounds to three significant digits, so that the configurations read as typed.
@@ -39,13 +39,13 @@ fn name_stream(name: &str) -> u64 {
 pub fn draw(space: &SearchSpace, name: &str, c: &Config, seed: u64, index: usize) -> Result<Trial> {
     let mut rng = Rng::new(seed).fork(name_stream(name)).fork(index as u64);
     let mut knobs = BTreeMap::new();
-    for knob in Knob::read_by(c) {
+    for knob in Axis::read_by(c) {
         let range = space.ranges.get(&knob).with_context(|| {
             format!("{name} reads {knob}, which has no range (add one to the preset's search section or pass --range {knob}=LOW:HIGH)")
         })?;
         let (low, high) = range.bounds(knob.value_in(c));
         // A range around the entry's value is checked only here, where the value is known.
-        let share_above_1 = knob == Knob::HomeShare && high >= 1.0;
+        let share_above_1 = knob == Axis::HomeShare && high >= 1.0;
         if !(low > 0.0 && low < high && high.is_finite()) || share_above_1 {
             bail!(
                 "{name}: the range of {knob} around its value {} is {low}..{high}: give it as LOW:HIGH{}",
@@ -65,11 +65,11 @@ pub fn apply(entry: &OptimizerPreset, trial: &Trial) -> OptimizerPreset {
     let mut hyper: HyperParams = entry.hyper.clone();
     for (&knob, &value) in &trial.knobs {
         match knob {
-            Knob::Lr | Knob::Eps | Knob::WeightDecay => hyper
-                .set(knob.name(), CoreKnob::Real(value))
+            Axis::Lr | Axis::Eps | Axis::WeightDecay => hyper
+                .set(knob.name(), Knob::Real(value))
                 .expect("the plain knobs are real keys of the core's knob table"),
-            Knob::Tau => hyper.tau = Some(Tau::Fixed(value)),
-            Knob::HomeShare => {
+            Axis::Tau => hyper.tau = Some(Tau::Fixed(value)),
+            Axis::HomeShare => {
                 let every = match hyper.tau {
                     Some(Tau::Calibrated(c)) => c.every,
                     _ => 1,
@@ -79,7 +79,7 @@ pub fn apply(entry: &OptimizerPreset, trial: &Trial) -> OptimizerPreset {
                     every,
                 }));
             }
-            Knob::HomeLr => hyper.home_lr = Some(value),
+            Axis::HomeLr => hyper.home_lr = Some(value),
         }
     }
     OptimizerPreset {
@@ -107,16 +107,16 @@ mod tests {
         s.check().unwrap();
         let named = |n: &str| Config::named(n).unwrap();
         let sgdm = draw(&s, "sgdm", &named("sgdm"), 0, 0).unwrap();
-        assert_eq!(sgdm.knobs.keys().copied().collect::<Vec<_>>(), [Knob::Lr]);
+        assert_eq!(sgdm.knobs.keys().copied().collect::<Vec<_>>(), [Axis::Lr]);
         let mut c = named("homeadamw");
         c.lr = 0.01;
         let t = draw(&s, "homeadamw", &c, 0, 3).unwrap();
         assert_eq!(
             t.knobs.keys().copied().collect::<Vec<_>>(),
-            [Knob::Lr, Knob::Eps, Knob::WeightDecay, Knob::Tau, Knob::HomeLr]
+            [Axis::Lr, Axis::Eps, Axis::WeightDecay, Axis::Tau, Axis::HomeLr]
         );
-        assert!((1e-3..=0.1).contains(&t.knobs[&Knob::Lr]));
-        assert!((1e-8..=1e-2).contains(&t.knobs[&Knob::Eps]));
+        assert!((1e-3..=0.1).contains(&t.knobs[&Axis::Lr]));
+        assert!((1e-8..=1e-2).contains(&t.knobs[&Axis::Eps]));
         assert_eq!(t, draw(&s, "homeadamw", &c, 0, 3).unwrap());
         assert_ne!(t, draw(&s, "homeadamw", &c, 0, 4).unwrap());
         assert_ne!(t, draw(&s, "homeadamw", &c, 1, 3).unwrap());
@@ -153,24 +153,24 @@ mod tests {
             ("a:1", "not a number"),
             ("5", "LOW:HIGH"),
         ] {
-            let err = Range::parse(text).and_then(|r| r.check(Knob::Lr)).unwrap_err();
+            let err = Range::parse(text).and_then(|r| r.check(Axis::Lr)).unwrap_err();
             assert!(format!("{err:#}").contains(needle), "{text}: {err:#}");
         }
-        let err = Range::parse("0.1:1").unwrap().check(Knob::HomeShare).unwrap_err();
+        let err = Range::parse("0.1:1").unwrap().check(Axis::HomeShare).unwrap_err();
         assert!(err.to_string().contains("below 1"), "{err}");
-        assert!(Knob::from_name("beta")
+        assert!(Axis::from_name("beta")
             .unwrap_err()
             .to_string()
             .contains("home_lr"));
         let mut wide = space();
         wide.ranges
-            .insert(Knob::HomeShare, Range::Around { factor: 20.0 });
+            .insert(Axis::HomeShare, Range::Around { factor: 20.0 });
         let preset = crate::preset::Preset::load("digits_quick").unwrap();
         let calibrated = preset.config("homeadamw-calibrated", 45).unwrap();
         let err = draw(&wide, "homeadamw-calibrated", &calibrated, 0, 0).unwrap_err();
         assert!(err.to_string().contains("below 1"), "{err}");
         let mut s = space();
-        s.ranges.remove(&Knob::Eps);
+        s.ranges.remove(&Axis::Eps);
         let err = draw(&s, "adam", &Config::named("adam").unwrap(), 0, 0).unwrap_err();
         assert!(err.to_string().contains("--range eps="), "{err}");
     }
