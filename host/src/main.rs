@@ -410,18 +410,7 @@ fn quick(
         seed,
         seeds: None,
         decay_mask: None,
-        settings: RunSettings {
-            epochs,
-            max_batches: None,
-            out_dir: out.join(Experiment::DigitsMlp.name()),
-            checkpoint_every: None,
-            resume: false,
-            log_every: None,
-            eval_every: None,
-            eval_subset: None,
-            eval_train: false,
-            progress: true,
-        },
+        settings: RunSettings::new(epochs, out.join(Experiment::DigitsMlp.name())),
         build,
     };
     let digits_outcome = run_experiment(&digits)?;

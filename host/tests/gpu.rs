@@ -131,6 +131,29 @@ fn cudnn_convolutions_equal_the_cpus_and_repeat_their_bits() {
     eprintln!("gpu: cuDNN convolutions and both gradients = the CPU's (relative 1e-4), repeatable bits");
 }
 
+/// A training step's logits and the gradients of the mean of their squares with respect to
+/// `vars`, by name.
+fn logits_and_gradients(logits: Tensor, vars: Vec<(String, Var)>) -> Vec<(String, Tensor)> {
+    let grads = logits.sqr().unwrap().mean_all().unwrap().backward().unwrap();
+    let mut named = vec![("logits".to_string(), logits)];
+    for (name, var) in vars {
+        named.push((format!("d/d {name}"), grads.get(&var).unwrap().clone()));
+    }
+    named
+}
+
+/// Asserts that a training step of `model` on the GPU gave the CPU's tensors (relative 1e-3).
+fn assert_step_agrees(model: &str, cpu: &[(String, Tensor)], gpu: &[(String, Tensor)]) {
+    for ((name, cpu), (_, gpu)) in cpu.iter().zip(gpu) {
+        let d = max_relative_difference(&gpu.to_device(&Device::Cpu).unwrap(), cpu);
+        assert!(d < 1e-3, "{model}: {name}: the GPU differs from the CPU by {d}");
+    }
+    eprintln!(
+        "gpu: a {model} training step ({} tensors) = the CPU's (relative 1e-3)",
+        cpu.len()
+    );
+}
+
 #[test]
 fn a_resnet_step_on_the_device_equals_the_cpus() {
     let Some(gpu) = cuda() else { return };
@@ -147,30 +170,13 @@ fn a_resnet_step_on_the_device_equals_the_cpus() {
     for device in [Device::Cpu, gpu] {
         let model = ResNet::new(config, 3, &device).unwrap();
         let x = Tensor::from_vec(images.clone(), (4, 3, 32, 32), &device).unwrap();
-        let logits = model.forward(&x, true).unwrap();
-        let grads = logits.sqr().unwrap().mean_all().unwrap().backward().unwrap();
-        let mut named = vec![("logits".to_string(), logits)];
-        for (name, var) in model.vars() {
-            named.push((format!("d/d {name}"), grads.get(&var).unwrap().clone()));
-        }
+        let mut named = logits_and_gradients(model.forward(&x, true).unwrap(), model.vars());
         for (name, buffer) in model.buffers() {
             named.push((name, buffer.as_tensor().clone()));
         }
-        runs.push(
-            named
-                .into_iter()
-                .map(|(n, t)| (n, t.to_device(&Device::Cpu).unwrap()))
-                .collect::<Vec<_>>(),
-        );
+        runs.push(named);
     }
-    for ((name, cpu), (_, gpu)) in runs[0].iter().zip(&runs[1]) {
-        let d = max_relative_difference(gpu, cpu);
-        assert!(d < 1e-3, "{name}: the GPU differs from the CPU by {d}");
-    }
-    eprintln!(
-        "gpu: a ResNet training step ({} tensors) = the CPU's (relative 1e-3)",
-        runs[0].len()
-    );
+    assert_step_agrees("ResNet", &runs[0], &runs[1]);
 }
 
 #[test]
@@ -495,27 +501,12 @@ fn a_transformer_step_on_the_device_equals_the_cpus() {
     for device in [Device::Cpu, gpu] {
         let model = TransformerLm::new(config, 3, &device).unwrap();
         let x = Tensor::from_vec(tokens.clone(), (2, 9), &device).unwrap();
-        let logits = model.forward(&x, true).unwrap();
-        let grads = logits.sqr().unwrap().mean_all().unwrap().backward().unwrap();
-        let mut named = vec![("logits".to_string(), logits)];
-        for (name, var) in model.vars() {
-            named.push((format!("d/d {name}"), grads.get(&var).unwrap().clone()));
-        }
-        runs.push(
-            named
-                .into_iter()
-                .map(|(n, t)| (n, t.to_device(&Device::Cpu).unwrap()))
-                .collect::<Vec<_>>(),
-        );
+        runs.push(logits_and_gradients(
+            model.forward(&x, true).unwrap(),
+            model.vars(),
+        ));
     }
-    for ((name, cpu), (_, gpu)) in runs[0].iter().zip(&runs[1]) {
-        let d = max_relative_difference(gpu, cpu);
-        assert!(d < 1e-3, "{name}: the GPU differs from the CPU by {d}");
-    }
-    eprintln!(
-        "gpu: a Transformer training step ({} tensors) = the CPU's (relative 1e-3)",
-        runs[0].len()
-    );
+    assert_step_agrees("Transformer", &runs[0], &runs[1]);
 }
 
 #[test]

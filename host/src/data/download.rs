@@ -468,24 +468,23 @@ mod tests {
     #[test]
     fn corrupt_archive_or_wrong_layout_is_an_error() {
         let cache = tempfile::tempdir().unwrap();
-        let bytes = b"not a zip".to_vec();
-        fs::write(cache.path().join("a.zip"), &bytes).unwrap();
-        let remote = Remote {
-            urls: &[],
-            file: "a.zip",
-            checksum: Checksum::Md5(md5_hex(&bytes)),
+        // The error of extracting `bytes`, cached as a.zip with their checksum.
+        let extract = |bytes: &[u8]| {
+            fs::write(cache.path().join("a.zip"), bytes).unwrap();
+            let remote = Remote {
+                urls: &[],
+                file: "a.zip",
+                checksum: Checksum::Md5(md5_hex(bytes)),
+            };
+            format!(
+                "{:#}",
+                ensure_extracted(&remote, cache.path(), "top").unwrap_err()
+            )
         };
-        let err = ensure_extracted(&remote, cache.path(), "top").unwrap_err();
-        assert!(format!("{err:#}").contains("a.zip"), "{err:#}");
-        let bytes = zip_bytes(&[("other/x.txt", b"x")]);
-        fs::write(cache.path().join("a.zip"), &bytes).unwrap();
-        let remote = Remote {
-            urls: &[],
-            file: "a.zip",
-            checksum: Checksum::Md5(md5_hex(&bytes)),
-        };
-        let err = ensure_extracted(&remote, cache.path(), "top").unwrap_err();
-        assert!(format!("{err:#}").contains("no top-level folder top"), "{err:#}");
+        let err = extract(b"not a zip");
+        assert!(err.contains("a.zip"), "{err}");
+        let err = extract(&zip_bytes(&[("other/x.txt", b"x")]));
+        assert!(err.contains("no top-level folder top"), "{err}");
         assert_eq!(leftovers(cache.path()), vec!["a.zip"]);
     }
 

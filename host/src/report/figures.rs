@@ -571,27 +571,29 @@ fn iteration_panels(run: &Run) -> Vec<Panel> {
 }
 
 fn stability_panels(run: &Run) -> Vec<Panel> {
-    let epoch = |r: &StabilityRecord| f64::from(r.epoch);
-    vec![
+    let by_epoch = |value: fn(&StabilityRecord) -> Option<f64>, title: &str, y_label: &str, scale: Scale| {
         Panel::build(
             run,
             stability,
-            epoch,
-            |r| Some(r.param_distance),
+            |r: &StabilityRecord| f64::from(r.epoch),
+            value,
             1.0,
-            "Parameter distance",
+            title,
             "epoch",
+            y_label,
+            scale,
+        )
+    };
+    vec![
+        by_epoch(
+            |r| Some(r.param_distance),
+            "Parameter distance",
             "‖θ(S) − θ(S⁽ⁱ⁾)‖",
             Scale::Log,
         ),
-        Panel::build(
-            run,
-            stability,
-            epoch,
+        by_epoch(
             |r| r.relative_distance(),
-            1.0,
             "Distance relative to the distance travelled",
-            "epoch",
             "‖θ(S) − θ(S⁽ⁱ⁾)‖ / ‖θ(S) − θ₀‖",
             Scale::Log,
         ),
@@ -606,36 +608,21 @@ fn stability_panels(run: &Run) -> Vec<Panel> {
             "‖θ(S) − θ(S⁽ⁱ⁾)‖",
             Scale::Log,
         ),
-        Panel::build(
-            run,
-            stability,
-            epoch,
+        by_epoch(
             |r| Some(r.generalization_gap),
-            1.0,
             "Generalization gap",
-            "epoch",
             "test loss − train loss",
             Scale::Linear,
         ),
-        Panel::build(
-            run,
-            stability,
-            epoch,
+        by_epoch(
             |r| Some(r.train_loss_gap),
-            1.0,
             "Train loss gap",
-            "epoch",
             "|F_S(θ(S)) − F_S(θ(S⁽ⁱ⁾))|",
             Scale::Linear,
         ),
-        Panel::build(
-            run,
-            stability,
-            epoch,
+        by_epoch(
             |r| Some(r.test_loss_gap),
-            1.0,
             "Test loss gap",
-            "epoch",
             "|F_test(θ(S)) − F_test(θ(S⁽ⁱ⁾))|",
             Scale::Linear,
         ),

@@ -172,16 +172,9 @@ impl Job {
             seed_folder: self.seed_folder,
             resume: false,
             settings: RunSettings {
-                epochs: o.epochs,
                 max_batches: o.max_batches,
-                out_dir: self.run_dir.clone(),
-                checkpoint_every: None,
-                resume: false,
-                log_every: None,
-                eval_every: None,
-                eval_subset: None,
-                eval_train: false,
                 progress: false,
+                ..RunSettings::new(o.epochs, self.run_dir.clone())
             },
         }
     }

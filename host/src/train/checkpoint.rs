@@ -107,6 +107,18 @@ pub struct EpochProgress {
     pub seconds: f64,
 }
 
+impl EpochProgress {
+    /// The mean loss over the examples (or predicted tokens) seen; 0 before any.
+    pub fn mean_loss(&self) -> f64 {
+        self.loss_sum / self.seen.max(1) as f64
+    }
+
+    /// The mean over the steps of the share of parameters on the home branch; 0 before any.
+    pub fn mean_home_share(&self) -> f64 {
+        self.home_share_sum / self.steps.max(1) as f64
+    }
+}
+
 /// A whole checkpoint.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunCheckpoint {

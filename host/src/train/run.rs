@@ -58,6 +58,25 @@ pub struct RunSettings {
     pub progress: bool,
 }
 
+impl RunSettings {
+    /// `epochs` of every minibatch into `out_dir`, with progress bars and nothing else: no
+    /// checkpoint but the epochs', no resume, no iteration log, no evaluation but the epochs'.
+    pub fn new(epochs: u64, out_dir: PathBuf) -> Self {
+        RunSettings {
+            epochs,
+            max_batches: None,
+            out_dir,
+            checkpoint_every: None,
+            resume: false,
+            log_every: None,
+            eval_every: None,
+            eval_subset: None,
+            eval_train: false,
+            progress: true,
+        }
+    }
+}
+
 /// One optimizer's run: what it is (recorded in, and checked against, checkpoints) and how.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -145,7 +164,7 @@ pub fn evaluate_on(model: &dyn Model, data: &dyn TrainData, set: EvalSet) -> Res
         }
     }
     pending.drain()?.iter().for_each(|b| b.add_to(&mut sums));
-    let loss = sums.loss_sum / sums.seen.max(1) as f64;
+    let loss = sums.mean_loss();
     Ok((loss, quality(data.task(), loss, sums.correct, sums.seen)))
 }
 
@@ -326,7 +345,7 @@ pub fn train(
                     let p = &meta.progress;
                     pb.set_message(format!(
                         "on {device} loss {:.4} {:.0} ex/s",
-                        p.loss_sum / p.seen.max(1) as f64,
+                        p.mean_loss(),
                         p.seen as f64 / clock.elapsed().as_secs_f64().max(1e-9)
                     ));
                 }
@@ -339,8 +358,8 @@ pub fn train(
                     let w = std::mem::take(&mut meta.window);
                     writer.append(&IterationRecord {
                         step: meta.step,
-                        train_loss: w.loss_sum / w.seen.max(1) as f64,
-                        home_share: homeadam.then(|| w.home_share_sum / w.steps.max(1) as f64),
+                        train_loss: w.mean_loss(),
+                        home_share: homeadam.then(|| w.mean_home_share()),
                         rho: w.rho_min,
                         rho_active: w.rho_active_min,
                         tau: w.tau,
@@ -363,7 +382,7 @@ pub fn train(
             None
         };
         let p = meta.progress;
-        let train_loss = p.loss_sum / p.seen.max(1) as f64;
+        let train_loss = p.mean_loss();
         let row = EpochRecord {
             epoch: u32::try_from(meta.epoch + 1).context("too many epochs")?,
             train_loss,
@@ -371,7 +390,7 @@ pub fn train(
             test_loss,
             test_quality,
             seconds: seconds_before + clock.elapsed().as_secs_f64(),
-            home_share: homeadam.then(|| p.home_share_sum / p.steps.max(1) as f64),
+            home_share: homeadam.then(|| p.mean_home_share()),
             rho: p.rho_min,
             rho_active: p.rho_active_min,
             tau: p.tau,
