@@ -37,88 +37,67 @@ struct Board {
     uart: bool,
 }
 
+/// The STM32F405 model (Cortex-M4F, 128 KiB).
+const NETDUINO: Board = Board {
+    feature: "netduinoplus2",
+    extra: "",
+    target: "thumbv7em-none-eabihf",
+    rustflags: "",
+    qemu: "qemu-system-arm",
+    machine: "netduinoplus2",
+    resume_check: true,
+    uart: true,
+};
+
+/// The nRF51 model (Cortex-M0, 16 KiB).
+const MICROBIT: Board = Board {
+    feature: "microbit",
+    target: "thumbv6m-none-eabi",
+    machine: "microbit",
+    resume_check: false,
+    uart: false,
+    ..NETDUINO
+};
+
+/// The SiFive E model (RV32IMAC, 16 KiB).
+const SIFIVE_E: Board = Board {
+    feature: "sifive-e",
+    target: "riscv32imac-unknown-none-elf",
+    qemu: "qemu-system-riscv32",
+    machine: "sifive_e",
+    ..MICROBIT
+};
+
+/// `board` with 8-bit optimizer state.
+const fn q8_state(board: Board) -> Board {
+    Board {
+        extra: "q8-state",
+        ..board
+    }
+}
+
 const BOARDS: [Board; 8] = [
-    Board {
-        feature: "netduinoplus2",
-        extra: "",
-        target: "thumbv7em-none-eabihf",
-        rustflags: "",
-        qemu: "qemu-system-arm",
-        machine: "netduinoplus2",
-        resume_check: true,
-        uart: true,
-    },
-    Board {
-        feature: "microbit",
-        extra: "",
-        target: "thumbv6m-none-eabi",
-        rustflags: "",
-        qemu: "qemu-system-arm",
-        machine: "microbit",
-        resume_check: false,
-        uart: false,
-    },
+    NETDUINO,
+    MICROBIT,
     Board {
         feature: "mps2-an500",
-        extra: "",
-        target: "thumbv7em-none-eabihf",
         rustflags: r#"["-C", "target-cpu=cortex-m7"]"#,
-        qemu: "qemu-system-arm",
         machine: "mps2-an500",
-        resume_check: true,
         uart: false,
+        ..NETDUINO
     },
     Board {
         feature: "mps2-an505",
-        extra: "",
         target: "thumbv8m.main-none-eabihf",
-        rustflags: "",
-        qemu: "qemu-system-arm",
         machine: "mps2-an505",
-        resume_check: true,
         uart: false,
+        ..NETDUINO
     },
-    Board {
-        feature: "sifive-e",
-        extra: "",
-        target: "riscv32imac-unknown-none-elf",
-        rustflags: "",
-        qemu: "qemu-system-riscv32",
-        machine: "sifive_e",
-        resume_check: false,
-        uart: false,
-    },
+    SIFIVE_E,
     // 8-bit optimizer state on the M4F and on both 16 KiB parts.
-    Board {
-        feature: "netduinoplus2",
-        extra: "q8-state",
-        target: "thumbv7em-none-eabihf",
-        rustflags: "",
-        qemu: "qemu-system-arm",
-        machine: "netduinoplus2",
-        resume_check: true,
-        uart: true,
-    },
-    Board {
-        feature: "microbit",
-        extra: "q8-state",
-        target: "thumbv6m-none-eabi",
-        rustflags: "",
-        qemu: "qemu-system-arm",
-        machine: "microbit",
-        resume_check: false,
-        uart: false,
-    },
-    Board {
-        feature: "sifive-e",
-        extra: "q8-state",
-        target: "riscv32imac-unknown-none-elf",
-        rustflags: "",
-        qemu: "qemu-system-riscv32",
-        machine: "sifive_e",
-        resume_check: false,
-        uart: false,
-    },
+    q8_state(NETDUINO),
+    q8_state(MICROBIT),
+    q8_state(SIFIVE_E),
 ];
 
 /// The QEMU board clippy lints the firmware for: with [`REAL_BOARD`] (Arm, 128 KiB, RTT) and
