@@ -23,7 +23,7 @@ from homeadam._optimizer import _nvrtc_library
 from test_bits import RULES, STORAGE, Factory, grads, model, run
 from test_sharded import CONFIGS, SIZES
 from test_sharded import train as train_sharded
-from test_torch_api import batch, net
+from test_torch_api import assert_scheduled_groups_are_torchs_adamw, net, train
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -70,40 +70,16 @@ def test_cuda_steps_under_a_scheduler_of_two_groups_are_the_cpus() -> None:
         assert torch.equal(raw(p), raw(q))
 
 
-def train_cuda(model_: torch.nn.Module, opt: torch.optim.Optimizer, steps: range, sched: Any = None) -> None:
-    for t in steps:
-        x, y = batch(t)
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model_(x.cuda()), y.cuda()).backward()
-        opt.step()
-        if sched is not None:
-            sched.step()
-
-
 @cuda
 def test_cuda_adamw_is_torch_fused_adamw() -> None:
     """200 steps, then per-group rates under a scheduler (which rescales a group against the
     other at every step), to the tolerance of the CPU peer tests."""
     a, b = net().cuda(), net().cuda()
-    train_cuda(a, ht.AdamW(a.parameters(), lr=1e-2, weight_decay=0.1), range(200))
-    train_cuda(b, torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.1, fused=True), range(200))
+    train(a, ht.AdamW(a.parameters(), lr=1e-2, weight_decay=0.1), range(200), device="cuda")
+    train(b, torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.1, fused=True), range(200), device="cuda")
     for p, q in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
-
-    def groups(m: torch.nn.Sequential) -> Any:
-        return [
-            {"params": [m[0].weight, m[2].weight]},
-            {"params": [m[0].bias, m[2].bias], "lr": 3e-3, "weight_decay": 0.0},
-        ]
-
-    a, b = net().cuda(), net().cuda()
-    oa, ob = ht.AdamW(groups(a), lr=1e-2), torch.optim.AdamW(groups(b), lr=1e-2, fused=True)
-    sa = torch.optim.lr_scheduler.OneCycleLR(oa, max_lr=[2e-2, 5e-3], total_steps=100)
-    sb = torch.optim.lr_scheduler.OneCycleLR(ob, max_lr=[2e-2, 5e-3], total_steps=100)
-    train_cuda(a, oa, range(100), sa)
-    train_cuda(b, ob, range(100), sb)
-    for p, q in zip(a.parameters(), b.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    assert_scheduled_groups_are_torchs_adamw("cuda", fused=True)
 
 
 @cuda

@@ -23,12 +23,12 @@ def batch(step: int) -> Any:
 
 
 def train(model: torch.nn.Module, opt: torch.optim.Optimizer, steps: range,
-          sched: Any = None) -> List[float]:
+          sched: Any = None, device: str = "cpu") -> List[float]:
     losses = []
     for t in steps:
         x, y = batch(t)
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss = torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device))
         loss.backward()
         opt.step()
         if sched is not None:
@@ -55,22 +55,27 @@ def test_matches_torch_optim(ours: Callable[..., Any], theirs: Callable[..., Any
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
 
 
-def test_param_groups_and_schedulers() -> None:
-    """Per-group lr and weight decay, and a scheduler writing group["lr"], as torch's AdamW."""
+def assert_scheduled_groups_are_torchs_adamw(device: str = "cpu", **theirs: Any) -> None:
+    """Per-group lr and weight decay (the biases at their own rate without decay), and a
+    scheduler writing group["lr"], as torch's AdamW with the arguments ``theirs``."""
     def groups(m: torch.nn.Sequential) -> Any:
         return [
             {"params": [m[0].weight, m[2].weight]},
             {"params": [m[0].bias, m[2].bias], "lr": 3e-3, "weight_decay": 0.0},
         ]
 
-    a, b = net(), net()
-    oa, ob = ht.AdamW(groups(a), lr=1e-2), torch.optim.AdamW(groups(b), lr=1e-2)
+    a, b = net().to(device), net().to(device)
+    oa, ob = ht.AdamW(groups(a), lr=1e-2), torch.optim.AdamW(groups(b), lr=1e-2, **theirs)
     sa = torch.optim.lr_scheduler.OneCycleLR(oa, max_lr=[2e-2, 5e-3], total_steps=100)
     sb = torch.optim.lr_scheduler.OneCycleLR(ob, max_lr=[2e-2, 5e-3], total_steps=100)
-    train(a, oa, range(100), sa)
-    train(b, ob, range(100), sb)
+    train(a, oa, range(100), sa, device)
+    train(b, ob, range(100), sb, device)
     for p, q in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+def test_param_groups_and_schedulers() -> None:
+    assert_scheduled_groups_are_torchs_adamw()
 
 
 def test_closure_and_parameters_without_gradients() -> None:
