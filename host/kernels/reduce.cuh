@@ -12,32 +12,26 @@ __device__ float warp_max(float v) {
     return v;
 }
 
-// The maximum over the block (a multiple of 32 threads), in every thread.
-__device__ float block_max(float v) {
+// The maximum (IS_MAX) or the sum over the block (a multiple of 32 threads), in every thread:
+// each warp's, then the first warp's over the warps'.
+template <bool IS_MAX>
+__device__ float block_reduce(float v) {
     __shared__ float shared[32];
-    v = warp_max(v);
+    v = IS_MAX ? warp_max(v) : warp_sum(v);
     __syncthreads();
     if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
     __syncthreads();
     if (threadIdx.x < 32) {
-        v = warp_max(threadIdx.x < blockDim.x / 32 ? shared[threadIdx.x] : NEG_INF);
+        v = threadIdx.x < blockDim.x / 32 ? shared[threadIdx.x] : (IS_MAX ? NEG_INF : 0.0f);
+        v = IS_MAX ? warp_max(v) : warp_sum(v);
         if (threadIdx.x == 0) shared[0] = v;
     }
     __syncthreads();
     return shared[0];
 }
 
+// The maximum over the block (a multiple of 32 threads), in every thread.
+__device__ float block_max(float v) { return block_reduce<true>(v); }
+
 // The sum over the block (a multiple of 32 threads), in every thread.
-__device__ float block_sum(float v) {
-    __shared__ float shared[32];
-    v = warp_sum(v);
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        v = warp_sum(threadIdx.x < blockDim.x / 32 ? shared[threadIdx.x] : 0.0f);
-        if (threadIdx.x == 0) shared[0] = v;
-    }
-    __syncthreads();
-    return shared[0];
-}
+__device__ float block_sum(float v) { return block_reduce<false>(v); }
