@@ -222,60 +222,83 @@ fn inside(out: usize, side: usize, offset: usize, g: &Geometry) -> (usize, usize
 
 /// Unfolds the images `x` (`[b, C, H, W]`) into `columns` (`[K, b·P]`, row `(c, i, j)`).
 ///
-/// With a stride `s` above one, each input line is first split into its `s` phases (the
-/// columns `r, r + s, r + 2s, …` for `r < s`), so that every stretch of a row of `columns`
-/// is a copy of consecutive values, as with stride one.
+/// With a stride `s` above one, each image plane is first split into its `s²` phases (phase
+/// `(r, q)` holds the inputs at rows `r, r + s, …` and columns `q, q + s, …`), so that the
+/// inputs of a row of `columns` lie side by side in one phase, as in the plane itself at
+/// stride one. Where the output is as wide as a phase (a "same" convolution, or the stem's
+/// 7×7/2), an image's part of a row is then one copy, less the columns in the padding.
 fn im2col(g: &Geometry, x: &[f32], columns: &mut [f32]) {
     let [_, c, h, w] = g.input;
     let [_, _, kh, kw] = g.filter;
     let [_, _, ho, wo] = g.output();
-    let (plane, p) = (h * w, ho * wo);
-    let images = x.len() / (c * plane);
-    let phase = w.div_ceil(g.stride);
+    let s = g.stride;
+    let (hp, wp) = (h.div_ceil(s), w.div_ceil(s));
     let phased;
-    let (x, line_len) = if g.stride == 1 {
-        (x, w)
+    let planes = if s == 1 {
+        x
     } else {
-        phased = phases(x, w, g.stride);
-        (&phased[..], g.stride * phase)
+        phased = phases(x, (h, w), s);
+        &phased[..]
     };
+    let (plane, p) = (s * s * hp * wp, ho * wo);
+    let images = x.len() / (c * h * w);
     for (row, out) in columns.chunks_mut(images * p).enumerate() {
         let (channel, i, j) = (row / (kh * kw), row / kw % kh, row % kw);
         let (rows, cols) = (inside(ho, h, i, g), inside(wo, w, j, g));
-        let first = cols.0 * g.stride + j - g.padding;
-        let start = first % g.stride * phase + first / g.stride;
+        if rows.0 == rows.1 || cols.0 == cols.1 {
+            out.fill(0.0);
+            continue;
+        }
+        // The first input read, at output pixel (rows.0, cols.0), in its phase.
+        let (ih, iw) = (rows.0 * s + i - g.padding, cols.0 * s + j - g.padding);
+        let first = (ih % s * s + iw % s) * hp * wp + ih / s * wp + iw / s;
+        let width = cols.1 - cols.0;
         for (image, out) in out.chunks_mut(p).enumerate() {
-            let src = &x[(image * c + channel) * h * line_len..][..h * line_len];
-            for (oh, out) in out.chunks_mut(wo).enumerate() {
-                if oh < rows.0 || oh >= rows.1 {
-                    out.fill(0.0);
-                    continue;
+            let src = &planes[(image * c + channel) * plane..][..plane];
+            out[..rows.0 * wo].fill(0.0);
+            out[rows.1 * wo..].fill(0.0);
+            if wo == wp {
+                let start = rows.0 * wo + cols.0;
+                let len = (rows.1 - rows.0 - 1) * wo + width;
+                copy(&mut out[start..start + len], &src[first..first + len]);
+                // The copy wrote the neighbouring phase columns where the padding belongs.
+                if width < wo {
+                    for line in out[rows.0 * wo..rows.1 * wo].chunks_mut(wo) {
+                        line[..cols.0].fill(0.0);
+                        line[cols.1..].fill(0.0);
+                    }
                 }
-                let line = &src[(oh * g.stride + i - g.padding) * line_len..][..line_len];
-                out[..cols.0].fill(0.0);
-                out[cols.1..].fill(0.0);
-                let values = &line[start..start + cols.1 - cols.0];
-                // A loop, not `copy_from_slice`: the stretches are often a few values long,
-                // where a call to `memcpy` costs more than the copy.
-                out[cols.0..cols.1]
-                    .iter_mut()
-                    .zip(values)
-                    .for_each(|(v, x)| *v = *x);
+            } else {
+                for (oh, line) in out.chunks_mut(wo).enumerate().take(rows.1).skip(rows.0) {
+                    line[..cols.0].fill(0.0);
+                    line[cols.1..].fill(0.0);
+                    let from = first + (oh - rows.0) * wp;
+                    copy(&mut line[cols.0..cols.1], &src[from..from + width]);
+                }
             }
         }
     }
 }
 
-/// Each line of `w` values of `x` as its `stride` phases, each `⌈w / stride⌉` long (the
-/// shorter ones padded with zeros): phase `r` holds the columns `r, r + stride, …`.
-fn phases(x: &[f32], w: usize, stride: usize) -> Vec<f32> {
-    let phase = w.div_ceil(stride);
-    let mut out = vec![0.0; x.len() / w * stride * phase];
-    for (line, out) in x.chunks(w).zip(out.chunks_mut(stride * phase)) {
-        for (r, out) in out.chunks_mut(phase).enumerate() {
-            out.iter_mut()
-                .zip(line[r..].iter().step_by(stride))
-                .for_each(|(v, x)| *v = *x);
+/// `to ← from`, as a loop: the stretches are often a few values long, where a call to
+/// `memcpy` costs more than the copy.
+fn copy(to: &mut [f32], from: &[f32]) {
+    to.iter_mut().zip(from).for_each(|(t, f)| *t = *f);
+}
+
+/// Each `h × w` plane of `x` as its `s²` phases, each `⌈h/s⌉ × ⌈w/s⌉` (zero where the plane
+/// ends): phase `(r, q)` holds the plane's rows `r, r + s, …` and columns `q, q + s, …`.
+fn phases(x: &[f32], (h, w): (usize, usize), s: usize) -> Vec<f32> {
+    let (hp, wp) = (h.div_ceil(s), w.div_ceil(s));
+    let mut out = vec![0.0; x.len() / (h * w) * s * s * hp * wp];
+    for (plane, out) in x.chunks(h * w).zip(out.chunks_mut(s * s * hp * wp)) {
+        for (phase, out) in out.chunks_mut(hp * wp).enumerate() {
+            let (r, q) = (phase / s, phase % s);
+            for (line, out) in plane.chunks(w).skip(r).step_by(s).zip(out.chunks_mut(wp)) {
+                out.iter_mut()
+                    .zip(line.iter().skip(q).step_by(s))
+                    .for_each(|(v, x)| *v = *x);
+            }
         }
     }
     out
