@@ -38,7 +38,7 @@ use layout::{COUNT, DTYPE, HEADER, PHASE, PHASE_LR, RULE, SLOTS, STEP, TENSOR_HE
 
 const CALIBRATION: usize = 4 + 4 * BUCKETS;
 
-/// Where the fields of the format (the [module](self)'s table) start, in bytes: what a tool
+/// Where the fields of the format (docs/DESIGN.md §10) start, in bytes: what a tool
 /// that reads or mutates saved bytes reads them at.
 pub mod layout {
     /// The format version (u16).
