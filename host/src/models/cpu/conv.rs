@@ -149,12 +149,7 @@ fn input_gradient(g: &Geometry, dy: &[f32], w: &[f32]) -> Vec<f32> {
         .for_each(|(dy, dx)| {
             let b = dy.len() / (s.o * s.p);
             let mut rows = Vec::new();
-            let dy = if b == 1 {
-                dy
-            } else {
-                rows_from_images(dy, resized(&mut rows, dy.len()), s.o, s.p);
-                &rows[..]
-            };
+            let dy = as_rows(dy, &mut rows, s.o, s.p);
             let mut unfolded = vec![0.0; s.k * b * s.p];
             multiply(&mut unfolded, weights, Matrix::row_major(dy, s.o, b * s.p), false);
             col2im(g, &unfolded, dx);
@@ -181,12 +176,7 @@ fn filter_gradient(g: &Geometry, x: &[f32], dy: &[f32]) -> Vec<f32> {
             for (index, (x, dy)) in tasks.enumerate() {
                 let b = x.len() / (s.c * s.hw);
                 im2col(g, x, resized(&mut unfolded, s.k * b * s.p));
-                let dy = if b == 1 {
-                    dy
-                } else {
-                    rows_from_images(dy, resized(&mut rows, dy.len()), s.o, s.p);
-                    &rows[..]
-                };
+                let dy = as_rows(dy, &mut rows, s.o, s.p);
                 multiply(
                     &mut dw_t,
                     Matrix::row_major(&unfolded, s.k, b * s.p),
@@ -198,6 +188,7 @@ fn filter_gradient(g: &Geometry, x: &[f32], dy: &[f32]) -> Vec<f32> {
         })
         .collect();
     let dw_t = sum_in_order(partial_sums, s.k * s.o);
+    // `[K, O]` to `[O, K]`: `K` images of one value per output channel, as rows.
     let mut dw = vec![0.0; s.o * s.k];
     rows_from_images(&dw_t, &mut dw, s.o, 1);
     dw
@@ -346,6 +337,16 @@ fn rows_from_images(images: &[f32], rows: &mut [f32], r: usize, p: usize) {
             out.copy_from_slice(&images[(image * r + row) * p..][..p]);
         }
     }
+}
+
+/// `images` (`[b, R, P]`) as `[R, b·P]`: the slice itself for one image, else reordered into
+/// `buffer`.
+fn as_rows<'a>(images: &'a [f32], buffer: &'a mut Vec<f32>, r: usize, p: usize) -> &'a [f32] {
+    if images.len() == r * p {
+        return images;
+    }
+    rows_from_images(images, resized(buffer, images.len()), r, p);
+    buffer
 }
 
 /// `[R, b·P]` back into `[b, R, P]`.
