@@ -24,7 +24,8 @@
 #      beside its device time) in OUT_DIR/bench.md; with homeadam-before in the bundle, its
 #      AdamW rows too, each run beside the current build's, in OUT_DIR/bench-before.md; then
 #      homeadam.torch's step on 256 M CUDA parameters against torch's fused AdamW and a
-#      plain-PyTorch HomeAdamW (backends/torch/benches/step.py), its table printed;
+#      plain-PyTorch HomeAdamW in its home and srf branches (backends/torch/benches/step.py),
+#      its table printed;
 #   2. the GPU test binaries, then homeadam.torch's CUDA tests (backends/torch/tests/test_cuda.py);
 #   3. short training runs of each experiment on the device;
 #   4. compute-sanitizer's memcheck over a short training run of each model;
