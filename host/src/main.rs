@@ -14,7 +14,7 @@ use homeadam_host::sweep::output::summary_markdown;
 use homeadam_host::sweep::space::{Axis, Range};
 use homeadam_host::sweep::{run_sweep, SweepOptions};
 use homeadam_host::train::bench::{bench_train, BenchOptions};
-use homeadam_host::train::experiments::{BuildOptions, Experiment};
+use homeadam_host::train::experiments::{BuildOptions, Experiment, TrainSubset};
 use homeadam_host::train::run::RunSettings;
 use homeadam_host::train::runner::{outcome, run_experiment, ExperimentOutcome, ExperimentRun};
 use homeadam_host::train::stability::{matched_loss, run_stability, ReplacedRun, StabilityOptions};
@@ -192,9 +192,10 @@ enum Command {
         #[arg(long)]
         departures: bool,
     },
-    /// Redraw the figures of a run directory from its CSVs and print its summary.
+    /// Redraw the figures of a run directory from its CSVs and print its summary; of a sweep
+    /// directory (holding `sweep.csv`), redraw `sweep.png` from `sweep.csv` and `sweep.json`.
     Plot {
-        /// The run directory (holding one folder per optimizer).
+        /// The run directory (holding one folder per optimizer), or a sweep directory.
         run_dir: PathBuf,
     },
     /// Replay recorded gradients through a rule; print one JSON telemetry line per step.
@@ -264,6 +265,19 @@ struct TrainArgs {
     /// augmentation): `clean_train_*` columns of `metrics.csv`.
     #[arg(long)]
     eval_train: bool,
+    /// Train on N examples of the training split (digits only): the first N of a stratified
+    /// order of it, so that a smaller N's set lies inside a larger one's and each digit keeps
+    /// its share (with `--eval-train`, the generalization gap against N).
+    #[arg(long, value_name = "N")]
+    train_subset: Option<usize>,
+    /// Also write ‖∇f(θ_t)‖², the squared norm of the full-batch gradient of the training loss
+    /// (over the training split, or its first `--max-batches` minibatches), before the first
+    /// step and every N steps (`grad_norms.csv`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    grad_norm_every: Option<u64>,
+    /// Seed of the order `--train-subset` takes its first N from.
+    #[arg(long, default_value_t = 0, requires = "train_subset")]
+    subset_seed: u64,
     /// Seed of initialisation and data order (the first, with `--seeds`).
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -296,6 +310,11 @@ struct SweepArgs {
     /// Configurations per optimizer.
     #[arg(long)]
     budget: usize,
+    /// Also this many configurations per knob the optimizer's rule reads, where that is more
+    /// than --budget (SGDM reads 1, HomeAdamW 5); summary.md then reports the equal budget's
+    /// choice beside this one's.
+    #[arg(long, value_name = "M")]
+    budget_per_knob: Option<usize>,
     /// Seeds of the chosen configuration's runs on the test split.
     #[arg(long, default_value_t = 3)]
     seeds: u64,
@@ -313,8 +332,8 @@ struct SweepArgs {
     /// home_lr). Repeatable.
     #[arg(long = "range", value_name = "KNOB=RANGE")]
     ranges: Vec<String>,
-    /// Seed of the draws, of every trial's initialisation and data order, and the first seed of
-    /// the test runs.
+    /// Seed of the draws (each experiment its own stream of them), of every trial's
+    /// initialisation and data order, and the first seed of the test runs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Runs at a time (each thread builds its own copy of the data and model).
@@ -403,6 +422,7 @@ fn quick(
         vgg: None,
         device,
         preset: None,
+        train_subset: None,
     };
     let digits = ExperimentRun {
         experiment: Experiment::DigitsMlp,
@@ -533,6 +553,7 @@ fn train(a: TrainArgs) -> Result<()> {
             eval_every: a.eval_every,
             eval_subset: a.eval_subset,
             eval_train: a.eval_train,
+            grad_norm_every: a.grad_norm_every,
             progress: !a.quiet,
         },
         build: BuildOptions {
@@ -542,6 +563,10 @@ fn train(a: TrainArgs) -> Result<()> {
             vgg: a.vgg,
             device,
             preset,
+            train_subset: a.train_subset.map(|size| TrainSubset {
+                size,
+                seed: a.subset_seed,
+            }),
         },
     };
     print_outcome(experiment.name(), &run_experiment(&run)?);
@@ -567,6 +592,7 @@ fn sweep(a: SweepArgs) -> Result<()> {
         experiment,
         optimizers: optimizer_list(&a.optimizers)?,
         budget: a.budget,
+        budget_per_knob: a.budget_per_knob,
         seeds: a.seeds,
         seed: a.seed,
         epochs: a.epochs,
@@ -585,6 +611,7 @@ fn sweep(a: SweepArgs) -> Result<()> {
             vgg: None,
             device: a.device.open()?,
             preset: None,
+            train_subset: None,
         },
     };
     let outcome = run_sweep(&options)?;
@@ -734,6 +761,9 @@ fn main() -> ExitCode {
                     )
                 })
                 .map_err(Into::into)
+        }
+        Command::Plot { run_dir } if homeadam_host::sweep::redraw::is_sweep(&run_dir) => {
+            homeadam_host::sweep::redraw::redraw(&run_dir).map(|png| println!("figure: {}", png.display()))
         }
         Command::Plot { run_dir } => {
             outcome(&run_dir).map(|o| print_outcome(&run_dir.display().to_string(), &o))

@@ -17,6 +17,7 @@ fn options(out: &Path) -> SweepOptions {
         experiment: Experiment::DigitsMlp,
         optimizers: vec!["sgdm".into(), "homeadamw-ew".into()],
         budget: 3,
+        budget_per_knob: None,
         seeds: 3,
         seed: 0,
         epochs: 1,
@@ -33,6 +34,7 @@ fn options(out: &Path) -> SweepOptions {
             vgg: None,
             device: Device::Cpu,
             preset: None,
+            train_subset: None,
         },
     }
 }
@@ -170,6 +172,32 @@ fn a_tiny_sweep_chooses_the_best_on_validation_and_runs_again_to_the_same_files(
 }
 
 #[test]
+fn a_budget_per_knob_gives_a_many_knob_rule_more_trials_and_reports_the_equal_budgets_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = SweepOptions {
+        budget: 2,
+        budget_per_knob: Some(1),
+        seeds: 2,
+        ..options(dir.path())
+    };
+    let outcome = run_sweep(&o).unwrap();
+    // SGDM reads η alone: the equal budget; HomeAdamW-ew reads five knobs: five trials.
+    let [sgdm, ew] = &outcome.optimizers[..] else {
+        panic!("two optimizers")
+    };
+    assert_eq!((sgdm.trials.len(), sgdm.equal_best), (2, None));
+    assert_eq!(ew.trials.len(), 5);
+    let equal = ew.equal_best.unwrap();
+    assert!(equal < 2);
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(
+        summary.contains(&format!("- homeadamw-ew: of its first 2 trials, #{equal}")),
+        "{summary}"
+    );
+    assert!(!summary.contains("- sgdm: of its first"));
+}
+
+#[test]
 fn trials_validate_on_a_part_of_the_training_split_and_never_on_the_test_split() {
     let build = options(Path::new(".")).build;
     let digits = Experiment::DigitsMlp;
@@ -224,6 +252,10 @@ fn bad_input_is_a_clear_error() {
         (
             &["--optimizers", "adamw", "--budget", "0"],
             "--budget must be at least 1",
+        ),
+        (
+            &["--optimizers", "adamw", "--budget", "2", "--budget-per-knob", "0"],
+            "--budget-per-knob must be at least 1",
         ),
         (
             &["--optimizers", "adamw", "--budget", "2", "--seeds", "0"],

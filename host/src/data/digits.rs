@@ -140,6 +140,40 @@ pub fn split_indices(set: &FeatureSet, test_fraction: f64, seed: u64) -> Result<
     Ok((train, test))
 }
 
+/// The indices of the first `size` examples of `set` in a stratified order: within each class
+/// the examples are shuffled by `Rng::new(seed)` forked per class, the r-th of a class of n_c
+/// placed at (r + ½)/n_c, and the classes merged by that place (ties by class). Every class of
+/// the subset keeps about its share, size · n_c / n, and the subset of a smaller `size` lies
+/// inside that of a larger one (the subsets are nested). In increasing order.
+pub fn nested_subset(set: &FeatureSet, size: usize, seed: u64) -> Result<Vec<usize>> {
+    if size == 0 || size > set.n {
+        bail!(
+            "a training subset of {size} examples: give 1 to {} (the training split's size)",
+            set.n
+        );
+    }
+    let root = Rng::new(seed);
+    let mut placed = Vec::with_capacity(set.n);
+    for class in 0..set.classes {
+        let mut members: Vec<usize> = (0..set.n).filter(|&i| set.labels[i] as usize == class).collect();
+        root.fork(class as u64).shuffle(&mut members);
+        let n_c = members.len() as u64;
+        placed.extend(
+            members
+                .into_iter()
+                .enumerate()
+                .map(|(r, i)| (2 * r as u64 + 1, 2 * n_c, class, i)),
+        );
+    }
+    // (2r + 1) / (2 n_c) compared as integers, so that equal places tie exactly.
+    placed.sort_by(|a, b| {
+        (u128::from(a.0) * u128::from(b.1), a.2).cmp(&(u128::from(b.0) * u128::from(a.1), b.2))
+    });
+    let mut chosen: Vec<usize> = placed[..size].iter().map(|p| p.3).collect();
+    chosen.sort_unstable();
+    Ok(chosen)
+}
+
 /// The runner's three parts of the digits, as indices of the whole set: the test split
 /// ([`TEST_FRACTION`], seed 0, what every run tests on) and, carved from the training split
 /// by a second stratified split, a validation split for choosing hyper-parameters.
@@ -214,6 +248,40 @@ mod tests {
         assert_eq!(rejoined, train);
         assert!(h.validation.iter().all(|i| test.binary_search(i).is_err()));
         assert!(h.validation.iter().all(|i| h.train.binary_search(i).is_err()));
+    }
+
+    #[test]
+    fn nested_subsets_keep_each_class_share_and_lie_inside_the_larger_ones() {
+        let set = load(&shipped_path()).unwrap();
+        let (train, _) = split(&set, TEST_FRACTION, TEST_SEED).unwrap();
+        let mut previous: Vec<usize> = Vec::new();
+        for size in [180, 360, 720, 1438] {
+            let subset = nested_subset(&train, size, 3).unwrap();
+            assert_eq!(subset.len(), size);
+            assert!(previous.iter().all(|i| subset.binary_search(i).is_ok()), "{size}");
+            for c in 0..10u32 {
+                let all = train.labels.iter().filter(|&&l| l == c).count() as f64;
+                let kept = subset.iter().filter(|&&i| train.labels[i] == c).count() as f64;
+                let share = size as f64 * all / train.n as f64;
+                assert!(
+                    (kept - share).abs() <= 1.0,
+                    "class {c} of {size}: {kept} against {share}"
+                );
+            }
+            previous = subset;
+        }
+        assert_eq!(
+            nested_subset(&train, 180, 3).unwrap(),
+            nested_subset(&train, 180, 3).unwrap()
+        );
+        assert_ne!(
+            nested_subset(&train, 180, 4).unwrap(),
+            nested_subset(&train, 180, 3).unwrap()
+        );
+        for bad in [0, 1439] {
+            let err = nested_subset(&train, bad, 0).unwrap_err().to_string();
+            assert!(err.contains("give 1 to 1438"), "{err}");
+        }
     }
 
     #[test]

@@ -22,44 +22,39 @@
 //! no place for 0, yet ρ = 0 is what decides the global rule's every step when some element
 //! never had a gradient: such values are drawn on a floor line below the axis' lowest value,
 //! marked `0` on the axis and by a note above it, with hollow markers, and not joined to the
-//! values above (the axis is broken between them).
+//! values above (the axis is broken between them). A panel whose every value is 0 says so in
+//! words instead of drawing a flat line. An accuracy's y axis spans the values of the later half
+//! of the epochs, which the verdicts compare, where they span less than half of all its values;
+//! a note says that the earlier epochs lie below, and a line ends where it crosses the axis.
 //!
-//! Each optimizer keeps its colour, line style (solid or dashed) and marker in every figure; the
-//! legend sits under the panels and says which HomeAdam(W) rule a line is (Alg. 2, global;
-//! Alg. 3, element-wise) and how a variant beyond the paper departs from it (ρ over the active
-//! elements, a calibrated τ). An optimizer run with several seeds is drawn as the mean over its
-//! seeds, in a band from their smallest to their largest value. Non-finite values (a diverged
-//! run) and, on log scales, negative ones are left out: the line breaks there. Text uses the
+//! Each optimizer keeps its colour, line style (solid or dashed) and marker in every figure, by
+//! its name (`report/style.rs`); the legend sits under the panels and says which HomeAdam(W) rule
+//! a line is (Alg. 2, global; Alg. 3, element-wise) and how a variant beyond the paper departs
+//! from it (ρ over the active elements, a calibrated τ). An optimizer run with several seeds is
+//! drawn as the mean over its seeds, in a band from their smallest to their largest value, and
+//! the legend says so. Non-finite values (a diverged run) and, on log scales, negative ones are
+//! left out: the line breaks there. Text uses the
 //! bundled DejaVu Sans (`host/assets/`, Bitstream Vera licence). Each PNG is written to a
 //! temporary file and renamed, so a reader never sees half a figure.
 
 use std::fs;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
-use anyhow::{anyhow, bail, Context, Result};
-use plotters::element::DashedPathElement;
+use anyhow::{Context, Result};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use plotters::style::{register_font, FontStyle};
 
+use super::canvas::{plot_err, register_bundled_font, write_png, FONT};
+use super::legend::{Entry, Legend};
 use super::metrics::{EpochRecord, IterationRecord, Task};
 use super::run::{load_run, OptimizerRun, Run, FIGURES_DIR};
 use super::stability::StabilityRecord;
-
-/// DejaVu Sans 2.37 (Debian's fonts-dejavu-core); licence in `host/assets/DejaVuSans-LICENSE.txt`.
-static FONT_BYTES: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
-/// The family the bundled font is registered under (plotters' default family).
-pub(crate) const FONT: &str = "sans-serif";
+use super::style::{draw_marker, style_of};
 
 const PANEL_WIDTH: u32 = 760;
 const PANEL_HEIGHT: u32 = 520;
 const TITLE_HEIGHT: u32 = 56;
-const LEGEND_ROW_HEIGHT: u32 = 34;
-const LEGEND_PADDING: u32 = 14;
-const LEGEND_FONT_SIZE: f64 = 20.0;
-const LEGEND_SAMPLE: i32 = 48;
 /// At most this many markers per line, so long runs stay readable.
 const MARKERS_PER_LINE: usize = 14;
 /// How far a log panel's floor line for zeros lies under the values' axis range (the axis
@@ -67,57 +62,6 @@ const MARKERS_PER_LINE: usize = 14;
 const FLOOR_GAP: f64 = 0.12;
 /// The margin under the floor line, as a share of the values' axis range.
 const FLOOR_MARGIN: f64 = 0.04;
-
-/// Colours of the optimizers' lines, in order (the tab10 palette, then black, navy, dark
-/// green, maroon, teal, dark magenta, olive and saddle brown): distinct for every optimizer of
-/// a full run ([`crate::preset::ALL_OPTIMIZERS`]).
-pub(crate) const PALETTE: [RGBColor; 18] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-    RGBColor(0, 0, 0),
-    RGBColor(0, 0, 128),
-    RGBColor(0, 100, 0),
-    RGBColor(128, 0, 0),
-    RGBColor(0, 128, 128),
-    RGBColor(139, 0, 139),
-    RGBColor(128, 128, 0),
-    RGBColor(139, 69, 19),
-];
-
-/// The marker shapes, in order.
-#[derive(Clone, Copy)]
-enum Marker {
-    Circle,
-    Triangle,
-    Square,
-    Cross,
-}
-
-const MARKERS: [Marker; 4] = [Marker::Circle, Marker::Triangle, Marker::Square, Marker::Cross];
-
-/// How optimizer number `index` (in the run's order) is drawn.
-#[derive(Clone, Copy)]
-struct LineStyle {
-    colour: RGBColor,
-    dashed: bool,
-    marker: Marker,
-}
-
-fn line_style(index: usize) -> LineStyle {
-    LineStyle {
-        colour: PALETTE[index % PALETTE.len()],
-        dashed: index % 2 == 1,
-        marker: MARKERS[index % MARKERS.len()],
-    }
-}
 
 /// How a panel's values are placed on its y axis.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -167,6 +111,11 @@ struct Panel {
     scale: Scale,
     /// On a log scale: some value is 0 (a y of −∞), drawn on the floor line.
     zeros: bool,
+    /// Every value is 0: the panel says so in words instead of drawing a flat line.
+    all_zero: bool,
+    /// The y axis spans the values of the later half of the x axis where they span less than
+    /// half of all the values (an accuracy's last epochs, which the verdicts compare).
+    later_half: bool,
     series: Vec<Series>,
 }
 
@@ -224,6 +173,12 @@ impl Panel {
                 })
             })
             .collect();
+        let all_zero = finite_bounds(series.iter().flat_map(|s| {
+            s.points
+                .iter()
+                .map(|p| p.1)
+                .chain(s.band.iter().flat_map(|b| [b.1, b.2]))
+        })) == Some((0.0, 0.0));
         let positive = finite_bounds(
             series
                 .iter()
@@ -264,22 +219,18 @@ impl Panel {
             y_label,
             scale,
             zeros,
+            all_zero,
+            later_half: false,
             series,
         }
     }
-}
 
-pub(crate) fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
-    anyhow!("drawing: {e}")
-}
-
-pub(crate) fn register_bundled_font() -> Result<()> {
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
-    let ok = *REGISTERED.get_or_init(|| register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok());
-    if ok {
-        Ok(())
-    } else {
-        bail!("the bundled font DejaVuSans.ttf could not be loaded")
+    /// The panel with its y axis fitted to the later half of its x axis ([`Panel::later_half`]).
+    fn fitted_to_later_half(self) -> Panel {
+        Panel {
+            later_half: true,
+            ..self
+        }
     }
 }
 
@@ -327,9 +278,15 @@ pub fn draw_run_figures(run: &Run, out_dir: &Path) -> Result<Vec<PathBuf>> {
         }
         fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
         let path = out_dir.join(file);
-        let labels: Vec<String> = run.optimizers.iter().map(|o| label(&o.name)).collect();
-        let names: Vec<&str> = labels.iter().map(String::as_str).collect();
-        draw_figure(&path, &title, &names, &panels)?;
+        let entries: Vec<Entry> = run
+            .optimizers
+            .iter()
+            .map(|o| Entry {
+                label: label(&o.name),
+                style: style_of(&o.name),
+            })
+            .collect();
+        draw_figure(&path, &title, &entries, &panels)?;
         written.push(path);
     }
     Ok(written)
@@ -371,72 +328,60 @@ fn curve_panels(run: &Run, task: Task) -> Vec<Panel> {
         Task::LanguageModel => (Scale::Log, 1.0, ""),
     };
     let quality = task.quality_name();
+    let loss = |value: fn(&EpochRecord) -> Option<f64>, title: &str, y_label: &str| {
+        Panel::build(
+            run,
+            epochs,
+            epoch_of,
+            value,
+            1.0,
+            title,
+            "epoch",
+            y_label,
+            Scale::Linear,
+        )
+    };
+    // An accuracy climbs from chance within a few epochs; its axis shows the last epochs, which
+    // the verdicts compare.
+    let quality_panel = |value: fn(&EpochRecord) -> Option<f64>, title: String, y_label: String| {
+        let panel = Panel::build(
+            run,
+            epochs,
+            epoch_of,
+            value,
+            percent,
+            &title,
+            "epoch",
+            &y_label,
+            quality_scale,
+        );
+        match task {
+            Task::Classification => panel.fitted_to_later_half(),
+            Task::LanguageModel => panel,
+        }
+    };
     vec![
-        Panel::build(
-            run,
-            epochs,
-            epoch_of,
-            |r| Some(r.train_loss),
-            1.0,
-            "Training loss",
-            "epoch",
-            "train loss",
-            Scale::Linear,
-        ),
-        Panel::build(
-            run,
-            epochs,
-            epoch_of,
+        loss(|r| Some(r.train_loss), "Training loss", "train loss"),
+        quality_panel(
             |r| Some(r.train_quality),
-            percent,
-            &format!("Training {quality}"),
-            "epoch",
-            &format!("train {quality}{unit}"),
-            quality_scale,
+            format!("Training {quality}"),
+            format!("train {quality}{unit}"),
         ),
-        Panel::build(
-            run,
-            epochs,
-            epoch_of,
-            |r| Some(r.test_loss),
-            1.0,
-            "Test loss",
-            "epoch",
-            "test loss",
-            Scale::Linear,
-        ),
-        Panel::build(
-            run,
-            epochs,
-            epoch_of,
+        loss(|r| Some(r.test_loss), "Test loss", "test loss"),
+        quality_panel(
             |r| Some(r.test_quality),
-            percent,
-            &format!("Test {quality}"),
-            "epoch",
-            &format!("test {quality}{unit}"),
-            quality_scale,
+            format!("Test {quality}"),
+            format!("test {quality}{unit}"),
         ),
-        Panel::build(
-            run,
-            epochs,
-            epoch_of,
+        loss(
             |r| r.clean_train_loss,
-            1.0,
             "Training loss (eval mode)",
-            "epoch",
             "train loss, evaluated",
-            Scale::Linear,
         ),
-        Panel::build(
-            run,
-            epochs,
-            epoch_of,
+        quality_panel(
             |r| r.clean_train_quality,
-            percent,
-            &format!("Training {quality} (eval mode)"),
-            "epoch",
-            &format!("train {quality}{unit}, evaluated"),
-            quality_scale,
+            format!("Training {quality} (eval mode)"),
+            format!("train {quality}{unit}, evaluated"),
         ),
     ]
 }
@@ -699,41 +644,30 @@ fn y_tick(v: f64, scale: Scale, span: f64) -> String {
     }
 }
 
-/// The legend's rows: for each, the optimizer indices and the row's width in pixels.
-fn legend_layout(names: &[&str], shown: &[usize], width: u32) -> Result<Vec<(Vec<usize>, i32)>> {
-    let font = (FONT, LEGEND_FONT_SIZE).into_font();
-    let mut rows: Vec<(Vec<usize>, i32)> = Vec::new();
-    let usable = (width - 2 * LEGEND_PADDING) as i32;
-    for &i in shown {
-        let (text_w, _) = font.box_size(names[i]).map_err(plot_err)?;
-        let entry = LEGEND_SAMPLE + 10 + text_w as i32 + 30;
-        match rows.last_mut() {
-            Some((row, w)) if *w + entry <= usable => {
-                row.push(i);
-                *w += entry;
-            }
-            _ => rows.push((vec![i], entry)),
-        }
-    }
-    Ok(rows)
-}
+/// What a shaded band is, in the legend of a figure that draws one.
+const BAND_NOTE: &str =
+    "Lines: the mean over the seeds; shaded bands: from the seeds' smallest to their largest value.";
 
-fn draw_figure(path: &Path, title: &str, names: &[&str], panels: &[Panel]) -> Result<()> {
+fn draw_figure(path: &Path, title: &str, entries: &[Entry], panels: &[Panel]) -> Result<()> {
     let cols = match panels.len() {
         4 => 2,
         n => n.min(3),
     };
     let grid_rows = panels.len().div_ceil(cols);
     let width = PANEL_WIDTH * cols as u32;
-    let mut shown: Vec<usize> = panels
-        .iter()
-        .flat_map(|p| p.series.iter().map(|s| s.optimizer))
-        .collect();
+    // A panel in words draws no line: its optimizers need no legend entry there.
+    let drawn = || panels.iter().filter(|p| !p.all_zero).flat_map(|p| &p.series);
+    let mut shown: Vec<usize> = drawn().map(|s| s.optimizer).collect();
     shown.sort_unstable();
     shown.dedup();
-    let legend = legend_layout(names, &shown, width)?;
-    let legend_height = LEGEND_ROW_HEIGHT * legend.len() as u32 + 2 * LEGEND_PADDING;
-    let height = TITLE_HEIGHT + PANEL_HEIGHT * grid_rows as u32 + legend_height;
+    let banded = drawn().any(|s| !s.band.is_empty());
+    let notes = if banded {
+        vec![BAND_NOTE.to_string()]
+    } else {
+        Vec::new()
+    };
+    let legend = Legend::new(entries, &shown, notes, true, width)?;
+    let height = TITLE_HEIGHT + PANEL_HEIGHT * grid_rows as u32 + legend.height();
 
     let mut pixels = vec![255u8; width as usize * height as usize * 3];
     {
@@ -745,9 +679,9 @@ fn draw_figure(path: &Path, title: &str, names: &[&str], panels: &[Panel]) -> Re
             .map_err(plot_err)?;
         let (grid, legend_area) = body.split_vertically(PANEL_HEIGHT * grid_rows as u32);
         for (area, panel) in grid.split_evenly((grid_rows, cols)).iter().zip(panels) {
-            draw_panel(&root, area, panel)?;
+            draw_panel(&root, area, panel, entries)?;
         }
-        draw_legend(&root, &legend_area, names, &legend)?;
+        legend.draw(&root, &legend_area)?;
         root.present().map_err(plot_err)?;
     }
     write_png(path, width, height, pixels)
@@ -777,20 +711,101 @@ fn line_runs(points: &[(f64, f64)], floor: bool) -> Vec<Range<usize>> {
     runs
 }
 
+/// The pieces of the line through `points` that lie at or above `bottom`, each ending where
+/// the line crosses it (a point below the axis of a cut panel is not drawn, nor clamped to it).
+fn clip_below(points: &[(f64, f64)], bottom: f64) -> Vec<Vec<(f64, f64)>> {
+    let crossing = |a: (f64, f64), b: (f64, f64)| (a.0 + (bottom - a.1) / (b.1 - a.1) * (b.0 - a.0), bottom);
+    let mut pieces: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut previous: Option<(f64, f64)> = None;
+    for &p in points {
+        match previous {
+            Some(q) if q.1 < bottom && p.1 > bottom => pieces.push(vec![crossing(q, p), p]),
+            Some(q) if q.1 < bottom && p.1 == bottom => pieces.push(vec![p]),
+            Some(q) if q.1 >= bottom && p.1 < bottom => {
+                pieces.last_mut().into_iter().for_each(|l| l.push(crossing(q, p)))
+            }
+            Some(q) if q.1 >= bottom => pieces.last_mut().into_iter().for_each(|l| l.push(p)),
+            None if p.1 >= bottom => pieces.push(vec![p]),
+            _ => {}
+        }
+        previous = Some(p);
+    }
+    pieces
+}
+
+/// The bounds of a panel's values (means and bands) at x ≥ `from`.
+fn values_from(panel: &Panel, from: f64) -> Option<(f64, f64)> {
+    finite_bounds(panel.series.iter().flat_map(|s| {
+        let points = s.points.iter().filter(move |p| p.0 >= from).map(|p| p.1);
+        points.chain(
+            s.band
+                .iter()
+                .filter(move |b| b.0 >= from)
+                .flat_map(|b| [b.1, b.2]),
+        )
+    }))
+}
+
+/// The y bounds a panel's axis shows, and whether they leave earlier values out
+/// ([`Panel::later_half`]).
+fn shown_values(panel: &Panel, x_bounds: Option<(f64, f64)>) -> (Option<(f64, f64)>, bool) {
+    let all = values_from(panel, f64::NEG_INFINITY);
+    let later = match (panel.later_half, x_bounds, all) {
+        (true, Some((lo, hi)), Some((all_lo, all_hi))) => {
+            values_from(panel, lo + (hi - lo) / 2.0).filter(|(a, b)| b - a < (all_hi - all_lo) / 2.0)
+        }
+        _ => None,
+    };
+    match later {
+        Some(bounds) => (Some(bounds), true),
+        None => (all, false),
+    }
+}
+
+/// A panel whose every value is 0, in words.
+fn draw_all_zero<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    panel: &Panel,
+) -> Result<()> {
+    let body = area
+        .margin(14, 14, 14, 14)
+        .titled(&panel.title, (FONT, 24).into_font().color(&BLACK))
+        .map_err(plot_err)?;
+    let (w, h) = body.dim_in_pixel();
+    let centre = Pos::new(HPos::Center, VPos::Center);
+    let text = (FONT, 20).into_font().color(&BLACK.mix(0.7)).pos(centre);
+    for (k, line) in [
+        "Every value is 0,",
+        "for every optimizer at every point:",
+        "nothing to draw.",
+    ]
+    .iter()
+    .enumerate()
+    {
+        body.draw(&Text::new(
+            *line,
+            (w as i32 / 2, h as i32 / 2 - 30 + 30 * k as i32),
+            text.clone(),
+        ))
+        .map_err(plot_err)?;
+    }
+    Ok(())
+}
+
 fn draw_panel<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,
     area: &DrawingArea<DB, plotters::coord::Shift>,
     panel: &Panel,
+    entries: &[Entry],
 ) -> Result<()> {
+    if panel.all_zero {
+        return draw_all_zero(area, panel);
+    }
     let all = || panel.series.iter().flat_map(|s| s.points.iter());
-    let band_ys = || {
-        panel
-            .series
-            .iter()
-            .flat_map(|s| s.band.iter().flat_map(|b| [b.1, b.2]))
-    };
-    let x_range = axis_range(finite_bounds(all().map(|p| p.0)), 0.02, 1.0);
-    let values = axis_range(finite_bounds(all().map(|p| p.1).chain(band_ys())), 0.05, 0.0);
+    let x_bounds = finite_bounds(all().map(|p| p.0));
+    let x_range = axis_range(x_bounds, 0.02, 1.0);
+    let (shown, cut) = shown_values(panel, x_bounds);
+    let values = axis_range(shown, 0.05, 0.0);
     let values_span = values.end - values.start;
     // Zeros on a log panel: the floor line under the values, with the axis broken between them.
     let floor = panel.zeros.then_some(values.start - FLOOR_GAP * values_span);
@@ -833,6 +848,16 @@ fn draw_panel<DB: DrawingBackend>(
         .light_line_style(BLACK.mix(0.04))
         .draw()
         .map_err(plot_err)?;
+    if cut {
+        let (left, top) = chart.backend_coord(&(x_range.start, values.end));
+        let note = (FONT, 15).into_font().color(&BLACK.mix(0.55));
+        root.draw(&Text::new(
+            "axis fitted to the later half; earlier values lie below it",
+            (left + 6, top + 4),
+            note.pos(Pos::new(HPos::Left, VPos::Top)),
+        ))
+        .map_err(plot_err)?;
+    }
     if let Some(f) = floor {
         let grey = BLACK.mix(0.45);
         chart
@@ -860,11 +885,16 @@ fn draw_panel<DB: DrawingBackend>(
         .map_err(plot_err)?;
     }
     for series in &panel.series {
-        let colour = line_style(series.optimizer).colour.mix(0.15).filled();
+        let colour = entries[series.optimizer].style.colour.mix(0.15).filled();
+        // Under a cut axis a band ends at the axis, and where all of it lies below, it breaks.
         let placed: Vec<(f64, f64, f64)> = series
             .band
             .iter()
-            .map(|b| (b.0, place(b.1), place(b.2)))
+            .map(|b| match cut {
+                true if b.2 < values.start => (b.0, f64::NAN, f64::NAN),
+                true => (b.0, b.1.max(values.start), b.2),
+                false => (b.0, place(b.1), place(b.2)),
+            })
             .collect();
         let segments = placed
             .split(|b| !(b.0.is_finite() && b.1.is_finite() && b.2.is_finite()))
@@ -881,25 +911,38 @@ fn draw_panel<DB: DrawingBackend>(
         }
     }
     for series in &panel.series {
-        let style = line_style(series.optimizer);
+        let style = entries[series.optimizer].style;
         let stroke = style.colour.stroke_width(2);
         let every = series.points.len().div_ceil(MARKERS_PER_LINE).max(1);
         for run in line_runs(&series.points, floor.is_some()) {
-            let segment = series.points[run.clone()].iter().map(|p| (p.0, place(p.1)));
-            if style.dashed {
-                chart
-                    .draw_series(DashedLineSeries::new(segment, 10, 6, stroke))
-                    .map_err(plot_err)?;
+            let placed: Vec<(f64, f64)> = series.points[run.clone()]
+                .iter()
+                .map(|p| (p.0, place(p.1)))
+                .collect();
+            let pieces = if cut {
+                clip_below(&placed, values.start)
             } else {
-                chart
-                    .draw_series(LineSeries::new(segment, stroke))
-                    .map_err(plot_err)?;
+                vec![placed]
+            };
+            for piece in pieces {
+                if style.dashed {
+                    chart
+                        .draw_series(DashedLineSeries::new(piece, 10, 6, stroke))
+                        .map_err(plot_err)?;
+                } else {
+                    chart
+                        .draw_series(LineSeries::new(piece, stroke))
+                        .map_err(plot_err)?;
+                }
             }
             // Stagger the optimizers' markers; always mark an isolated point (else invisible).
             let isolated = run.len() == 1;
             for i in run {
-                if isolated || i % every == series.optimizer % every {
-                    let (x, y) = series.points[i];
+                let (x, y) = series.points[i];
+                // Under a cut axis, an earlier value below it has no marker (its line leaves
+                // the panel through the axis).
+                let below = cut && y < values.start;
+                if !below && (isolated || i % every == style.slot % every) {
                     let at = chart.backend_coord(&(x, place(y)));
                     draw_marker(root, at, style, y == f64::NEG_INFINITY)?;
                 }
@@ -907,85 +950,6 @@ fn draw_panel<DB: DrawingBackend>(
         }
     }
     Ok(())
-}
-
-/// Draws `style`'s marker at `(x, y)`: filled, or `hollow` for a zero on the floor line (the
-/// shape's outline; the cross, an outline already, in a circle).
-fn draw_marker<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    (x, y): (i32, i32),
-    style: LineStyle,
-    hollow: bool,
-) -> Result<()> {
-    let outline = style.colour.stroke_width(2);
-    let fill = if hollow { outline } else { style.colour.filled() };
-    match style.marker {
-        Marker::Circle => root.draw(&Circle::new((x, y), 5, fill)),
-        // plotters fills its triangle marker whatever the style: the outline by hand, through
-        // the same corners (radius 7 at −90°, −210°, −330°).
-        Marker::Triangle if hollow => root.draw(&PathElement::new(
-            vec![(x, y - 7), (x - 6, y + 4), (x + 6, y + 4), (x, y - 7)],
-            outline,
-        )),
-        Marker::Triangle => root.draw(&TriangleMarker::new((x, y), 7, fill)),
-        Marker::Square => root.draw(&Rectangle::new([(x - 4, y - 4), (x + 4, y + 4)], fill)),
-        Marker::Cross if hollow => root
-            .draw(&Cross::new((x, y), 5, outline))
-            .and_then(|()| root.draw(&Circle::new((x, y), 8, outline))),
-        Marker::Cross => root.draw(&Cross::new((x, y), 5, outline)),
-    }
-    .map_err(plot_err)
-}
-
-fn draw_legend<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    names: &[&str],
-    rows: &[(Vec<usize>, i32)],
-) -> Result<()> {
-    let (base_x, base_y) = area.get_base_pixel();
-    let (width, _) = area.dim_in_pixel();
-    let text_style = (FONT, LEGEND_FONT_SIZE)
-        .into_font()
-        .color(&BLACK)
-        .pos(Pos::new(HPos::Left, VPos::Center));
-    for (r, (row, row_width)) in rows.iter().enumerate() {
-        let y = base_y + (LEGEND_PADDING + LEGEND_ROW_HEIGHT * r as u32 + LEGEND_ROW_HEIGHT / 2) as i32;
-        let mut x = base_x + (width as i32 - row_width) / 2;
-        for &i in row {
-            let style = line_style(i);
-            let stroke = style.colour.stroke_width(2);
-            let line = [(x, y), (x + LEGEND_SAMPLE, y)];
-            if style.dashed {
-                root.draw(&DashedPathElement::new(line, 10, 6, stroke))
-            } else {
-                root.draw(&PathElement::new(line.to_vec(), stroke))
-            }
-            .map_err(plot_err)?;
-            draw_marker(root, (x + LEGEND_SAMPLE / 2, y), style, false)?;
-            let text_x = x + LEGEND_SAMPLE + 10;
-            root.draw(&Text::new(names[i], (text_x, y), text_style.clone()))
-                .map_err(plot_err)?;
-            let (text_w, _) = text_style.font.box_size(names[i]).map_err(plot_err)?;
-            x = text_x + text_w as i32 + 30;
-        }
-    }
-    Ok(())
-}
-
-/// Encodes `pixels` (RGB) as a PNG at `path`, through a temporary file and a rename.
-pub(crate) fn write_png(path: &Path, width: u32, height: u32, pixels: Vec<u8>) -> Result<()> {
-    let image = image::RgbImage::from_raw(width, height, pixels)
-        .ok_or_else(|| anyhow!("drawing: pixel buffer of the wrong size"))?;
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{file_name}.tmp"));
-    image
-        .save_with_format(&tmp, image::ImageFormat::Png)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
 }
 
 #[cfg(test)]
@@ -1029,8 +993,7 @@ mod tests {
     }
 
     #[test]
-    fn every_optimizer_has_its_own_colour_and_the_variants_say_what_they_change() {
-        assert!(PALETTE.len() >= crate::preset::ALL_OPTIMIZERS.len());
+    fn the_variants_say_what_they_change() {
         assert_eq!(label("homeadamw"), "homeadamw (Alg. 2, global)");
         assert_eq!(
             label("homeadamw-active"),
@@ -1069,6 +1032,20 @@ mod tests {
                 assert!(height <= PANEL_HEIGHT - 140, "{label}: {height} px");
             }
         }
+    }
+
+    #[test]
+    fn a_line_under_a_cut_axis_ends_where_it_crosses_it() {
+        let points = [(1.0, 50.0), (2.0, 90.0), (3.0, 98.0), (4.0, 80.0), (5.0, 99.0)];
+        assert_eq!(
+            clip_below(&points, 90.0),
+            [
+                vec![(2.0, 90.0), (3.0, 98.0), (3.0 + 8.0 / 18.0, 90.0)],
+                vec![(4.0 + 10.0 / 19.0, 90.0), (5.0, 99.0)]
+            ]
+        );
+        assert!(clip_below(&points[..1], 90.0).is_empty());
+        assert_eq!(clip_below(&points[2..3], 90.0), [vec![(3.0, 98.0)]]);
     }
 
     #[test]

@@ -18,11 +18,14 @@
 //! [`run::load_run`] reads a run directory back, [`figures::draw_figures`] draws it and
 //! [`table::SummaryTable`] summarises it.
 
+pub(crate) mod canvas;
 pub mod csv;
 pub mod figures;
+pub(crate) mod legend;
 pub mod metrics;
 pub mod run;
 pub mod stability;
+pub(crate) mod style;
 pub mod table;
 
 pub use figures::{draw_figures, draw_run_figures};

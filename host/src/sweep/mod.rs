@@ -15,6 +15,7 @@
 
 pub mod figure;
 pub mod output;
+pub mod redraw;
 pub mod space;
 pub mod stats;
 
@@ -31,7 +32,7 @@ use crate::progress::bar;
 use crate::report::{read_metrics, Task};
 use crate::train::experiments::{BuildOptions, EvalSplit, Experiment, Setup};
 use crate::train::run::{seed_folder, train, RunOptions, RunSettings};
-use space::{apply, draw, Axis, Range, SearchSpace, Trial};
+use space::{apply, bounds, draw, edges, search_seed, Axis, Edge, Range, SearchSpace, Trial};
 
 /// What to sweep and how.
 #[derive(Clone, Debug)]
@@ -40,12 +41,15 @@ pub struct SweepOptions {
     pub experiment: Experiment,
     /// The optimizers, by preset entry name.
     pub optimizers: Vec<String>,
-    /// Configurations per optimizer.
+    /// Configurations per optimizer (the equal budget).
     pub budget: usize,
+    /// Also this many configurations per knob the optimizer's rule reads, when that is more
+    /// than `budget` ([`trials_for`]): the best of the first `budget` is then reported too.
+    pub budget_per_knob: Option<usize>,
     /// Seeds of the chosen configuration's runs on the test split.
     pub seeds: u64,
-    /// The seed of every trial's initialisation and data order, of the draws, and the first of
-    /// the final runs' seeds.
+    /// The seed of every trial's initialisation and data order, of the draws (forked per
+    /// experiment, [`space::search_seed`]), and the first of the final runs' seeds.
     pub seed: u64,
     /// Epochs of every run.
     pub epochs: u64,
@@ -89,6 +93,17 @@ pub struct OptimizerOutcome {
     pub best: usize,
     /// Per final seed, (seed, test loss, test accuracy or perplexity).
     pub finals: Vec<(u64, f64, f64)>,
+    /// The chosen trial's knobs in the outer tenth of their log ranges.
+    pub edges: Vec<Edge>,
+    /// With more trials than the equal budget, the index of the best of its first `budget`.
+    pub equal_best: Option<usize>,
+}
+
+/// The trials of an optimizer whose rule reads `knobs` knobs: the equal `budget`, or
+/// `per_knob · knobs` when that is more, so that a rule with many knobs is not under-tuned
+/// against one with a single knob.
+pub fn trials_for(budget: usize, per_knob: Option<usize>, knobs: usize) -> usize {
+    per_knob.map_or(budget, |m| budget.max(m * knobs))
 }
 
 impl OptimizerOutcome {
@@ -117,6 +132,7 @@ struct Manifest<'a> {
     experiment: &'a str,
     optimizers: &'a [String],
     budget: usize,
+    budget_per_knob: Option<usize>,
     seeds: u64,
     seed: u64,
     epochs: u64,
@@ -124,6 +140,9 @@ struct Manifest<'a> {
     validation_fraction: f64,
     batch_size: Option<usize>,
     small: bool,
+    /// How the trials are drawn, so that a directory of sweeps drawn otherwise (before the
+    /// draws were forked per experiment) is not continued with other draws.
+    draws: &'static str,
     space: &'a SearchSpace,
 }
 
@@ -217,6 +236,9 @@ fn check(o: &SweepOptions) -> Result<()> {
     if o.budget == 0 {
         bail!("--budget must be at least 1 (configurations per optimizer)");
     }
+    if o.budget_per_knob == Some(0) {
+        bail!("--budget-per-knob must be at least 1 (configurations per knob)");
+    }
     if o.seeds == 0 {
         bail!("--seeds must be at least 1");
     }
@@ -304,11 +326,16 @@ pub fn run_sweep(o: &SweepOptions) -> Result<SweepOutcome> {
         .data
         .train_batches()
         .min(o.max_batches.unwrap_or(usize::MAX)) as u64;
+    let draws = search_seed(o.seed, o.experiment.name());
     let mut trials = Vec::new();
+    let mut ranges = BTreeMap::new();
     for name in &o.optimizers {
         let config = setup.preset.config(name, steps_per_epoch)?;
-        for index in 0..o.budget {
-            trials.push((name.clone(), draw(&space, name, &config, o.seed, index)?));
+        let knobs = bounds(&space, name, &config)?;
+        let count = trials_for(o.budget, o.budget_per_knob, knobs.len());
+        ranges.insert(name.clone(), knobs);
+        for index in 0..count {
+            trials.push((name.clone(), draw(&space, name, &config, draws, index)?));
         }
     }
     drop(setup);
@@ -349,8 +376,11 @@ pub fn run_sweep(o: &SweepOptions) -> Result<SweepOutcome> {
             });
         }
         let best = best_index(task, &results);
+        let equal_best = (results.len() > o.budget).then(|| best_index(task, &results[..o.budget]));
         outcomes.push(OptimizerOutcome {
             optimizer: name.clone(),
+            equal_best,
+            edges: edges(&results[best].trial, &ranges[name]),
             trials: results,
             best,
             finals: Vec::new(),
@@ -401,6 +431,7 @@ fn claim(o: &SweepOptions, space: &SearchSpace) -> Result<()> {
         experiment: o.experiment.name(),
         optimizers: &o.optimizers,
         budget: o.budget,
+        budget_per_knob: o.budget_per_knob,
         seeds: o.seeds,
         seed: o.seed,
         epochs: o.epochs,
@@ -408,6 +439,7 @@ fn claim(o: &SweepOptions, space: &SearchSpace) -> Result<()> {
         validation_fraction: o.validation_fraction,
         batch_size: o.build.batch_size,
         small: o.build.small,
+        draws: "seed forked per experiment, then per optimizer and trial",
         space,
     };
     let text = serde_json::to_string_pretty(&manifest)? + "\n";

@@ -146,7 +146,71 @@ pub fn summary_markdown(opts: &SweepOptions, outcome: &SweepOutcome) -> String {
             "\n\\* clipped to the range of the {q}: the t interval of a few seeds reaches past it."
         );
     }
+    text.push_str(&equal_budget_markdown(opts, outcome));
+    text.push_str(&edges_markdown(outcome));
     text
+}
+
+/// For the optimizers given more trials than the equal budget (`--budget-per-knob`), the trial
+/// the equal budget alone would have chosen; empty when none was.
+pub fn equal_budget_markdown(opts: &SweepOptions, outcome: &SweepOutcome) -> String {
+    let task = outcome.task;
+    let mut text = String::new();
+    for o in &outcome.optimizers {
+        if let Some(k) = o.equal_best {
+            let t = &o.trials[k];
+            let _ = writeln!(
+                text,
+                "- {}: of its first {} trials, #{}: {} (validation {}); of all {}, #{} (validation {})",
+                o.optimizer,
+                opts.budget,
+                t.trial.index,
+                knob_text(&t.trial),
+                score(task, t.quality),
+                o.trials.len(),
+                o.chosen().trial.index,
+                score(task, o.chosen().quality)
+            );
+        }
+    }
+    if text.is_empty() {
+        return text;
+    }
+    format!(
+        "\nThe equal budget ({} trials each) and the budget per knob ({} per knob its rule reads): \
+         the final runs are the latter's choice.\n\n{text}",
+        opts.budget,
+        opts.budget_per_knob.unwrap_or(0)
+    )
+}
+
+/// The chosen values in the outer tenth of their knob's log range, where the optimum may lie
+/// outside the range searched: one line each, with the range and what to do; empty when none.
+pub fn edges_markdown(outcome: &SweepOutcome) -> String {
+    let mut text = String::new();
+    for o in &outcome.optimizers {
+        for e in &o.edges {
+            let _ = writeln!(
+                text,
+                "- {}: {}={} at {:.0} % of its log range {}..{}: the optimum may lie outside it \
+                 (widen it with --range {}=LOW:HIGH and run again)",
+                o.optimizer,
+                e.knob,
+                number(e.value),
+                100.0 * e.position,
+                number(e.range.0),
+                number(e.range.1),
+                e.knob
+            );
+        }
+    }
+    if text.is_empty() {
+        return text;
+    }
+    format!(
+        "\nChosen values in the outer {:.0} % of their knob's log range:\n\n{text}",
+        100.0 * super::space::EDGE
+    )
 }
 
 /// `best.json`: the experiment's preset with each swept optimizer's entry set to its chosen
@@ -203,7 +267,7 @@ pub fn write_all(opts: &SweepOptions, outcome: &SweepOutcome) -> Result<Vec<Path
         written.push(path);
     }
     let figure = dir.join("sweep.png");
-    super::figure::draw(&figure, opts, outcome)?;
+    super::figure::draw(&figure, opts.experiment.name(), opts.epochs, outcome)?;
     written.push(figure);
     Ok(written)
 }

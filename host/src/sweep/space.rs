@@ -33,12 +33,17 @@ fn name_stream(name: &str) -> u64 {
     })
 }
 
-/// Trial `index` of optimizer `name` whose validated config is `c`: each knob it reads drawn
-/// log-uniformly from its range, from a stream fixed by (`seed`, `name`, `index`) alone, so a
-/// trial's values do not depend on the budget, the other optimizers or the order of running.
-pub fn draw(space: &SearchSpace, name: &str, c: &Config, seed: u64, index: usize) -> Result<Trial> {
-    let mut rng = Rng::new(seed).fork(name_stream(name)).fork(index as u64);
-    let mut knobs = BTreeMap::new();
+/// The seed of experiment `experiment`'s draws under `--seed seed`: a stream of its own, so
+/// that two experiments swept with the same seed draw independent candidates (not the same
+/// first trials of each optimizer).
+pub fn search_seed(seed: u64, experiment: &str) -> u64 {
+    Rng::new(seed).fork(name_stream(experiment)).next_u64()
+}
+
+/// The (low, high) each knob that optimizer `name`, of validated config `c`, reads is drawn
+/// from, in the order [`Axis::read_by`] gives.
+pub fn bounds(space: &SearchSpace, name: &str, c: &Config) -> Result<Vec<(Axis, (f64, f64))>> {
+    let mut out = Vec::new();
     for knob in Axis::read_by(c) {
         let range = space.ranges.get(&knob).with_context(|| {
             format!("{name} reads {knob}, which has no range (add one to the preset's search section or pass --range {knob}=LOW:HIGH)")
@@ -53,11 +58,59 @@ pub fn draw(space: &SearchSpace, name: &str, c: &Config, seed: u64, index: usize
                 if share_above_1 { " below 1" } else { "" }
             );
         }
+        out.push((knob, (low, high)));
+    }
+    Ok(out)
+}
+
+/// Trial `index` of optimizer `name` whose validated config is `c`: each knob it reads drawn
+/// log-uniformly from its range ([`bounds`]), from a stream fixed by (`seed`, `name`, `index`)
+/// alone, so a trial's values do not depend on the budget, the other optimizers or the order of
+/// running.
+pub fn draw(space: &SearchSpace, name: &str, c: &Config, seed: u64, index: usize) -> Result<Trial> {
+    let mut rng = Rng::new(seed).fork(name_stream(name)).fork(index as u64);
+    let mut knobs = BTreeMap::new();
+    for (knob, (low, high)) in bounds(space, name, c)? {
         let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         let value = (low.ln() + u * (high.ln() - low.ln())).exp();
         knobs.insert(knob, three_digits(value));
     }
     Ok(Trial { index, knobs })
+}
+
+/// The share of a knob's log range, at either end, where a chosen value suggests that the
+/// optimum may lie outside the range.
+pub const EDGE: f64 = 0.1;
+
+/// A chosen knob in the outer [`EDGE`] of its log range.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Edge {
+    /// The knob.
+    pub knob: Axis,
+    /// Its chosen value.
+    pub value: f64,
+    /// The range it was drawn from.
+    pub range: (f64, f64),
+    /// Where the value lies in the range, (ln v − ln low) / (ln high − ln low): 0 at low, 1 at
+    /// high.
+    pub position: f64,
+}
+
+/// The knobs of `trial` that lie in the outer [`EDGE`] of their ranges `bounds`.
+pub fn edges(trial: &Trial, bounds: &[(Axis, (f64, f64))]) -> Vec<Edge> {
+    bounds
+        .iter()
+        .filter_map(|&(knob, (low, high))| {
+            let value = *trial.knobs.get(&knob)?;
+            let position = (value.ln() - low.ln()) / (high.ln() - low.ln());
+            (!(EDGE..=1.0 - EDGE).contains(&position)).then_some(Edge {
+                knob,
+                value,
+                range: (low, high),
+                position,
+            })
+        })
+        .collect()
 }
 
 /// `entry` with the trial's knobs in place of its own.
@@ -99,6 +152,36 @@ mod tests {
                 "home_share": {"low": 0.01, "high": 0.5}}}"#,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn each_experiment_draws_from_its_own_stream() {
+        let s = space();
+        let c = Config::named("adamw").unwrap();
+        let mlp = search_seed(0, "digits-mlp");
+        assert_eq!(mlp, search_seed(0, "digits-mlp"));
+        assert_ne!(mlp, search_seed(0, "digits-cnn"));
+        assert_ne!(mlp, search_seed(1, "digits-mlp"));
+        let first = |seed| draw(&s, "adamw", &c, seed, 0).unwrap();
+        assert_ne!(first(mlp), first(search_seed(0, "digits-cnn")));
+    }
+
+    #[test]
+    fn chosen_values_in_the_outer_tenth_of_their_log_range_are_edges() {
+        let trial = Trial {
+            index: 0,
+            knobs: BTreeMap::from([(Axis::Lr, 0.0091), (Axis::Eps, 1e-5), (Axis::Tau, 1.2e-9)]),
+        };
+        let bounds = [
+            (Axis::Lr, (1e-4, 1e-2)),
+            (Axis::Eps, (1e-8, 1e-2)),
+            (Axis::Tau, (1e-9, 1e-3)),
+        ];
+        let found = edges(&trial, &bounds);
+        let knobs: Vec<_> = found.iter().map(|e| e.knob).collect();
+        assert_eq!(knobs, [Axis::Lr, Axis::Tau]);
+        assert!((found[0].position - 0.98).abs() < 0.01, "{}", found[0].position);
+        assert!(found[1].position < 0.1);
     }
 
     #[test]

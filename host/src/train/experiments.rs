@@ -67,6 +67,18 @@ pub struct BuildOptions {
     pub device: Device,
     /// A preset in place of the experiment's own (e.g. the `best.json` of `homeadam sweep`).
     pub preset: Option<Preset>,
+    /// Train on a nested stratified subset of the training split (the digits only).
+    pub train_subset: Option<TrainSubset>,
+}
+
+/// A training set of N examples drawn from the training split ([`digits::nested_subset`]): the
+/// N of the generalization bounds, O(1/N) for HomeAdam(W) (Theorems 1–2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrainSubset {
+    /// N, the examples trained on.
+    pub size: usize,
+    /// The seed of the order the subsets are prefixes of.
+    pub seed: u64,
 }
 
 /// What a run evaluates on after each epoch (`metrics.csv`'s `test_*` columns).
@@ -179,6 +191,12 @@ impl Experiment {
         }
         let preset = self.preset(o.preset.as_ref())?;
         let protocol = &preset.protocol;
+        if o.train_subset.is_some() && !matches!(self, Experiment::DigitsMlp | Experiment::DigitsCnn) {
+            bail!(
+                "{}: a training subset is implemented for digits-mlp and digits-cnn only",
+                self.name()
+            );
+        }
         if o.vgg.is_some() && self != Experiment::Cifar10Vgg16 {
             bail!("--vgg applies to cifar10-vgg16, not {}", self.name());
         }
@@ -204,6 +222,12 @@ impl Experiment {
                         let h = digits::holdout(&all, f)?;
                         (all.subset(&h.train), all.subset(&h.validation))
                     }
+                };
+                let train = match o.train_subset {
+                    Some(TrainSubset { size, seed }) => {
+                        train.subset(&digits::nested_subset(&train, size, seed)?)
+                    }
+                    None => train,
                 };
                 let augment = augmentation()? != Augmentation::None;
                 if augment {
@@ -362,4 +386,36 @@ pub(crate) fn needed<'a, T>(preset: &str, key: &str, choice: &'a Option<Choice<T
     choice
         .as_ref()
         .with_context(|| format!("preset {preset}.json: the protocol has no {key}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(train_subset: Option<TrainSubset>) -> BuildOptions {
+        BuildOptions {
+            data_dir: None,
+            small: true,
+            batch_size: None,
+            vgg: None,
+            device: Device::Cpu,
+            preset: None,
+            train_subset,
+        }
+    }
+
+    #[test]
+    fn a_training_subset_trains_on_its_n_examples_of_the_digits_only() {
+        let subset = Some(TrainSubset { size: 180, seed: 1 });
+        let setup = Experiment::DigitsMlp.build(&options(subset)).unwrap();
+        // 180 examples in minibatches of 32, the last one partial.
+        assert_eq!(setup.data.train_batches(), 6);
+        let whole = Experiment::DigitsMlp.build(&options(None)).unwrap();
+        assert_eq!(whole.data.train_batches(), 45);
+        let err = Experiment::WikiText2Quick.build(&options(subset)).err().unwrap();
+        assert!(
+            err.to_string().contains("digits-mlp and digits-cnn only"),
+            "{err}"
+        );
+    }
 }

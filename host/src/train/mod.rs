@@ -4,6 +4,7 @@ pub mod bench;
 pub mod checkpoint;
 pub mod data;
 pub mod experiments;
+pub mod grad_norm;
 pub mod prefetch;
 pub mod run;
 pub mod runner;

@@ -6,11 +6,12 @@
 //! after every epoch the whole test split; with `eval_every` every N steps the test subset (the
 //! leading test minibatches holding at least `eval_subset` predictions, in their fixed order);
 //! with `eval_train` after every epoch the training split in file order, not augmented (its
-//! first `max_batches` minibatches when given).
+//! first `max_batches` minibatches when given); with `grad_norm_every` the full-batch training
+//! gradient's squared norm before the first step and every N steps.
 //!
 //! Files, under the run's folder (`RUN_DIR/<optimizer>/`, or `RUN_DIR/<optimizer>/seed-<s>/` in a
 //! run of several seeds): `metrics.csv` and, with `log_every` or `eval_every`, `iterations.csv`
-//! (see [`crate::report`]),
+//! (see [`crate::report`]), with `grad_norm_every` `grad_norms.csv` ([`super::grad_norm`]),
 //! `checkpoint.bin` (the latest checkpoint, replaced atomically) and `final.bin` (the model and
 //! optimizer after the last epoch, in the same format).
 
@@ -22,6 +23,7 @@ use homeadam_core::{StepReport, Switch};
 
 use super::checkpoint::{EpochProgress, RunCheckpoint, RunMeta};
 use super::data::{Minibatch, TrainData};
+use super::grad_norm::{full_gradient_norm_sq, GradNormWriter};
 use super::prefetch::Pipeline;
 use super::scores::{loss_and_correct, PendingScores};
 use crate::models::Model;
@@ -54,6 +56,9 @@ pub struct RunSettings {
     pub eval_subset: Option<usize>,
     /// Evaluate the training split after every epoch (`metrics.csv`'s `clean_train_*` columns).
     pub eval_train: bool,
+    /// Write ‖∇f(θ_t)‖², the full-batch training gradient's squared norm, before the first step
+    /// and every this many steps (`grad_norms.csv`, [`super::grad_norm`]).
+    pub grad_norm_every: Option<u64>,
     /// Draw progress bars.
     pub progress: bool,
 }
@@ -72,6 +77,7 @@ impl RunSettings {
             eval_every: None,
             eval_subset: None,
             eval_train: false,
+            grad_norm_every: None,
             progress: true,
         }
     }
@@ -298,11 +304,20 @@ pub fn train(
         (Some(_), false) => Some(IterationWriter::create(&iterations_path, test_columns)?),
         (None, _) => None,
     };
+    let mut grad_norms = match s.grad_norm_every {
+        Some(0) => bail!("--grad-norm-every must be at least 1"),
+        Some(_) if o.resume => bail!("--grad-norm-every starts grad_norms.csv afresh: it does not resume"),
+        Some(_) => Some(GradNormWriter::create(&dir.join("grad_norms.csv"))?),
+        None => None,
+    };
+    let batches = data.train_batches().min(s.max_batches.unwrap_or(usize::MAX));
+    if let Some(w) = grad_norms.as_mut() {
+        w.append(meta.step, full_gradient_norm_sq(model, data, batches)?)?;
+    }
     let subset = EvalSet::TestSubset(s.eval_subset.unwrap_or(usize::MAX));
     let checkpoint = dir.join("checkpoint.bin");
     let params = model.param_count().max(1) as f64;
     let homeadam = opt.config().core.rule.switch().is_some();
-    let batches = data.train_batches().min(s.max_batches.unwrap_or(usize::MAX));
     let mut pending = PendingScores::default();
     let mut rows = Vec::new();
     let first_step = meta.step;
@@ -338,6 +353,7 @@ pub fn train(
                 let eval_now = due(s.eval_every);
                 let log_now = due(s.log_every) || eval_now;
                 let checkpoint_now = due(s.checkpoint_every);
+                let grad_norm_now = due(s.grad_norm_every);
                 let bar_now = !pb.is_hidden() && last_read.elapsed() >= BAR_REFRESH;
                 if log_now || checkpoint_now || bar_now || pending.is_full() {
                     settle(&mut pending, &mut meta)?;
@@ -366,6 +382,9 @@ pub fn train(
                         test_loss: test.map(|t| t.0),
                         test_quality: test.map(|t| t.1),
                     })?;
+                }
+                if let Some(w) = grad_norms.as_mut().filter(|_| grad_norm_now) {
+                    w.append(meta.step, full_gradient_norm_sq(model, data, batches)?)?;
                 }
                 if checkpoint_now {
                     save(model, opt, &meta, &checkpoint)?;
