@@ -32,12 +32,10 @@ import re
 import sys
 from collections import defaultdict
 
-# Two-sided 97.5 % quantiles of Student's t, 1 to 10 degrees of freedom.
+from evidence_stats import Estimate
+
 # The paper's baseline, against which each optimizer's runs are also compared one by one.
 REFERENCE = "adamw-srf"
-
-T_975 = [12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281]
-
 
 # The columns of a stability.csv that the summary and RUNS_CSV keep.
 COLUMNS = ["epoch", "param_distance", "travelled", "train_loss"]
@@ -62,13 +60,10 @@ def at_loss(curve, loss):
 
 
 def estimate(values):
-    n = len(values)
-    mean = sum(values) / n
-    std = math.sqrt(sum((x - mean) ** 2 for x in values) / (n - 1))
-    h = T_975[n - 2] * std / math.sqrt(n)
+    e = Estimate(values)
     # A distance is never negative: an interval reaching below 0 is clipped and marked.
-    low = f"{max(mean - h, 0):.4f}" + ("*" if mean - h < 0 else "")
-    return f"{mean:.4f} ± {std:.4f}", f"[{low}, {mean + h:.4f}]"
+    low = f"{max(e.low, 0):.4f}" + ("*" if e.low < 0 else "")
+    return f"{e.mean:.4f} ± {e.std:.4f}", f"[{low}, {e.high:.4f}]"
 
 
 def optimizers(d):
@@ -122,11 +117,11 @@ def runs_from_csv(path, found):
             run = found.setdefault((int(r["seed"]), int(r["replace"])), new_run())
             o = r["optimizer"]
             if o not in run["rows"]:
-                add(run, o, path, [], None, float(r["min_v_hat"]) if r["min_v_hat"] else None)
+                add(run, o, path, [], None, float(r["min_v_hat"]) if r.get("min_v_hat") else None)
             elif run["source"][o] != path:
                 sys.exit(f"{path}: {o} of seed {r['seed']}, example {r['replace']} is also in {run['source'][o]}")
             run["rows"][o].append({k: r[k] for k in COLUMNS})
-            if r["step"]:
+            if r.get("step"):
                 run["per_row"][o] = int(r["step"]) // int(r["epoch"])
 
 
@@ -145,20 +140,12 @@ def write_runs(path, runs):
                                 "" if v is None else f"{v:.6g}"])
 
 
-def main(args):
-    csv_out, sources = None, []
-    while args[:1] in (["--csv"], ["--from"]):
-        if args[0] == "--csv":
-            csv_out = args[1]
-        else:
-            sources.append(args[1])
-        args = args[2:]
-    found = runs_in(args)
-    for path in sources:
-        runs_from_csv(path, found)
-    if csv_out:
-        write_runs(csv_out, found)
-    last = defaultdict(lambda: defaultdict(list))  # optimizer -> seed -> values
+def readings(found):
+    """The optimizers (in the first run's order) and, per optimizer and seed, each run's
+    distance after the last row and at the matched training loss, and each seed's matched
+    losses: (names, last, matched, losses), the tables indexed [optimizer][seed] (a list over
+    the replaced examples) and losses[seed]."""
+    last = defaultdict(lambda: defaultdict(list))
     matched = defaultdict(lambda: defaultdict(list))
     losses = defaultdict(list)
     names = []
@@ -172,6 +159,23 @@ def main(args):
         for o, c in curves.items():
             last[o][seed].append(c[-1]["param_distance"])
             matched[o][seed].append(at_loss(c, loss))
+    return names, last, matched, losses
+
+
+def main(args):
+    csv_out, sources = None, []
+    while args[:1] in (["--csv"], ["--from"]):
+        if args[0] == "--csv":
+            csv_out = args[1]
+        else:
+            sources.append(args[1])
+        args = args[2:]
+    found = runs_in(args)
+    for path in sources:
+        runs_from_csv(path, found)
+    if csv_out:
+        write_runs(csv_out, found)
+    names, last, matched, losses = readings(found)
     seeds = sorted(losses)
     runs = sum(len(v) for v in losses.values())
     print(f"{runs} runs, seeds {seeds}; matched training loss {min(min(v) for v in losses.values()):.4f}"

@@ -185,6 +185,7 @@ fn test() {
         &[&["fmt"], fuzz::PACKAGES, &["--", "--check"]].concat(),
     );
     firmware::format();
+    evidence();
     fuzz::clippy(&cache.dir.join("fuzz"));
     cargo_stage(
         "no_std core",
@@ -253,6 +254,15 @@ fn test() {
     println!("\nxtask: every check passed");
     stages::print_table(START.get().expect("started").elapsed().as_secs_f64());
     stages::print_totals();
+}
+
+/// EXPERIMENTS.md's verdict table against the per-seed CSVs it is computed from
+/// (scripts/verdicts.py: every number, interval and verdict word regenerated; a cell that
+/// differs fails the stage).
+fn evidence() {
+    let script = root().join("scripts").join("verdicts.py");
+    let script = script.to_string_lossy();
+    run("evidence: the verdict table", "python3", &[&script]);
 }
 
 /// The workspace's docs with rustdoc's warnings as errors (a broken link or a stray HTML tag
