@@ -315,6 +315,11 @@ struct SweepArgs {
     /// choice beside this one's.
     #[arg(long, value_name = "M")]
     budget_per_knob: Option<usize>,
+    /// Rounds of widening: while the best trial has a knob in the outer 10 % of its log range,
+    /// at most this many times, that end of the range moves out by half its log width and as
+    /// many trials again are drawn (a sweep run again with more rounds continues).
+    #[arg(long, default_value_t = 0, value_name = "ROUNDS")]
+    widen: usize,
     /// Seeds of the chosen configuration's runs on the test split.
     #[arg(long, default_value_t = 3)]
     seeds: u64,
@@ -593,6 +598,7 @@ fn sweep(a: SweepArgs) -> Result<()> {
         optimizers: optimizer_list(&a.optimizers)?,
         budget: a.budget,
         budget_per_knob: a.budget_per_knob,
+        widen: a.widen,
         seeds: a.seeds,
         seed: a.seed,
         epochs: a.epochs,

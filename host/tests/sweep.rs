@@ -18,6 +18,7 @@ fn options(out: &Path) -> SweepOptions {
         optimizers: vec!["sgdm".into(), "homeadamw-ew".into()],
         budget: 3,
         budget_per_knob: None,
+        widen: 0,
         seeds: 3,
         seed: 0,
         epochs: 1,
@@ -195,6 +196,43 @@ fn a_budget_per_knob_gives_a_many_knob_rule_more_trials_and_reports_the_equal_bu
         "{summary}"
     );
     assert!(!summary.contains("- sgdm: of its first"));
+}
+
+#[test]
+fn a_best_trial_on_the_edge_of_its_range_widens_the_range_and_draws_as_many_trials_again() {
+    let dir = tempfile::tempdir().unwrap();
+    // Every draw from a range this narrow rounds to its low end (three digits): an edge.
+    let narrow = homeadam_host::sweep::space::Range::Between {
+        low: 1e-6,
+        high: 1.001e-6,
+    };
+    let o = SweepOptions {
+        optimizers: vec!["sgdm".into()],
+        budget: 2,
+        widen: 3,
+        seeds: 1,
+        ranges: vec![(homeadam_host::sweep::space::Axis::Lr, narrow)],
+        ..options(dir.path())
+    };
+    let outcome = run_sweep(&o).unwrap();
+    let sgdm = &outcome.optimizers[0];
+    // One round widened the low end by half the log width (to three digits, outward); 1e-6
+    // then lies inside, so no more.
+    assert_eq!(sgdm.trials.len(), 4);
+    assert_eq!(sgdm.widened.len(), 1);
+    let w = &sgdm.widened[0];
+    assert_eq!((w.round, w.from), (1, (1e-6, 1.001e-6)));
+    assert_eq!(w.to, (9.99e-7, 1.001e-6));
+    assert!(sgdm.edges.is_empty());
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(
+        summary.contains("- sgdm: lr from 1e-6..1.001e-6 to 9.99e-7..1.001e-6"),
+        "{summary}"
+    );
+    assert!(summary.contains("for trials #2–#3"), "{summary}");
+    // Another number of rounds continues the same directory with the same trials.
+    let again = run_sweep(&SweepOptions { widen: 1, ..o }).unwrap();
+    assert_eq!(again.optimizers[0].trials, sgdm.trials);
 }
 
 #[test]

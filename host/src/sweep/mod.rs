@@ -32,7 +32,7 @@ use crate::progress::bar;
 use crate::report::{read_metrics, Task};
 use crate::train::experiments::{BuildOptions, EvalSplit, Experiment, Setup};
 use crate::train::run::{seed_folder, train, RunOptions, RunSettings};
-use space::{apply, bounds, draw, edges, search_seed, Axis, Edge, Range, SearchSpace, Trial};
+use space::{apply, bounds, draw, edges, search_seed, widen, Axis, Edge, Range, SearchSpace, Trial};
 
 /// What to sweep and how.
 #[derive(Clone, Debug)]
@@ -46,6 +46,11 @@ pub struct SweepOptions {
     /// Also this many configurations per knob the optimizer's rule reads, when that is more
     /// than `budget` ([`trials_for`]): the best of the first `budget` is then reported too.
     pub budget_per_knob: Option<usize>,
+    /// Rounds of widening: while the chosen trial has knobs in the outer tenth of their
+    /// ranges ([`space::edges`]), at most this many times, those ranges are widened
+    /// ([`space::widen`]) and as many trials again drawn from the widened ranges. A sweep run
+    /// again with more rounds continues its directory.
+    pub widen: usize,
     /// Seeds of the chosen configuration's runs on the test split.
     pub seeds: u64,
     /// The seed of every trial's initialisation and data order, of the draws (forked per
@@ -97,6 +102,58 @@ pub struct OptimizerOutcome {
     pub edges: Vec<Edge>,
     /// With more trials than the equal budget, the index of the best of its first `budget`.
     pub equal_best: Option<usize>,
+    /// The ranges widened, in the order of the rounds.
+    pub widened: Vec<Widening>,
+}
+
+/// One range widened between two rounds of an optimizer's trials.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Widening {
+    /// The round whose trials were drawn from the widened range (the first round is 0).
+    pub round: usize,
+    /// The knob.
+    pub knob: Axis,
+    /// Its range before.
+    pub from: (f64, f64),
+    /// Its range after.
+    pub to: (f64, f64),
+}
+
+/// The most rounds of widening a sweep takes (`--widen`): each moves a range's end by half its
+/// log width, so a few rounds reach decades past the preset's range.
+pub const MAX_WIDEN: usize = 4;
+
+/// One optimizer's search while it runs: its ranges (widened between rounds), its trials so far.
+struct Search {
+    name: String,
+    /// Trials per round.
+    count: usize,
+    ranges: Vec<(Axis, (f64, f64))>,
+    results: Vec<TrialResult>,
+    widened: Vec<Widening>,
+}
+
+impl Search {
+    /// Widens the ranges of the best trial's edges for round `round`; whether any moved (and so
+    /// whether the round runs).
+    fn widen(&mut self, task: Task, round: usize) -> bool {
+        let best = &self.results[best_index(task, &self.results)];
+        let Some(wide) = widen(&self.ranges, &edges(&best.trial, &self.ranges)) else {
+            return false;
+        };
+        for (&(knob, from), &(_, to)) in self.ranges.iter().zip(&wide) {
+            if from != to {
+                self.widened.push(Widening {
+                    round,
+                    knob,
+                    from,
+                    to,
+                });
+            }
+        }
+        self.ranges = wide;
+        true
+    }
 }
 
 /// The trials of an optimizer whose rule reads `knobs` knobs: the equal `budget`, or
@@ -133,6 +190,8 @@ struct Manifest<'a> {
     optimizers: &'a [String],
     budget: usize,
     budget_per_knob: Option<usize>,
+    #[serde(skip_serializing_if = "is_zero")]
+    widen: usize,
     seeds: u64,
     seed: u64,
     epochs: u64,
@@ -144,6 +203,12 @@ struct Manifest<'a> {
     /// draws were forked per experiment) is not continued with other draws.
     draws: &'static str,
     space: &'a SearchSpace,
+}
+
+/// Whether a count is 0 (a setting left out of `sweep.json` when off, so that directories of
+/// sweeps written before it existed continue).
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Whether `a` scores better than `b` on validation: a higher accuracy (then a lower loss)
@@ -242,6 +307,9 @@ fn check(o: &SweepOptions) -> Result<()> {
     if o.seeds == 0 {
         bail!("--seeds must be at least 1");
     }
+    if o.widen > MAX_WIDEN {
+        bail!("--widen must be at most {MAX_WIDEN} (each round widens a range by half its log width)");
+    }
     if o.jobs == 0 {
         bail!("--jobs must be at least 1");
     }
@@ -327,65 +395,95 @@ pub fn run_sweep(o: &SweepOptions) -> Result<SweepOutcome> {
         .train_batches()
         .min(o.max_batches.unwrap_or(usize::MAX)) as u64;
     let draws = search_seed(o.seed, o.experiment.name());
-    let mut trials = Vec::new();
-    let mut ranges = BTreeMap::new();
+    let preset = setup.preset.clone();
+    // A draw the rule's config refuses (η·λ ≥ 1 once a range is widened, say) is drawn again.
+    let check = |name: &str, trial: &Trial| -> Result<()> {
+        let mut p = preset.clone();
+        let entry = apply(&p.optimizers[name], trial);
+        p.optimizers.insert(name.to_string(), entry);
+        p.optim_config(name, steps_per_epoch, p.protocol.decay_mask.value)
+            .map(|_| ())
+    };
+    let mut searches = Vec::new();
     for name in &o.optimizers {
         let config = setup.preset.config(name, steps_per_epoch)?;
-        let knobs = bounds(&space, name, &config)?;
-        let count = trials_for(o.budget, o.budget_per_knob, knobs.len());
-        ranges.insert(name.clone(), knobs);
-        for index in 0..count {
-            trials.push((name.clone(), draw(&space, name, &config, draws, index)?));
-        }
+        let ranges = bounds(&space, name, &config)?;
+        let count = trials_for(o.budget, o.budget_per_knob, ranges.len());
+        searches.push(Search {
+            name: name.clone(),
+            count,
+            ranges,
+            results: Vec::new(),
+            widened: Vec::new(),
+        });
     }
     drop(setup);
     claim(o, &space)?;
 
     let trial_dir = |i: usize| o.out_dir.join("trials").join(format!("trial-{i}"));
-    let total = trials.len() as u64 + o.optimizers.len() as u64 * o.seeds;
+    let first_round: usize = searches.iter().map(|s| s.count).sum();
+    let total = first_round as u64 + o.optimizers.len() as u64 * o.seeds;
     let pb = bar(o.progress, total, "sweep".to_string());
-    let mut todo = Vec::new();
-    for (name, trial) in &trials {
-        let job = Job {
-            optimizer: name.clone(),
-            trial: trial.clone(),
-            seed: o.seed,
-            run_dir: trial_dir(trial.index),
-            seed_folder: false,
-        };
-        if finished(&job.options(o).dir(), o.epochs)?.is_some() {
-            pb.inc(1);
-        } else {
-            todo.push(job);
+    let mut round_of: Vec<usize> = (0..searches.len()).collect();
+    for round in 0..=o.widen {
+        let mut trials = Vec::new();
+        for &i in &round_of {
+            let s = &searches[i];
+            for index in round * s.count..(round + 1) * s.count {
+                let trial = draw(&s.ranges, &s.name, draws, index, |t| check(&s.name, t))?;
+                trials.push((i, trial));
+            }
         }
-    }
-    run_jobs(o, EvalSplit::Validation(o.validation_fraction), &todo, &pb)?;
-
-    let mut outcomes = Vec::new();
-    for name in &o.optimizers {
-        let mut results = Vec::new();
-        for (_, trial) in trials.iter().filter(|(n, _)| n == name) {
-            let dir = trial_dir(trial.index).join(name);
+        if round > 0 {
+            pb.inc_length(trials.len() as u64);
+        }
+        let mut todo = Vec::new();
+        for (i, trial) in &trials {
+            let job = Job {
+                optimizer: searches[*i].name.clone(),
+                trial: trial.clone(),
+                seed: o.seed,
+                run_dir: trial_dir(trial.index),
+                seed_folder: false,
+            };
+            if finished(&job.options(o).dir(), o.epochs)?.is_some() {
+                pb.inc(1);
+            } else {
+                todo.push(job);
+            }
+        }
+        run_jobs(o, EvalSplit::Validation(o.validation_fraction), &todo, &pb)?;
+        for (i, trial) in trials {
+            let s = &mut searches[i];
+            let dir = trial_dir(trial.index).join(&s.name);
             let (_, loss, quality) = finished(&dir, o.epochs)?
                 .with_context(|| format!("{}: the trial did not finish", dir.display()))?;
-            results.push(TrialResult {
-                optimizer: name.clone(),
-                trial: trial.clone(),
+            s.results.push(TrialResult {
+                optimizer: s.name.clone(),
+                trial,
                 loss,
                 quality,
             });
         }
-        let best = best_index(task, &results);
-        let equal_best = (results.len() > o.budget).then(|| best_index(task, &results[..o.budget]));
-        outcomes.push(OptimizerOutcome {
-            optimizer: name.clone(),
-            equal_best,
-            edges: edges(&results[best].trial, &ranges[name]),
-            trials: results,
-            best,
-            finals: Vec::new(),
-        });
+        round_of.retain(|&i| round < o.widen && searches[i].widen(task, round + 1));
     }
+
+    let mut outcomes: Vec<OptimizerOutcome> = searches
+        .into_iter()
+        .map(|s| {
+            let best = best_index(task, &s.results);
+            let equal_best = (s.results.len() > o.budget).then(|| best_index(task, &s.results[..o.budget]));
+            OptimizerOutcome {
+                optimizer: s.name,
+                equal_best,
+                edges: edges(&s.results[best].trial, &s.ranges),
+                trials: s.results,
+                best,
+                finals: Vec::new(),
+                widened: s.widened,
+            }
+        })
+        .collect();
 
     let final_dir = o.out_dir.join("final");
     let mut todo = Vec::new();
@@ -425,13 +523,15 @@ pub fn run_sweep(o: &SweepOptions) -> Result<SweepOutcome> {
     Ok(outcome)
 }
 
-/// Writes `sweep.json`, or checks that the directory's is this command's.
+/// Writes `sweep.json`, after checking that the directory's, if any, is this command's but for
+/// the rounds of widening.
 fn claim(o: &SweepOptions, space: &SearchSpace) -> Result<()> {
     let manifest = Manifest {
         experiment: o.experiment.name(),
         optimizers: &o.optimizers,
         budget: o.budget,
         budget_per_knob: o.budget_per_knob,
+        widen: o.widen,
         seeds: o.seeds,
         seed: o.seed,
         epochs: o.epochs,
@@ -444,18 +544,24 @@ fn claim(o: &SweepOptions, space: &SearchSpace) -> Result<()> {
     };
     let text = serde_json::to_string_pretty(&manifest)? + "\n";
     let path = o.out_dir.join("sweep.json");
-    if !path.exists() {
-        std::fs::create_dir_all(&o.out_dir)
-            .with_context(|| format!("cannot create {}", o.out_dir.display()))?;
-        return crate::train::checkpoint::write_atomically(&path, text.as_bytes());
+    if path.exists() {
+        let old = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        // More (or fewer) rounds of widening continue a sweep: its earlier rounds are the same.
+        let settings = |text: &str| -> Result<serde_json::Value> {
+            let mut v: serde_json::Value = serde_json::from_str(text)?;
+            if let Some(map) = v.as_object_mut() {
+                map.remove("widen");
+            }
+            Ok(v)
+        };
+        if settings(&old).with_context(|| format!("reading {}", path.display()))? != settings(&text)? {
+            bail!(
+                "{} holds a sweep of other settings (see its sweep.json): run the same command to \
+                 continue it, or give another --out",
+                o.out_dir.display()
+            );
+        }
     }
-    let old = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    if old != text {
-        bail!(
-            "{} holds a sweep of other settings (see its sweep.json): run the same command to \
-             continue it, or give another --out",
-            o.out_dir.display()
-        );
-    }
-    Ok(())
+    std::fs::create_dir_all(&o.out_dir).with_context(|| format!("cannot create {}", o.out_dir.display()))?;
+    crate::train::checkpoint::write_atomically(&path, text.as_bytes())
 }

@@ -147,7 +147,8 @@ pub fn summary_markdown(opts: &SweepOptions, outcome: &SweepOutcome) -> String {
         );
     }
     text.push_str(&equal_budget_markdown(opts, outcome));
-    text.push_str(&edges_markdown(outcome));
+    text.push_str(&widened_markdown(outcome));
+    text.push_str(&edges_markdown(opts, outcome));
     text
 }
 
@@ -184,23 +185,60 @@ pub fn equal_budget_markdown(opts: &SweepOptions, outcome: &SweepOutcome) -> Str
     )
 }
 
-/// The chosen values in the outer tenth of their knob's log range, where the optimum may lie
-/// outside the range searched: one line each, with the range and what to do; empty when none.
-pub fn edges_markdown(outcome: &SweepOutcome) -> String {
+/// The ranges `--widen` widened, one line each with the round whose trials read the widened
+/// range; empty when none was.
+pub fn widened_markdown(outcome: &SweepOutcome) -> String {
+    let mut text = String::new();
+    for o in &outcome.optimizers {
+        let per_round = o.trials.len() / (1 + o.widened.last().map_or(0, |w| w.round));
+        for w in &o.widened {
+            let _ = writeln!(
+                text,
+                "- {}: {} from {}..{} to {}..{} for trials #{}–#{}",
+                o.optimizer,
+                w.knob,
+                number(w.from.0),
+                number(w.from.1),
+                number(w.to.0),
+                number(w.to.1),
+                w.round * per_round,
+                (w.round + 1) * per_round - 1
+            );
+        }
+    }
+    if text.is_empty() {
+        return text;
+    }
+    format!(
+        "\nRanges widened (each time the best trial so far lay in the outer {:.0} % of a knob's \
+         log range, that end moved by {:.0} % of the log width and as many trials drawn again):\n\n{text}",
+        100.0 * super::space::EDGE,
+        100.0 * super::space::WIDEN
+    )
+}
+
+/// The chosen values in the outer tenth of their knob's log range (the last range searched),
+/// where the optimum may lie outside it: one line each, with the range and what to do; empty
+/// when none.
+pub fn edges_markdown(opts: &SweepOptions, outcome: &SweepOutcome) -> String {
     let mut text = String::new();
     for o in &outcome.optimizers {
         for e in &o.edges {
             let _ = writeln!(
                 text,
                 "- {}: {}={} at {:.0} % of its log range {}..{}: the optimum may lie outside it \
-                 (widen it with --range {}=LOW:HIGH and run again)",
+                 ({})",
                 o.optimizer,
                 e.knob,
                 number(e.value),
                 100.0 * e.position,
                 number(e.range.0),
                 number(e.range.1),
-                e.knob
+                if opts.widen < super::MAX_WIDEN {
+                    format!("run again with --widen {}", opts.widen + 1)
+                } else {
+                    format!("widen it with --range {}=LOW:HIGH and run again", e.knob)
+                }
             );
         }
     }

@@ -94,7 +94,7 @@ fn read_sweep_csv(text: &str, space: SearchSpace) -> Result<SweepOutcome> {
             Some(o) => o,
             None => {
                 // The file has no ranges to place the chosen values in, nor the equal
-                // budget's choice: the figure reads neither.
+                // budget's choice or the widenings: the figure reads none of them.
                 optimizers.push(OptimizerOutcome {
                     optimizer: cells[0].to_string(),
                     trials: Vec::new(),
@@ -102,6 +102,7 @@ fn read_sweep_csv(text: &str, space: SearchSpace) -> Result<SweepOutcome> {
                     finals: Vec::new(),
                     edges: Vec::new(),
                     equal_best: None,
+                    widened: Vec::new(),
                 });
                 optimizers.last_mut().expect("just pushed")
             }
@@ -154,6 +155,7 @@ mod tests {
             finals: Vec::new(),
             edges: Vec::new(),
             equal_best: None,
+            widened: Vec::new(),
         };
         let adam = OptimizerOutcome {
             optimizer: "adam".into(),
@@ -162,6 +164,7 @@ mod tests {
             finals: Vec::new(),
             edges: Vec::new(),
             equal_best: None,
+            widened: Vec::new(),
         };
         SweepOutcome {
             task: Task::Classification,

@@ -63,19 +63,40 @@ pub fn bounds(space: &SearchSpace, name: &str, c: &Config) -> Result<Vec<(Axis, 
     Ok(out)
 }
 
-/// Trial `index` of optimizer `name` whose validated config is `c`: each knob it reads drawn
-/// log-uniformly from its range ([`bounds`]), from a stream fixed by (`seed`, `name`, `index`)
-/// alone, so a trial's values do not depend on the budget, the other optimizers or the order of
-/// running.
-pub fn draw(space: &SearchSpace, name: &str, c: &Config, seed: u64, index: usize) -> Result<Trial> {
+/// Draws of one trial before [`draw`] gives up on finding one its check accepts.
+const MAX_DRAWS: usize = 1000;
+
+/// Trial `index` of optimizer `name`: each knob of `bounds` ([`bounds`], or a widened range
+/// ([`widen`])) drawn log-uniformly from its range, from a stream fixed by (`seed`, `name`,
+/// `index`) alone, so a trial's values do not depend on the budget, the other optimizers or the
+/// order of running. A draw that `check` refuses (a rule's own limits across knobs, as
+/// η·λ < 1 for decoupled decay) is drawn again from the same stream.
+pub fn draw(
+    bounds: &[(Axis, (f64, f64))],
+    name: &str,
+    seed: u64,
+    index: usize,
+    check: impl Fn(&Trial) -> Result<()>,
+) -> Result<Trial> {
     let mut rng = Rng::new(seed).fork(name_stream(name)).fork(index as u64);
-    let mut knobs = BTreeMap::new();
-    for (knob, (low, high)) in bounds(space, name, c)? {
-        let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-        let value = (low.ln() + u * (high.ln() - low.ln())).exp();
-        knobs.insert(knob, three_digits(value));
+    let mut refused = None;
+    for _ in 0..MAX_DRAWS {
+        let mut knobs = BTreeMap::new();
+        for &(knob, (low, high)) in bounds {
+            let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            let value = (low.ln() + u * (high.ln() - low.ln())).exp();
+            knobs.insert(knob, three_digits(value));
+        }
+        let trial = Trial { index, knobs };
+        match check(&trial) {
+            Ok(()) => return Ok(trial),
+            Err(e) => refused = Some(e),
+        }
     }
-    Ok(Trial { index, knobs })
+    let e = refused.expect("at least one draw");
+    Err(e.context(format!(
+        "{name}, trial {index}: none of {MAX_DRAWS} draws from its ranges passes the rule's checks"
+    )))
 }
 
 /// The share of a knob's log range, at either end, where a chosen value suggests that the
@@ -111,6 +132,55 @@ pub fn edges(trial: &Trial, bounds: &[(Axis, (f64, f64))]) -> Vec<Edge> {
             })
         })
         .collect()
+}
+
+/// `x` to three significant digits, rounded away from the range it bounds (`up` for a high end),
+/// so that a widened range reads as typed and still holds what it was widened to hold.
+fn outward(x: f64, up: bool) -> f64 {
+    let r = three_digits(x);
+    let inward = if up {
+        r < x * (1.0 - 1e-9)
+    } else {
+        r > x * (1.0 + 1e-9)
+    };
+    if !inward {
+        return r;
+    }
+    let unit = 10f64.powf(x.log10().floor() - 2.0);
+    three_digits(if up { r + unit } else { r - unit })
+}
+
+/// How far [`widen`] moves an edge's end of a range: this share of the range's log width.
+pub const WIDEN: f64 = 0.5;
+
+/// The largest home share a widened range reaches: the share must stay below 1.
+pub const HOME_SHARE_CAP: f64 = 0.9;
+
+/// `bounds` with the end of each edge's range that the chosen value lies near moved outward by
+/// [`WIDEN`] of the range's log width (low / (high/low)^WIDEN, or high · (high/low)^WIDEN, to
+/// three digits), a home share's high end no further than [`HOME_SHARE_CAP`]; `None` when no
+/// range could move.
+pub fn widen(bounds: &[(Axis, (f64, f64))], edges: &[Edge]) -> Option<Vec<(Axis, (f64, f64))>> {
+    let mut moved = false;
+    let out = bounds
+        .iter()
+        .map(|&(knob, (low, high))| {
+            let Some(edge) = edges.iter().find(|e| e.knob == knob) else {
+                return (knob, (low, high));
+            };
+            let step = (high / low).powf(WIDEN);
+            let range = if edge.position < 0.5 {
+                (outward(low / step, false), high)
+            } else if knob == Axis::HomeShare {
+                (low, (high * step).min(HOME_SHARE_CAP).max(high))
+            } else {
+                (low, outward(high * step, true))
+            };
+            moved |= range != (low, high);
+            (knob, range)
+        })
+        .collect();
+    moved.then_some(out)
 }
 
 /// `entry` with the trial's knobs in place of its own.
@@ -162,7 +232,8 @@ mod tests {
         assert_eq!(mlp, search_seed(0, "digits-mlp"));
         assert_ne!(mlp, search_seed(0, "digits-cnn"));
         assert_ne!(mlp, search_seed(1, "digits-mlp"));
-        let first = |seed| draw(&s, "adamw", &c, seed, 0).unwrap();
+        let b = bounds(&s, "adamw", &c).unwrap();
+        let first = |seed| draw(&b, "adamw", seed, 0, |_| Ok(())).unwrap();
         assert_ne!(first(mlp), first(search_seed(0, "digits-cnn")));
     }
 
@@ -185,24 +256,80 @@ mod tests {
     }
 
     #[test]
+    fn widening_moves_the_end_an_edge_lies_near_by_half_the_log_width() {
+        let bounds = [
+            (Axis::Lr, (1e-4, 1e-2)),
+            (Axis::Eps, (1e-8, 1e-2)),
+            (Axis::Tau, (1e-9, 1e-3)),
+            (Axis::HomeShare, (0.02, 0.5)),
+        ];
+        let trial = Trial {
+            index: 0,
+            knobs: BTreeMap::from([
+                (Axis::Lr, 0.0091),
+                (Axis::Eps, 1e-5),
+                (Axis::Tau, 1.2e-9),
+                (Axis::HomeShare, 0.48),
+            ]),
+        };
+        let found = edges(&trial, &bounds);
+        let wide = widen(&bounds, &found).unwrap();
+        let close = |a: (f64, f64), b: (f64, f64)| {
+            assert!(
+                (a.0 / b.0 - 1.0).abs() < 1e-12 && (a.1 / b.1 - 1.0).abs() < 1e-12,
+                "{a:?} {b:?}"
+            )
+        };
+        close(wide[0].1, (1e-4, 1e-1));
+        assert_eq!(outward(1e-6 / 1.001f64.sqrt(), false), 9.99e-7);
+        assert_eq!(outward(9.999999999999999e-5, true), 1e-4);
+        assert_eq!(outward(1.0000000000000002e-6, true), 1e-6);
+        close(wide[1].1, (1e-8, 1e-2));
+        close(wide[2].1, (1e-12, 1e-3));
+        close(wide[3].1, (0.02, HOME_SHARE_CAP));
+        // Each chosen value lies inside its widened range; a share at the cap moves no more.
+        assert!(edges(&trial, &wide).is_empty());
+        let capped = [(Axis::HomeShare, (0.02, HOME_SHARE_CAP))];
+        let at_cap = Trial {
+            index: 0,
+            knobs: BTreeMap::from([(Axis::HomeShare, 0.88)]),
+        };
+        assert_eq!(widen(&capped, &edges(&at_cap, &capped)), None);
+    }
+
+    #[test]
     fn each_rule_draws_the_knobs_it_reads_within_range() {
         let s = space();
         s.check().unwrap();
         let named = |n: &str| Config::named(n).unwrap();
-        let sgdm = draw(&s, "sgdm", &named("sgdm"), 0, 0).unwrap();
+        let any = |_: &Trial| Ok(());
+        let sgdm = draw(&bounds(&s, "sgdm", &named("sgdm")).unwrap(), "sgdm", 0, 0, any).unwrap();
         assert_eq!(sgdm.knobs.keys().copied().collect::<Vec<_>>(), [Axis::Lr]);
         let mut c = named("homeadamw");
         c.lr = 0.01;
-        let t = draw(&s, "homeadamw", &c, 0, 3).unwrap();
+        let b = bounds(&s, "homeadamw", &c).unwrap();
+        let t = draw(&b, "homeadamw", 0, 3, any).unwrap();
         assert_eq!(
             t.knobs.keys().copied().collect::<Vec<_>>(),
             [Axis::Lr, Axis::Eps, Axis::WeightDecay, Axis::Tau, Axis::HomeLr]
         );
         assert!((1e-3..=0.1).contains(&t.knobs[&Axis::Lr]));
         assert!((1e-8..=1e-2).contains(&t.knobs[&Axis::Eps]));
-        assert_eq!(t, draw(&s, "homeadamw", &c, 0, 3).unwrap());
-        assert_ne!(t, draw(&s, "homeadamw", &c, 0, 4).unwrap());
-        assert_ne!(t, draw(&s, "homeadamw", &c, 1, 3).unwrap());
+        assert_eq!(t, draw(&b, "homeadamw", 0, 3, any).unwrap());
+        assert_ne!(t, draw(&b, "homeadamw", 0, 4, any).unwrap());
+        assert_ne!(t, draw(&b, "homeadamw", 1, 3, any).unwrap());
+        // A refused draw is drawn again from the same stream; one never accepted is an error.
+        let small = |t: &Trial| {
+            anyhow::ensure!(
+                t.knobs[&Axis::Lr] * t.knobs[&Axis::WeightDecay] < 1e-5,
+                "η·λ too large"
+            );
+            Ok(())
+        };
+        let redrawn = draw(&b, "homeadamw", 0, 3, small).unwrap();
+        assert!(redrawn.knobs[&Axis::Lr] * redrawn.knobs[&Axis::WeightDecay] < 1e-5);
+        let err = draw(&b, "homeadamw", 0, 3, |_| anyhow::bail!("never")).unwrap_err();
+        assert!(format!("{err:#}").contains("none of 1000 draws"), "{err:#}");
     }
 
     #[test]
@@ -250,11 +377,11 @@ mod tests {
             .insert(Axis::HomeShare, Range::Around { factor: 20.0 });
         let preset = crate::preset::Preset::load("digits_quick").unwrap();
         let calibrated = preset.config("homeadamw-calibrated", 45).unwrap();
-        let err = draw(&wide, "homeadamw-calibrated", &calibrated, 0, 0).unwrap_err();
+        let err = bounds(&wide, "homeadamw-calibrated", &calibrated).unwrap_err();
         assert!(err.to_string().contains("below 1"), "{err}");
         let mut s = space();
         s.ranges.remove(&Axis::Eps);
-        let err = draw(&s, "adam", &Config::named("adam").unwrap(), 0, 0).unwrap_err();
+        let err = bounds(&s, "adam", &Config::named("adam").unwrap()).unwrap_err();
         assert!(err.to_string().contains("--range eps="), "{err}");
     }
 }
