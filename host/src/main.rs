@@ -420,15 +420,7 @@ fn quick(
     seed: u64,
     device: Device,
 ) -> Result<()> {
-    let build = BuildOptions {
-        data_dir: None,
-        small: true,
-        batch_size: None,
-        vgg: None,
-        device,
-        preset: None,
-        train_subset: None,
-    };
+    let build = BuildOptions::small_on(device);
     let digits = ExperimentRun {
         experiment: Experiment::DigitsMlp,
         optimizers: optimizer_list(optimizers)?,
@@ -612,12 +604,8 @@ fn sweep(a: SweepArgs) -> Result<()> {
         progress: !a.quiet,
         build: BuildOptions {
             data_dir: a.data_dir,
-            small: true,
             batch_size: a.batch_size,
-            vgg: None,
-            device: a.device.open()?,
-            preset: None,
-            train_subset: None,
+            ..BuildOptions::small_on(a.device.open()?)
         },
     };
     let outcome = run_sweep(&options)?;

@@ -28,15 +28,7 @@ fn options(out: &Path) -> SweepOptions {
         jobs: 2,
         out_dir: out.to_path_buf(),
         progress: false,
-        build: BuildOptions {
-            data_dir: None,
-            small: true,
-            batch_size: None,
-            vgg: None,
-            device: Device::Cpu,
-            preset: None,
-            train_subset: None,
-        },
+        build: BuildOptions::small_on(Device::Cpu),
     }
 }
 

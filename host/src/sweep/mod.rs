@@ -100,7 +100,8 @@ pub struct OptimizerOutcome {
     pub finals: Vec<(u64, f64, f64)>,
     /// The chosen trial's knobs in the outer tenth of their log ranges.
     pub edges: Vec<Edge>,
-    /// With more trials than the equal budget, the index of the best of its first `budget`.
+    /// With more trials per round than the equal budget (`budget_per_knob`), the index of the
+    /// best of its first `budget` (trials added by widening alone leave it `None`).
     pub equal_best: Option<usize>,
     /// The ranges widened, in the order of the rounds.
     pub widened: Vec<Widening>,
@@ -472,7 +473,7 @@ pub fn run_sweep(o: &SweepOptions) -> Result<SweepOutcome> {
         .into_iter()
         .map(|s| {
             let best = best_index(task, &s.results);
-            let equal_best = (s.results.len() > o.budget).then(|| best_index(task, &s.results[..o.budget]));
+            let equal_best = (s.count > o.budget).then(|| best_index(task, &s.results[..o.budget]));
             OptimizerOutcome {
                 optimizer: s.name,
                 equal_best,

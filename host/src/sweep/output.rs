@@ -54,6 +54,12 @@ fn number(v: f64) -> String {
     }
 }
 
+/// A range's end to four significant digits (a range around a preset's value, 1e-4 / 1e3, is
+/// 1.0000000000000001e-7 in full).
+fn range_end(v: f64) -> String {
+    number(format!("{v:.3e}").parse().unwrap_or(v))
+}
+
 /// The knobs of `trial` as `lr=0.001 eps=1e-8`.
 pub fn knob_text(trial: &Trial) -> String {
     let parts: Vec<String> = trial
@@ -197,10 +203,10 @@ pub fn widened_markdown(outcome: &SweepOutcome) -> String {
                 "- {}: {} from {}..{} to {}..{} for trials #{}–#{}",
                 o.optimizer,
                 w.knob,
-                number(w.from.0),
-                number(w.from.1),
-                number(w.to.0),
-                number(w.to.1),
+                range_end(w.from.0),
+                range_end(w.from.1),
+                range_end(w.to.0),
+                range_end(w.to.1),
                 w.round * per_round,
                 (w.round + 1) * per_round - 1
             );
@@ -232,8 +238,8 @@ pub fn edges_markdown(opts: &SweepOptions, outcome: &SweepOutcome) -> String {
                 e.knob,
                 number(e.value),
                 100.0 * e.position,
-                number(e.range.0),
-                number(e.range.1),
+                range_end(e.range.0),
+                range_end(e.range.1),
                 if opts.widen < super::MAX_WIDEN {
                     format!("run again with --widen {}", opts.widen + 1)
                 } else {

@@ -71,6 +71,22 @@ pub struct BuildOptions {
     pub train_subset: Option<TrainSubset>,
 }
 
+impl BuildOptions {
+    /// The small models on `device`, from the cache or the shipped data, with the experiment's
+    /// own preset and every override off: what `quick` and the tests build.
+    pub fn small_on(device: Device) -> Self {
+        BuildOptions {
+            data_dir: None,
+            small: true,
+            batch_size: None,
+            vgg: None,
+            device,
+            preset: None,
+            train_subset: None,
+        }
+    }
+}
+
 /// A training set of N examples drawn from the training split ([`digits::nested_subset`]): the
 /// N of the generalization bounds, O(1/N) for HomeAdam(W) (Theorems 1–2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -394,13 +410,8 @@ mod tests {
 
     fn options(train_subset: Option<TrainSubset>) -> BuildOptions {
         BuildOptions {
-            data_dir: None,
-            small: true,
-            batch_size: None,
-            vgg: None,
-            device: Device::Cpu,
-            preset: None,
             train_subset,
+            ..BuildOptions::small_on(Device::Cpu)
         }
     }
 

@@ -82,13 +82,8 @@ mod tests {
     #[test]
     fn the_full_gradient_is_the_prediction_weighted_mean_of_the_minibatch_gradients() {
         let build = BuildOptions {
-            data_dir: None,
-            small: true,
             batch_size: Some(500),
-            vgg: None,
-            device: candle_core::Device::Cpu,
-            preset: None,
-            train_subset: None,
+            ..BuildOptions::small_on(candle_core::Device::Cpu)
         };
         let setup = Experiment::DigitsMlp.build(&build).unwrap();
         let model = (setup.new_model)(0).unwrap();
