@@ -223,8 +223,25 @@ fn a_best_trial_on_the_edge_of_its_range_widens_the_range_and_draws_as_many_tria
     );
     assert!(summary.contains("for trials #2–#3"), "{summary}");
     // Another number of rounds continues the same directory with the same trials.
-    let again = run_sweep(&SweepOptions { widen: 1, ..o }).unwrap();
+    let again = run_sweep(&SweepOptions {
+        widen: 1,
+        ..o.clone()
+    })
+    .unwrap();
     assert_eq!(again.optimizers[0].trials, sgdm.trials);
+    // Final runs of another trial than the one chosen now are run again.
+    let chosen = dir.path().join("final").join("sgdm").join("chosen.json");
+    let text = std::fs::read_to_string(&chosen).unwrap();
+    assert!(
+        text.contains(&format!("\"index\": {}", sgdm.chosen().trial.index)),
+        "{text}"
+    );
+    std::fs::write(&chosen, "{\"index\": 99, \"knobs\": {}}\n").unwrap();
+    let metrics = dir.path().join("final/sgdm/seed-0/metrics.csv");
+    std::fs::write(&metrics, "stale").unwrap();
+    let rerun = run_sweep(&o).unwrap();
+    assert_eq!(rerun.optimizers[0].finals, sgdm.finals);
+    assert_eq!(std::fs::read_to_string(&chosen).unwrap(), text);
 }
 
 #[test]

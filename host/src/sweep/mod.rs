@@ -10,8 +10,9 @@
 //! `sweep.png` (validation score against each knob).
 //!
 //! Running the same command again skips the finished runs (a run with its `final.bin` and every
-//! epoch's row) and starts the others afresh, so a killed sweep continues and a finished one
-//! writes the same `sweep.csv` again.
+//! epoch's row; a final run only if `final/<optimizer>/chosen.json` names the trial chosen now)
+//! and starts the others afresh, so a killed sweep continues and a finished one writes the same
+//! `sweep.csv` again.
 
 pub mod figure;
 pub mod output;
@@ -489,6 +490,7 @@ pub fn run_sweep(o: &SweepOptions) -> Result<SweepOutcome> {
     let final_dir = o.out_dir.join("final");
     let mut todo = Vec::new();
     for outcome in &outcomes {
+        claim_final(&final_dir.join(&outcome.optimizer), &outcome.chosen().trial)?;
         for seed in (0..o.seeds).map(|k| o.seed.wrapping_add(k)) {
             let job = Job {
                 optimizer: outcome.optimizer.clone(),
@@ -522,6 +524,22 @@ pub fn run_sweep(o: &SweepOptions) -> Result<SweepOutcome> {
     };
     outcome.files = output::write_all(o, &outcome)?;
     Ok(outcome)
+}
+
+/// Keeps an optimizer's final runs in `dir` only if they ran the trial chosen now: `chosen.json`
+/// names the trial they ran, and final runs of another trial (more rounds of widening can
+/// choose another) or of an unnamed one are removed, to be run again.
+fn claim_final(dir: &Path, chosen: &Trial) -> Result<()> {
+    let path = dir.join("chosen.json");
+    let text = serde_json::to_string_pretty(chosen)? + "\n";
+    if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
+        return Ok(());
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    crate::train::checkpoint::write_atomically(&path, text.as_bytes())
 }
 
 /// Writes `sweep.json`, after checking that the directory's, if any, is this command's but for
