@@ -26,9 +26,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
-use homeadam_candle::VarOptimizer;
+use homeadam_candle::{OptimConfig, VarOptimizer};
 use serde::Serialize;
 
+use crate::preset::Preset;
 use crate::progress::bar;
 use crate::report::{read_metrics, Task};
 use crate::train::experiments::{BuildOptions, EvalSplit, Experiment, Setup};
@@ -327,6 +328,15 @@ fn check(o: &SweepOptions) -> Result<()> {
     Ok(())
 }
 
+/// The optimizer settings of trial `trial` of `name`: `preset`'s entry with the trial's knobs in
+/// place, validated as any preset entry is (an error where the rule refuses the knobs).
+fn trial_config(preset: &Preset, name: &str, trial: &Trial, steps_per_epoch: u64) -> Result<OptimConfig> {
+    let mut preset = preset.clone();
+    let entry = apply(&preset.optimizers[name], trial);
+    preset.optimizers.insert(name.to_string(), entry);
+    preset.optim_config(name, steps_per_epoch, preset.protocol.decay_mask.value)
+}
+
 /// Runs `jobs` on `o.jobs` threads, each with its own copy of the experiment built for `eval`
 /// (a model and optimizer are not shared between threads); the first error stops the rest.
 fn run_jobs(o: &SweepOptions, eval: EvalSplit, jobs: &[Job], pb: &indicatif::ProgressBar) -> Result<()> {
@@ -348,13 +358,9 @@ fn run_jobs(o: &SweepOptions, eval: EvalSplit, jobs: &[Job], pb: &indicatif::Pro
                 "{} trial {} seed {}",
                 job.optimizer, job.trial.index, job.seed
             ));
-            let entry = apply(&setup.preset.optimizers[&job.optimizer], &job.trial);
-            let mut preset = setup.preset.clone();
-            preset.optimizers.insert(job.optimizer.clone(), entry);
             let max = o.max_batches.unwrap_or(usize::MAX);
             let steps_per_epoch = setup.data.train_batches().min(max) as u64;
-            let decay = preset.protocol.decay_mask.value;
-            let config = preset.optim_config(&job.optimizer, steps_per_epoch, decay)?;
+            let config = trial_config(&setup.preset, &job.optimizer, &job.trial, steps_per_epoch)?;
             let model = (setup.new_model)(job.seed)?;
             let mut opt = VarOptimizer::from_named(model.vars(), config)?;
             train(model.as_ref(), setup.data.as_ref(), &mut opt, &job.options(o))
@@ -399,13 +405,7 @@ pub fn run_sweep(o: &SweepOptions) -> Result<SweepOutcome> {
     let draws = search_seed(o.seed, o.experiment.name());
     let preset = setup.preset.clone();
     // A draw the rule's config refuses (η·λ ≥ 1 once a range is widened, say) is drawn again.
-    let check = |name: &str, trial: &Trial| -> Result<()> {
-        let mut p = preset.clone();
-        let entry = apply(&p.optimizers[name], trial);
-        p.optimizers.insert(name.to_string(), entry);
-        p.optim_config(name, steps_per_epoch, p.protocol.decay_mask.value)
-            .map(|_| ())
-    };
+    let check = |name: &str, trial: &Trial| trial_config(&preset, name, trial, steps_per_epoch).map(|_| ());
     let mut searches = Vec::new();
     for name in &o.optimizers {
         let config = setup.preset.config(name, steps_per_epoch)?;
